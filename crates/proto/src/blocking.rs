@@ -1,0 +1,73 @@
+//! Frame I/O over any blocking `Read`/`Write` (control plane, tests, tools).
+//! The data path uses non-blocking sockets and the same codec directly.
+
+use std::io::{self, Read, Write};
+
+use thiserror::Error;
+
+use crate::control::{ControlErrorCode, ControlRequest, ControlResponse};
+use crate::frame::{FrameHeader, FrameKind, HEADER_LEN, encode_frame};
+use crate::DecodeError;
+
+#[derive(Debug, Error)]
+pub enum RpcError {
+    #[error("i/o: {0}")]
+    Io(#[from] io::Error),
+    #[error("protocol: {0}")]
+    Decode(#[from] DecodeError),
+    #[error("peer reported a protocol error: {0}")]
+    PeerError(String),
+    #[error("{code:?}: {message}")]
+    Remote { code: ControlErrorCode, message: String },
+    #[error("unexpected {0}")]
+    Unexpected(String),
+}
+
+pub fn write_frame<W: Write>(w: &mut W, kind: FrameKind, seq: u64, payload: &[u8]) -> io::Result<()> {
+    let mut buf = Vec::with_capacity(HEADER_LEN + payload.len());
+    encode_frame(&mut buf, kind, seq, payload);
+    w.write_all(&buf)?;
+    w.flush()
+}
+
+pub fn read_frame<R: Read>(r: &mut R, max_len: u32) -> Result<(FrameHeader, Vec<u8>), RpcError> {
+    let mut hdr = [0u8; HEADER_LEN];
+    r.read_exact(&mut hdr)?;
+    let Some(h) = FrameHeader::decode(&hdr, max_len)? else {
+        return Err(RpcError::Unexpected("short header".into()));
+    };
+    let mut payload = vec![0u8; h.len as usize];
+    r.read_exact(&mut payload)?;
+    Ok((h, payload))
+}
+
+/// One control round trip. A remote `Error` reply becomes [`RpcError::Remote`].
+pub fn control_call<S: Read + Write>(s: &mut S, req: &ControlRequest) -> Result<ControlResponse, RpcError> {
+    write_frame(s, FrameKind::Control, 0, &req.to_json())?;
+    let (h, payload) = read_frame(s, crate::MAX_FRAME_DEFAULT)?;
+    match h.kind {
+        FrameKind::ControlReply => match ControlResponse::from_json(&payload)? {
+            ControlResponse::Error { code, message } => Err(RpcError::Remote { code, message }),
+            ok => Ok(ok),
+        },
+        FrameKind::Error => Err(RpcError::PeerError(String::from_utf8_lossy(&payload).into_owned())),
+        other => Err(RpcError::Unexpected(format!("{other:?} frame in reply to a control request"))),
+    }
+}
+
+/// Sends `Hello` and waits for `HelloAck`: the first exchange on every server connection.
+pub fn handshake<S: Read + Write>(s: &mut S, role: crate::Role, client_id: u64) -> Result<crate::HelloAck, RpcError> {
+    write_frame(s, FrameKind::Hello, 0, &crate::Hello::new(role, client_id).encode())?;
+    let (h, payload) = read_frame(s, crate::MAX_FRAME_DEFAULT)?;
+    match h.kind {
+        FrameKind::HelloAck => {
+            let ack = crate::HelloAck::decode(&payload)?;
+            if ack.version != crate::PROTOCOL_VERSION {
+                return Err(RpcError::Unexpected(format!("server speaks protocol v{}", ack.version)));
+            }
+            Ok(ack)
+        }
+        FrameKind::Error => Err(RpcError::PeerError(String::from_utf8_lossy(&payload).into_owned())),
+        other => Err(RpcError::Unexpected(format!("{other:?} frame in reply to Hello"))),
+    }
+}

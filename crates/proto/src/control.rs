@@ -1,0 +1,230 @@
+//! Control-plane messages (JSON in `Control` / `ControlReply` frames).
+//!
+//! Low rate, so readability wins over compactness. The same connection type carries
+//! client → manager (catalogue), server → manager (registration, heartbeats) and
+//! manager → server (place and free regions).
+
+use serde::{Deserialize, Serialize};
+
+use crate::{CacheId, DecodeError, ServerId};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PriceClass {
+    Spot,
+    OnDemand,
+}
+
+impl std::str::FromStr for PriceClass {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "spot" => Ok(Self::Spot),
+            "on-demand" | "ondemand" => Ok(Self::OnDemand),
+            other => Err(format!("price class must be 'spot' or 'on-demand', not '{other}'")),
+        }
+    }
+}
+
+impl std::fmt::Display for PriceClass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Spot => "spot",
+            Self::OnDemand => "on-demand",
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ServerState {
+    /// Heartbeats arrive on time.
+    Alive,
+    /// Known from the store but not heard from since the manager started.
+    Unknown,
+    /// Missed heartbeats past the timeout.
+    Dead,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServerInfo {
+    pub id: ServerId,
+    /// Address clients and peers connect to for data.
+    pub addr: String,
+    pub memory: u64,
+    /// Bytes promised to placed regions.
+    pub used: u64,
+    pub cores: u32,
+    pub price_class: PriceClass,
+    pub price_per_gib_hour: f64,
+    pub state: ServerState,
+}
+
+/// A cache and its region table: region `i` covers `[i*region_size, (i+1)*region_size)`
+/// and lives on server `regions[i]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CacheInfo {
+    pub id: CacheId,
+    pub name: String,
+    pub capacity: u64,
+    pub region_size: u64,
+    /// Grows on every change of the region table.
+    pub epoch: u64,
+    pub regions: Vec<ServerId>,
+    /// The servers named in `regions` (and only those).
+    pub servers: Vec<ServerInfo>,
+}
+
+impl CacheInfo {
+    pub fn region_of(&self, addr: u64) -> usize {
+        (addr / self.region_size) as usize
+    }
+
+    pub fn server(&self, id: ServerId) -> Option<&ServerInfo> {
+        self.servers.iter().find(|s| s.id == id)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClusterStatus {
+    pub servers: Vec<ServerInfo>,
+    pub caches: Vec<CacheInfo>,
+}
+
+/// Counters a server exposes (also served as text by `--metrics-listen`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerStats {
+    pub server_id: ServerId,
+    pub memory: u64,
+    pub used: u64,
+    pub regions: u64,
+    pub connections: u64,
+    /// Per op name: (ops, bytes, errors).
+    pub ops: Vec<OpStats>,
+    pub protocol_errors: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct OpStats {
+    pub op: String,
+    pub count: u64,
+    pub bytes: u64,
+    pub errors: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ControlRequest {
+    // server -> manager
+    RegisterServer {
+        /// Set when a restarted server (or a server after a manager restart) rejoins.
+        server_id: Option<ServerId>,
+        addr: String,
+        memory: u64,
+        cores: u32,
+        price_class: PriceClass,
+        price_per_gib_hour: f64,
+    },
+    Heartbeat {
+        server_id: ServerId,
+        used: u64,
+    },
+    // client -> manager
+    CreateCache {
+        name: String,
+        capacity: u64,
+        /// Defaults to the manager's `--region-size`.
+        region_size: Option<u64>,
+    },
+    OpenCache {
+        name: String,
+    },
+    ReshapeCache {
+        name: String,
+        capacity: u64,
+    },
+    DeleteCache {
+        name: String,
+    },
+    Status,
+    // manager -> server
+    AllocRegion {
+        cache: CacheId,
+        region: u32,
+        region_size: u64,
+        capacity: u64,
+    },
+    FreeRegion {
+        cache: CacheId,
+        region: u32,
+        /// Where the region went, so stale clients can be redirected.
+        moved_to: Option<String>,
+    },
+    DropCache {
+        cache: CacheId,
+    },
+    // anyone -> server
+    ServerStats,
+}
+
+/// Stable error codes for control replies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ControlErrorCode {
+    NotFound,
+    AlreadyExists,
+    InsufficientMemory,
+    InvalidArgument,
+    UnknownServer,
+    Unavailable,
+    Internal,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ControlResponse {
+    Ok,
+    Registered { server_id: ServerId, heartbeat_ms: u64 },
+    Cache(CacheInfo),
+    Status(ClusterStatus),
+    Stats(ServerStats),
+    Error { code: ControlErrorCode, message: String },
+}
+
+impl ControlRequest {
+    pub fn to_json(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    pub fn from_json(b: &[u8]) -> Result<Self, DecodeError> {
+        serde_json::from_slice(b).map_err(|e| DecodeError::BadControl(e.to_string()))
+    }
+}
+
+impl ControlResponse {
+    pub fn to_json(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    pub fn from_json(b: &[u8]) -> Result<Self, DecodeError> {
+        serde_json::from_slice(b).map_err(|e| DecodeError::BadControl(e.to_string()))
+    }
+
+    pub fn error(code: ControlErrorCode, message: impl Into<String>) -> Self {
+        Self::Error { code, message: message.into() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_json_roundtrip() {
+        let r = ControlRequest::CreateCache { name: "a".into(), capacity: 10, region_size: None };
+        assert_eq!(ControlRequest::from_json(&r.to_json()).unwrap(), r);
+        assert!(ControlRequest::from_json(b"{\"type\":\"nope\"}").is_err());
+        let e = ControlResponse::error(ControlErrorCode::NotFound, "x");
+        assert_eq!(ControlResponse::from_json(&e.to_json()).unwrap(), e);
+    }
+}

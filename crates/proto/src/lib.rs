@@ -1,0 +1,34 @@
+//! The farcache wire protocol.
+//!
+//! Everything here is pure encoding and decoding over byte slices: no sockets, no threads.
+//! A connection carries length-prefixed [frames](frame). After a [`hello`] exchange the
+//! client sends *request batches* ([`request`]) and the server answers each with one
+//! *response batch* ([`response`]) carrying one reply per op, in order. Control-plane
+//! messages (manager ↔ server ↔ client) ride in `Control` frames as JSON ([`control`]).
+//!
+//! Decoding never panics on hostile input: every malformed byte sequence becomes a
+//! [`DecodeError`].
+
+pub mod blocking;
+pub mod control;
+pub mod error;
+pub mod frame;
+pub mod hello;
+pub mod op;
+pub mod request;
+pub mod response;
+pub mod status;
+mod wire;
+
+pub use error::DecodeError;
+pub use frame::{FrameHeader, FrameKind, HEADER_LEN, MAX_FRAME_DEFAULT};
+pub use hello::{Hello, HelloAck, PROTOCOL_VERSION, Role};
+pub use op::{MAX_OP_BYTES, Op, OpCode};
+pub use request::{RequestDecoder, RequestEncoder};
+pub use response::{Reply, ReplyBody, ResponseDecoder, ResponseEncoder};
+pub use status::Status;
+
+/// Identifies a cache cluster-wide (assigned by the manager).
+pub type CacheId = u32;
+/// Identifies a server cluster-wide (assigned by the manager).
+pub type ServerId = u32;

@@ -1,0 +1,235 @@
+//! Request batches: `count: u32` followed by `count` ops, each `opcode: u8` + fields (LE).
+//!
+//! | op        | fields                                                        |
+//! |-----------|---------------------------------------------------------------|
+//! | READ      | cache u32, addr u64, len u32                                  |
+//! | WRITE     | cache u32, addr u64, len u32, data[len]                       |
+//! | CAS       | cache u32, addr u64, expected u64, new u64                    |
+//! | FETCH_ADD | cache u32, addr u64, delta u64                                |
+//! | EXECUTE   | cache u32, addr u64, name_len u8, name, args_len u32, args    |
+//! | PING      | —                                                             |
+
+use crate::frame::{FrameHeader, FrameKind, HEADER_LEN};
+use crate::op::{Op, OpCode};
+use crate::wire::Cursor;
+use crate::DecodeError;
+
+/// Builds one request frame in place at the end of a caller-owned buffer, so a client can
+/// keep appending ops without copying.
+#[derive(Debug)]
+pub struct RequestEncoder {
+    start: usize,
+    count: u32,
+    seq: u64,
+}
+
+impl RequestEncoder {
+    /// Starts a frame at the end of `out` (header patched by [`finish`](Self::finish)).
+    pub fn begin(out: &mut Vec<u8>, seq: u64) -> Self {
+        let start = out.len();
+        out.extend_from_slice(&[0u8; HEADER_LEN + 4]);
+        Self { start, count: 0, seq }
+    }
+
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Payload bytes so far (including the count field).
+    pub fn payload_len(&self, out: &[u8]) -> usize {
+        out.len() - self.start - HEADER_LEN
+    }
+
+    pub fn push(&mut self, out: &mut Vec<u8>, op: &Op<'_>) {
+        out.push(op.code() as u8);
+        match *op {
+            Op::Read { cache, addr, len } => {
+                out.extend_from_slice(&cache.to_le_bytes());
+                out.extend_from_slice(&addr.to_le_bytes());
+                out.extend_from_slice(&len.to_le_bytes());
+            }
+            Op::Write { cache, addr, data } => {
+                out.extend_from_slice(&cache.to_le_bytes());
+                out.extend_from_slice(&addr.to_le_bytes());
+                out.extend_from_slice(&(data.len() as u32).to_le_bytes());
+                out.extend_from_slice(data);
+            }
+            Op::Cas { cache, addr, expected, new } => {
+                out.extend_from_slice(&cache.to_le_bytes());
+                out.extend_from_slice(&addr.to_le_bytes());
+                out.extend_from_slice(&expected.to_le_bytes());
+                out.extend_from_slice(&new.to_le_bytes());
+            }
+            Op::FetchAdd { cache, addr, delta } => {
+                out.extend_from_slice(&cache.to_le_bytes());
+                out.extend_from_slice(&addr.to_le_bytes());
+                out.extend_from_slice(&delta.to_le_bytes());
+            }
+            Op::Execute { cache, addr, proc_name, args } => {
+                out.extend_from_slice(&cache.to_le_bytes());
+                out.extend_from_slice(&addr.to_le_bytes());
+                let name = &proc_name.as_bytes()[..proc_name.len().min(u8::MAX as usize)];
+                out.push(name.len() as u8);
+                out.extend_from_slice(name);
+                out.extend_from_slice(&(args.len() as u32).to_le_bytes());
+                out.extend_from_slice(args);
+            }
+            Op::Ping => {}
+        }
+        self.count += 1;
+    }
+
+    /// Patches the header and count; the frame is then complete in `out`.
+    pub fn finish(self, out: &mut [u8]) {
+        let len = (out.len() - self.start - HEADER_LEN) as u32;
+        let hdr = FrameHeader::new(FrameKind::Request, self.seq, len).encode();
+        out[self.start..self.start + HEADER_LEN].copy_from_slice(&hdr);
+        out[self.start + HEADER_LEN..self.start + HEADER_LEN + 4]
+            .copy_from_slice(&self.count.to_le_bytes());
+    }
+}
+
+/// Iterates the ops of a request payload. Use [`RequestDecoder::validate`] first when a
+/// batch must be rejected whole rather than executed up to the first bad op.
+#[derive(Debug)]
+pub struct RequestDecoder<'a> {
+    cur: Cursor<'a>,
+    declared: u32,
+    seen: u32,
+}
+
+impl<'a> RequestDecoder<'a> {
+    pub fn new(payload: &'a [u8]) -> Result<Self, DecodeError> {
+        let mut cur = Cursor::new(payload);
+        let declared = cur.u32("op count")?;
+        Ok(Self { cur, declared, seen: 0 })
+    }
+
+    pub fn declared(&self) -> u32 {
+        self.declared
+    }
+
+    /// Checks the whole payload: every op well formed, the count exact, nothing trailing.
+    pub fn validate(payload: &'a [u8]) -> Result<u32, DecodeError> {
+        let mut d = Self::new(payload)?;
+        while let Some(op) = d.next() {
+            op?;
+        }
+        d.finish()?;
+        Ok(d.declared)
+    }
+
+    /// After iteration: errors if ops are missing or bytes are left over.
+    pub fn finish(&self) -> Result<(), DecodeError> {
+        if self.seen != self.declared {
+            return Err(DecodeError::CountMismatch { declared: self.declared, found: self.seen });
+        }
+        if self.cur.remaining() != 0 {
+            return Err(DecodeError::TrailingBytes(self.cur.remaining()));
+        }
+        Ok(())
+    }
+
+    fn decode_one(&mut self) -> Result<Op<'a>, DecodeError> {
+        let c = &mut self.cur;
+        let code = OpCode::from_u8(c.u8("opcode")?)?;
+        Ok(match code {
+            OpCode::Read => Op::Read { cache: c.u32("cache")?, addr: c.u64("addr")?, len: c.u32("len")? },
+            OpCode::Write => {
+                let cache = c.u32("cache")?;
+                let addr = c.u64("addr")?;
+                let len = c.u32("len")?;
+                Op::Write { cache, addr, data: c.bytes(len as usize, "write data")? }
+            }
+            OpCode::Cas => Op::Cas {
+                cache: c.u32("cache")?,
+                addr: c.u64("addr")?,
+                expected: c.u64("expected")?,
+                new: c.u64("new")?,
+            },
+            OpCode::FetchAdd => {
+                Op::FetchAdd { cache: c.u32("cache")?, addr: c.u64("addr")?, delta: c.u64("delta")? }
+            }
+            OpCode::Execute => {
+                let cache = c.u32("cache")?;
+                let addr = c.u64("addr")?;
+                let name_len = c.u8("name len")? as usize;
+                let name = std::str::from_utf8(c.bytes(name_len, "proc name")?)
+                    .map_err(|_| DecodeError::Utf8("proc name"))?;
+                let args_len = c.u32("args len")? as usize;
+                Op::Execute { cache, addr, proc_name: name, args: c.bytes(args_len, "args")? }
+            }
+            OpCode::Ping => Op::Ping,
+        })
+    }
+}
+
+impl<'a> Iterator for RequestDecoder<'a> {
+    type Item = Result<Op<'a>, DecodeError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.seen == self.declared {
+            return None;
+        }
+        self.seen += 1;
+        let r = self.decode_one();
+        if r.is_err() {
+            // Stop at the first error: nothing after it can be trusted.
+            self.declared = self.seen;
+        }
+        Some(r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roundtrip_all_ops() {
+        let ops = [
+            Op::Read { cache: 1, addr: 2, len: 3 },
+            Op::Write { cache: 4, addr: 5, data: b"hello" },
+            Op::Cas { cache: 6, addr: 8, expected: 9, new: 10 },
+            Op::FetchAdd { cache: 7, addr: 16, delta: u64::MAX },
+            Op::Execute { cache: 1, addr: 0, proc_name: "sum", args: &[1, 2] },
+            Op::Ping,
+        ];
+        let mut out = vec![0xAA]; // encoder must append, not overwrite
+        let mut enc = RequestEncoder::begin(&mut out, 77);
+        for op in &ops {
+            enc.push(&mut out, op);
+        }
+        enc.finish(&mut out);
+        let hdr = FrameHeader::decode(&out[1..], u32::MAX).unwrap().unwrap();
+        assert_eq!(hdr.kind, FrameKind::Request);
+        assert_eq!(hdr.seq, 77);
+        let payload = &out[1 + HEADER_LEN..];
+        assert_eq!(hdr.len as usize, payload.len());
+        assert_eq!(RequestDecoder::validate(payload).unwrap(), ops.len() as u32);
+        let decoded: Vec<_> = RequestDecoder::new(payload).unwrap().map(Result::unwrap).collect();
+        assert_eq!(decoded, ops);
+        let total: usize = ops.iter().map(Op::encoded_len).sum();
+        assert_eq!(total + 4, payload.len());
+    }
+
+    #[test]
+    fn truncated_and_trailing_are_errors() {
+        let mut out = Vec::new();
+        let mut enc = RequestEncoder::begin(&mut out, 1);
+        enc.push(&mut out, &Op::Read { cache: 1, addr: 2, len: 3 });
+        enc.finish(&mut out);
+        let payload = &out[HEADER_LEN..];
+        assert!(RequestDecoder::validate(&payload[..payload.len() - 1]).is_err());
+        let mut extra = payload.to_vec();
+        extra.push(0);
+        assert_eq!(RequestDecoder::validate(&extra), Err(DecodeError::TrailingBytes(1)));
+        let mut bad = payload.to_vec();
+        bad[4] = 0xEE;
+        assert_eq!(RequestDecoder::validate(&bad), Err(DecodeError::UnknownOp(0xEE)));
+    }
+}

@@ -1,0 +1,62 @@
+//! Per-op status codes. The numbers are part of the protocol and never reused.
+
+use crate::DecodeError;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Status {
+    Ok = 0,
+    /// The byte range lies outside the cache's capacity.
+    OutOfRange = 1,
+    /// This server holds no cache with that id (deleted, or never placed here).
+    NoSuchCache = 2,
+    /// The region is not on this server; the reply may name the owner.
+    WrongServer = 3,
+    /// The op or its reply would exceed the frame or op size limit.
+    TooLarge = 4,
+    /// Atomic ops need an 8-byte aligned address.
+    Misaligned = 5,
+    /// The op is known but not supported by this server (e.g. EXECUTE before sprocs).
+    Unsupported = 6,
+    /// The server cannot allocate the memory the request needs.
+    NoMemory = 7,
+    /// A bug or an unexpected condition on the server.
+    Internal = 8,
+}
+
+impl Status {
+    pub fn from_u8(v: u8) -> Result<Self, DecodeError> {
+        Ok(match v {
+            0 => Self::Ok,
+            1 => Self::OutOfRange,
+            2 => Self::NoSuchCache,
+            3 => Self::WrongServer,
+            4 => Self::TooLarge,
+            5 => Self::Misaligned,
+            6 => Self::Unsupported,
+            7 => Self::NoMemory,
+            8 => Self::Internal,
+            other => return Err(DecodeError::UnknownStatus(other)),
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::OutOfRange => "address out of range",
+            Self::NoSuchCache => "no such cache",
+            Self::WrongServer => "wrong server",
+            Self::TooLarge => "too large",
+            Self::Misaligned => "misaligned atomic",
+            Self::Unsupported => "unsupported op",
+            Self::NoMemory => "out of memory",
+            Self::Internal => "internal server error",
+        }
+    }
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.as_str(), *self as u8)
+    }
+}
