@@ -1,0 +1,32 @@
+//! farcache benchmark harness: Redis / raw-TCP baselines, workload
+//! generators, latency histograms and report output (table, JSON, PNG).
+//!
+//! The farcache-side runner lives alongside these modules and compares its
+//! rows against the baselines here.
+
+pub mod baseline;
+pub mod error;
+pub mod histogram;
+pub mod report;
+pub mod tools;
+pub mod workload;
+
+pub use baseline::free_port;
+pub use baseline::redis::{
+    RedisBaseline, RedisBaselineOpts, RedisOpts, RedisResult, RedisServer, parse_redis_csv,
+    redis_baseline, redis_get_set,
+};
+pub use baseline::sockperf::{
+    PingPongResult, SockperfBaseline, SockperfOpts, SockperfServer, ThroughputResult,
+    parse_pingpong, parse_throughput, sockperf_baseline,
+};
+pub use error::{BenchError, Result};
+pub use histogram::{LatencyHistogram, LatencySummary};
+pub use report::{
+    Baselines, BenchReport, BenchRow, DEFAULT_RESULTS_DIR, MachineInfo, format_table, print_table,
+    write_chart, write_chart_with_font, write_json,
+};
+pub use tools::{Tool, ensure_tools};
+pub use workload::{
+    Access, DEFAULT_ZIPF_THETA, KeyDistribution, KeyGen, Mix, Op, Scramble, WorkloadGen,
+};

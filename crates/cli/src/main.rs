@@ -1,1 +1,74 @@
-fn main() {}
+//! `farcache`: one binary for every role. Each subcommand is a thin layer over a library.
+
+mod cmd;
+mod size;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "farcache",
+    version,
+    about = "A distributed, computable remote-memory cache"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a cache server.
+    Server(cmd::server::Args),
+    /// Run the manager (catalogue of servers, caches and regions).
+    Manager(cmd::manager::Args),
+    /// Start a manager and N servers on 127.0.0.1 as child processes.
+    Up(cmd::up::Args),
+    /// Run a local 3-server cluster, fill, verify and exercise a cache, print results.
+    Demo(cmd::demo::Args),
+    /// Show servers, caches and regions.
+    Status(cmd::status::Args),
+    /// Benchmarks against Redis and raw TCP.
+    #[command(subcommand)]
+    Bench(cmd::bench::BenchCommand),
+}
+
+fn init_logging(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("FARCACHE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Server(a) => {
+            init_logging("info");
+            cmd::server::run(a)
+        }
+        Command::Manager(a) => {
+            init_logging("info");
+            cmd::manager::run(a)
+        }
+        Command::Up(a) => {
+            init_logging("info");
+            cmd::up::run(a)
+        }
+        Command::Demo(a) => {
+            init_logging("warn");
+            cmd::demo::run(a)
+        }
+        Command::Status(a) => {
+            init_logging("warn");
+            cmd::status::run(a)
+        }
+        Command::Bench(b) => {
+            init_logging("warn");
+            cmd::bench::run(b)
+        }
+    }
+}

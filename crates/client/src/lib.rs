@@ -1,0 +1,38 @@
+//! The farcache client library.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), farcache_client::ClientError> {
+//! let client = farcache_client::Client::connect("127.0.0.1:7000")?;
+//! let cache = client.create("scratch", 1 << 30)?;
+//! cache.write(4096, b"hello")?;
+//! assert_eq!(&cache.read(4096, 5)?[..], b"hello");
+//! # Ok(()) }
+//! ```
+//!
+//! I/O model: a client has `c` *lanes*; each lane holds one connection to every server
+//! it talks to. An application thread always uses the same lane, so its ops reach each
+//! server in program order. The calling thread drives its lane's sockets itself while
+//! it waits (no hand-off to a background thread, which would add two thread wake-ups
+//! to every round trip); futures are driven by a helper thread only while they are
+//! pending. Ops are packed into batches of up to `b` ops with at most `q` batches in
+//! flight per connection.
+
+mod batch;
+mod cache;
+mod client;
+pub mod config;
+mod conn;
+pub mod error;
+mod lane;
+mod manager_link;
+mod routing;
+mod ticket;
+
+pub use batch::{Batch, BatchResults, OpOutput, OpResult};
+pub use bytes::Bytes;
+pub use cache::Cache;
+pub use client::Client;
+pub use config::ClientConfig;
+pub use error::{ClientError, OpError};
+pub use farcache_proto::control::{CacheInfo, ClusterStatus, ServerInfo};
+pub use ticket::{OpFuture, Ticket};

@@ -1,0 +1,121 @@
+//! The farcache manager: registry of cache servers, catalogue of caches, region placement.
+//!
+//! Servers register and heartbeat; clients create, open, reshape and delete caches. The
+//! manager decides which server holds each region, tells the servers (`AllocRegion`,
+//! `FreeRegion`, `DropCache`) and persists the catalogue in redb so a restart loses
+//! nothing. It is only on the control path: data flows directly between clients and
+//! servers.
+//!
+//! ```no_run
+//! use farcache_manager::{Manager, ManagerConfig};
+//! let handle = Manager::start(ManagerConfig::new("0.0.0.0:7400".parse()?, "/var/lib/farcache"))?;
+//! println!("manager on {}", handle.addr());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod catalogue;
+mod config;
+mod error;
+mod listener;
+mod liveness;
+mod placement;
+mod server_link;
+mod service;
+mod store;
+
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+
+use farcache_proto::control::ClusterStatus;
+
+pub use config::{DEFAULT_REGION_SIZE, ManagerConfig, REGION_ALIGN};
+pub use error::ManagerError;
+
+use catalogue::Catalogue;
+use listener::Listener;
+use liveness::Liveness;
+use service::Service;
+use store::Store;
+
+/// Entry point; see [`Manager::start`].
+pub struct Manager;
+
+impl Manager {
+    /// Opens the store, binds the listener and starts serving in background threads.
+    pub fn start(config: ManagerConfig) -> Result<ManagerHandle, ManagerError> {
+        config.validate()?;
+        std::fs::create_dir_all(&config.data_dir)?;
+        let (store, loaded) = Store::open(&config.store_path())?;
+        let catalogue = Catalogue::from_parts(
+            loaded.servers,
+            loaded.caches,
+            loaded.next_server_id,
+            loaded.next_cache_id,
+        );
+        let status = catalogue.status();
+        let service = Arc::new(Service::new(&config, catalogue, store));
+        let listener = TcpListener::bind(config.listen)?;
+        let liveness = Liveness::spawn(Arc::clone(&service), config.heartbeat_timeout)?;
+        let listener = match Listener::spawn(listener, Arc::clone(&service)) {
+            Ok(l) => l,
+            Err(e) => {
+                liveness.stop();
+                service.close();
+                return Err(e.into());
+            }
+        };
+        tracing::info!(
+            addr = %listener.addr(),
+            data_dir = %config.data_dir.display(),
+            servers = status.servers.len(),
+            caches = status.caches.len(),
+            "manager started"
+        );
+        Ok(ManagerHandle {
+            addr: listener.addr(),
+            service,
+            running: Some((listener, liveness)),
+        })
+    }
+}
+
+/// A running manager. Dropping it shuts it down, like [`ManagerHandle::shutdown`].
+pub struct ManagerHandle {
+    addr: SocketAddr,
+    service: Arc<Service>,
+    running: Option<(Listener, Liveness)>,
+}
+
+impl ManagerHandle {
+    /// The bound control address (the real port when the config asked for port 0).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Servers and caches, sorted by id (what a `Status` request returns).
+    pub fn status(&self) -> ClusterStatus {
+        self.service.status()
+    }
+
+    /// Stops all threads, closes the listener and every connection, and releases the
+    /// store so another manager can open the same directory.
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        let Some((listener, liveness)) = self.running.take() else {
+            return;
+        };
+        listener.stop();
+        liveness.stop();
+        self.service.close();
+        tracing::info!(addr = %self.addr, "manager stopped");
+    }
+}
+
+impl Drop for ManagerHandle {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

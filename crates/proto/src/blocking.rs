@@ -5,9 +5,9 @@ use std::io::{self, Read, Write};
 
 use thiserror::Error;
 
+use crate::DecodeError;
 use crate::control::{ControlErrorCode, ControlRequest, ControlResponse};
 use crate::frame::{FrameHeader, FrameKind, HEADER_LEN, encode_frame};
-use crate::DecodeError;
 
 #[derive(Debug, Error)]
 pub enum RpcError {
@@ -18,12 +18,20 @@ pub enum RpcError {
     #[error("peer reported a protocol error: {0}")]
     PeerError(String),
     #[error("{code:?}: {message}")]
-    Remote { code: ControlErrorCode, message: String },
+    Remote {
+        code: ControlErrorCode,
+        message: String,
+    },
     #[error("unexpected {0}")]
     Unexpected(String),
 }
 
-pub fn write_frame<W: Write>(w: &mut W, kind: FrameKind, seq: u64, payload: &[u8]) -> io::Result<()> {
+pub fn write_frame<W: Write>(
+    w: &mut W,
+    kind: FrameKind,
+    seq: u64,
+    payload: &[u8],
+) -> io::Result<()> {
     let mut buf = Vec::with_capacity(HEADER_LEN + payload.len());
     encode_frame(&mut buf, kind, seq, payload);
     w.write_all(&buf)?;
@@ -42,7 +50,10 @@ pub fn read_frame<R: Read>(r: &mut R, max_len: u32) -> Result<(FrameHeader, Vec<
 }
 
 /// One control round trip. A remote `Error` reply becomes [`RpcError::Remote`].
-pub fn control_call<S: Read + Write>(s: &mut S, req: &ControlRequest) -> Result<ControlResponse, RpcError> {
+pub fn control_call<S: Read + Write>(
+    s: &mut S,
+    req: &ControlRequest,
+) -> Result<ControlResponse, RpcError> {
     write_frame(s, FrameKind::Control, 0, &req.to_json())?;
     let (h, payload) = read_frame(s, crate::MAX_FRAME_DEFAULT)?;
     match h.kind {
@@ -50,24 +61,44 @@ pub fn control_call<S: Read + Write>(s: &mut S, req: &ControlRequest) -> Result<
             ControlResponse::Error { code, message } => Err(RpcError::Remote { code, message }),
             ok => Ok(ok),
         },
-        FrameKind::Error => Err(RpcError::PeerError(String::from_utf8_lossy(&payload).into_owned())),
-        other => Err(RpcError::Unexpected(format!("{other:?} frame in reply to a control request"))),
+        FrameKind::Error => Err(RpcError::PeerError(
+            String::from_utf8_lossy(&payload).into_owned(),
+        )),
+        other => Err(RpcError::Unexpected(format!(
+            "{other:?} frame in reply to a control request"
+        ))),
     }
 }
 
 /// Sends `Hello` and waits for `HelloAck`: the first exchange on every server connection.
-pub fn handshake<S: Read + Write>(s: &mut S, role: crate::Role, client_id: u64) -> Result<crate::HelloAck, RpcError> {
-    write_frame(s, FrameKind::Hello, 0, &crate::Hello::new(role, client_id).encode())?;
+pub fn handshake<S: Read + Write>(
+    s: &mut S,
+    role: crate::Role,
+    client_id: u64,
+) -> Result<crate::HelloAck, RpcError> {
+    write_frame(
+        s,
+        FrameKind::Hello,
+        0,
+        &crate::Hello::new(role, client_id).encode(),
+    )?;
     let (h, payload) = read_frame(s, crate::MAX_FRAME_DEFAULT)?;
     match h.kind {
         FrameKind::HelloAck => {
             let ack = crate::HelloAck::decode(&payload)?;
             if ack.version != crate::PROTOCOL_VERSION {
-                return Err(RpcError::Unexpected(format!("server speaks protocol v{}", ack.version)));
+                return Err(RpcError::Unexpected(format!(
+                    "server speaks protocol v{}",
+                    ack.version
+                )));
             }
             Ok(ack)
         }
-        FrameKind::Error => Err(RpcError::PeerError(String::from_utf8_lossy(&payload).into_owned())),
-        other => Err(RpcError::Unexpected(format!("{other:?} frame in reply to Hello"))),
+        FrameKind::Error => Err(RpcError::PeerError(
+            String::from_utf8_lossy(&payload).into_owned(),
+        )),
+        other => Err(RpcError::Unexpected(format!(
+            "{other:?} frame in reply to Hello"
+        ))),
     }
 }

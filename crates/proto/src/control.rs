@@ -21,7 +21,9 @@ impl std::str::FromStr for PriceClass {
         match s {
             "spot" => Ok(Self::Spot),
             "on-demand" | "ondemand" => Ok(Self::OnDemand),
-            other => Err(format!("price class must be 'spot' or 'on-demand', not '{other}'")),
+            other => Err(format!(
+                "price class must be 'spot' or 'on-demand', not '{other}'"
+            )),
         }
     }
 }
@@ -184,11 +186,17 @@ pub enum ControlErrorCode {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ControlResponse {
     Ok,
-    Registered { server_id: ServerId, heartbeat_ms: u64 },
+    Registered {
+        server_id: ServerId,
+        heartbeat_ms: u64,
+    },
     Cache(CacheInfo),
     Status(ClusterStatus),
     Stats(ServerStats),
-    Error { code: ControlErrorCode, message: String },
+    Error {
+        code: ControlErrorCode,
+        message: String,
+    },
 }
 
 impl ControlRequest {
@@ -211,7 +219,10 @@ impl ControlResponse {
     }
 
     pub fn error(code: ControlErrorCode, message: impl Into<String>) -> Self {
-        Self::Error { code, message: message.into() }
+        Self::Error {
+            code,
+            message: message.into(),
+        }
     }
 }
 
@@ -221,7 +232,11 @@ mod tests {
 
     #[test]
     fn control_json_roundtrip() {
-        let r = ControlRequest::CreateCache { name: "a".into(), capacity: 10, region_size: None };
+        let r = ControlRequest::CreateCache {
+            name: "a".into(),
+            capacity: 10,
+            region_size: None,
+        };
         assert_eq!(ControlRequest::from_json(&r.to_json()).unwrap(), r);
         assert!(ControlRequest::from_json(b"{\"type\":\"nope\"}").is_err());
         let e = ControlResponse::error(ControlErrorCode::NotFound, "x");

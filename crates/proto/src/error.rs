@@ -11,7 +11,11 @@ pub enum DecodeError {
     #[error("reserved header bits must be zero")]
     ReservedBits,
     #[error("truncated {what}: need {need} bytes, have {have}")]
-    Truncated { what: &'static str, need: usize, have: usize },
+    Truncated {
+        what: &'static str,
+        need: usize,
+        have: usize,
+    },
     #[error("unknown op code {0:#04x}")]
     UnknownOp(u8),
     #[error("unknown status code {0}")]

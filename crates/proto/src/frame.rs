@@ -51,7 +51,12 @@ pub struct FrameHeader {
 
 impl FrameHeader {
     pub fn new(kind: FrameKind, seq: u64, len: u32) -> Self {
-        Self { len, kind, flags: 0, seq }
+        Self {
+            len,
+            kind,
+            flags: 0,
+            seq,
+        }
     }
 
     pub fn encode(&self) -> [u8; HEADER_LEN] {
@@ -75,11 +80,19 @@ impl FrameHeader {
             return Err(DecodeError::ReservedBits);
         }
         if len > max_len {
-            return Err(DecodeError::FrameTooLarge { len: len.into(), max: max_len.into() });
+            return Err(DecodeError::FrameTooLarge {
+                len: len.into(),
+                max: max_len.into(),
+            });
         }
         let mut seq = [0u8; 8];
         seq.copy_from_slice(&buf[8..16]);
-        Ok(Some(Self { len, kind, flags: buf[5], seq: u64::from_le_bytes(seq) }))
+        Ok(Some(Self {
+            len,
+            kind,
+            flags: buf[5],
+            seq: u64::from_le_bytes(seq),
+        }))
     }
 
     /// Total bytes of header plus payload.

@@ -29,7 +29,11 @@ impl Hello {
     pub const LEN: usize = 16;
 
     pub fn new(role: Role, client_id: u64) -> Self {
-        Self { version: PROTOCOL_VERSION, role, client_id }
+        Self {
+            version: PROTOCOL_VERSION,
+            role,
+            client_id,
+        }
     }
 
     pub fn encode(&self) -> [u8; Self::LEN] {
@@ -43,11 +47,17 @@ impl Hello {
 
     pub fn decode(payload: &[u8]) -> Result<Self, DecodeError> {
         if payload.len() != Self::LEN {
-            return Err(DecodeError::BadHello(format!("length {} != {}", payload.len(), Self::LEN)));
+            return Err(DecodeError::BadHello(format!(
+                "length {} != {}",
+                payload.len(),
+                Self::LEN
+            )));
         }
         let mut c = Cursor::new(payload);
         if c.bytes(4, "magic")? != MAGIC {
-            return Err(DecodeError::BadHello("bad magic (not a farcache client?)".into()));
+            return Err(DecodeError::BadHello(
+                "bad magic (not a farcache client?)".into(),
+            ));
         }
         let version = c.u16("version")?;
         let role = match c.u8("role")? {
@@ -57,7 +67,11 @@ impl Hello {
             r => return Err(DecodeError::BadHello(format!("unknown role {r}"))),
         };
         let _reserved = c.u8("reserved")?;
-        Ok(Self { version, role, client_id: c.u64("client id")? })
+        Ok(Self {
+            version,
+            role,
+            client_id: c.u64("client id")?,
+        })
     }
 }
 
@@ -81,12 +95,19 @@ impl HelloAck {
 
     pub fn decode(payload: &[u8]) -> Result<Self, DecodeError> {
         if payload.len() != Self::LEN {
-            return Err(DecodeError::BadHello(format!("ack length {}", payload.len())));
+            return Err(DecodeError::BadHello(format!(
+                "ack length {}",
+                payload.len()
+            )));
         }
         let mut c = Cursor::new(payload);
         let version = c.u16("version")?;
         let _ = c.u16("reserved")?;
-        Ok(Self { version, server_id: c.u32("server id")?, max_frame: c.u32("max frame")? })
+        Ok(Self {
+            version,
+            server_id: c.u32("server id")?,
+            max_frame: c.u32("max frame")?,
+        })
     }
 }
 
@@ -102,7 +123,11 @@ mod tests {
         bad[0] = b'X';
         assert!(Hello::decode(&bad).is_err());
         assert!(Hello::decode(&bad[..3]).is_err());
-        let a = HelloAck { version: 1, server_id: 3, max_frame: 1024 };
+        let a = HelloAck {
+            version: 1,
+            server_id: 3,
+            max_frame: 1024,
+        };
         assert_eq!(HelloAck::decode(&a.encode()).unwrap(), a);
     }
 }

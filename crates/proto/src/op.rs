@@ -43,20 +43,48 @@ impl OpCode {
         }
     }
 
-    pub const ALL: [OpCode; 6] =
-        [Self::Read, Self::Write, Self::Cas, Self::FetchAdd, Self::Execute, Self::Ping];
+    pub const ALL: [OpCode; 6] = [
+        Self::Read,
+        Self::Write,
+        Self::Cas,
+        Self::FetchAdd,
+        Self::Execute,
+        Self::Ping,
+    ];
 }
 
 /// One decoded op; byte payloads borrow from the frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op<'a> {
-    Read { cache: CacheId, addr: u64, len: u32 },
-    Write { cache: CacheId, addr: u64, data: &'a [u8] },
+    Read {
+        cache: CacheId,
+        addr: u64,
+        len: u32,
+    },
+    Write {
+        cache: CacheId,
+        addr: u64,
+        data: &'a [u8],
+    },
     /// Atomically: if the 8 bytes at `addr` equal `expected`, store `new`. Replies the old value.
-    Cas { cache: CacheId, addr: u64, expected: u64, new: u64 },
+    Cas {
+        cache: CacheId,
+        addr: u64,
+        expected: u64,
+        new: u64,
+    },
     /// Atomically add `delta` (wrapping) to the 8 bytes at `addr`. Replies the old value.
-    FetchAdd { cache: CacheId, addr: u64, delta: u64 },
-    Execute { cache: CacheId, addr: u64, proc_name: &'a str, args: &'a [u8] },
+    FetchAdd {
+        cache: CacheId,
+        addr: u64,
+        delta: u64,
+    },
+    Execute {
+        cache: CacheId,
+        addr: u64,
+        proc_name: &'a str,
+        args: &'a [u8],
+    },
     Ping,
 }
 
@@ -79,7 +107,9 @@ impl Op<'_> {
             Op::Write { data, .. } => 1 + 4 + 8 + 4 + data.len(),
             Op::Cas { .. } => 1 + 4 + 8 + 8 + 8,
             Op::FetchAdd { .. } => 1 + 4 + 8 + 8,
-            Op::Execute { proc_name, args, .. } => 1 + 4 + 8 + 1 + proc_name.len() + 4 + args.len(),
+            Op::Execute {
+                proc_name, args, ..
+            } => 1 + 4 + 8 + 1 + proc_name.len() + 4 + args.len(),
             Op::Ping => 1,
         }
     }

@@ -9,10 +9,10 @@
 //! | EXECUTE   | cache u32, addr u64, name_len u8, name, args_len u32, args    |
 //! | PING      | —                                                             |
 
+use crate::DecodeError;
 use crate::frame::{FrameHeader, FrameKind, HEADER_LEN};
 use crate::op::{Op, OpCode};
 use crate::wire::Cursor;
-use crate::DecodeError;
 
 /// Builds one request frame in place at the end of a caller-owned buffer, so a client can
 /// keep appending ops without copying.
@@ -28,7 +28,16 @@ impl RequestEncoder {
     pub fn begin(out: &mut Vec<u8>, seq: u64) -> Self {
         let start = out.len();
         out.extend_from_slice(&[0u8; HEADER_LEN + 4]);
-        Self { start, count: 0, seq }
+        Self {
+            start,
+            count: 0,
+            seq,
+        }
+    }
+
+    /// The caller removed `n` bytes from the front of the buffer (already-sent frames).
+    pub fn rebase(&mut self, n: usize) {
+        self.start -= n;
     }
 
     pub fn count(&self) -> u32 {
@@ -58,7 +67,12 @@ impl RequestEncoder {
                 out.extend_from_slice(&(data.len() as u32).to_le_bytes());
                 out.extend_from_slice(data);
             }
-            Op::Cas { cache, addr, expected, new } => {
+            Op::Cas {
+                cache,
+                addr,
+                expected,
+                new,
+            } => {
                 out.extend_from_slice(&cache.to_le_bytes());
                 out.extend_from_slice(&addr.to_le_bytes());
                 out.extend_from_slice(&expected.to_le_bytes());
@@ -69,7 +83,12 @@ impl RequestEncoder {
                 out.extend_from_slice(&addr.to_le_bytes());
                 out.extend_from_slice(&delta.to_le_bytes());
             }
-            Op::Execute { cache, addr, proc_name, args } => {
+            Op::Execute {
+                cache,
+                addr,
+                proc_name,
+                args,
+            } => {
                 out.extend_from_slice(&cache.to_le_bytes());
                 out.extend_from_slice(&addr.to_le_bytes());
                 let name = &proc_name.as_bytes()[..proc_name.len().min(u8::MAX as usize)];
@@ -106,7 +125,11 @@ impl<'a> RequestDecoder<'a> {
     pub fn new(payload: &'a [u8]) -> Result<Self, DecodeError> {
         let mut cur = Cursor::new(payload);
         let declared = cur.u32("op count")?;
-        Ok(Self { cur, declared, seen: 0 })
+        Ok(Self {
+            cur,
+            declared,
+            seen: 0,
+        })
     }
 
     pub fn declared(&self) -> u32 {
@@ -116,7 +139,7 @@ impl<'a> RequestDecoder<'a> {
     /// Checks the whole payload: every op well formed, the count exact, nothing trailing.
     pub fn validate(payload: &'a [u8]) -> Result<u32, DecodeError> {
         let mut d = Self::new(payload)?;
-        while let Some(op) = d.next() {
+        for op in d.by_ref() {
             op?;
         }
         d.finish()?;
@@ -126,7 +149,10 @@ impl<'a> RequestDecoder<'a> {
     /// After iteration: errors if ops are missing or bytes are left over.
     pub fn finish(&self) -> Result<(), DecodeError> {
         if self.seen != self.declared {
-            return Err(DecodeError::CountMismatch { declared: self.declared, found: self.seen });
+            return Err(DecodeError::CountMismatch {
+                declared: self.declared,
+                found: self.seen,
+            });
         }
         if self.cur.remaining() != 0 {
             return Err(DecodeError::TrailingBytes(self.cur.remaining()));
@@ -138,12 +164,20 @@ impl<'a> RequestDecoder<'a> {
         let c = &mut self.cur;
         let code = OpCode::from_u8(c.u8("opcode")?)?;
         Ok(match code {
-            OpCode::Read => Op::Read { cache: c.u32("cache")?, addr: c.u64("addr")?, len: c.u32("len")? },
+            OpCode::Read => Op::Read {
+                cache: c.u32("cache")?,
+                addr: c.u64("addr")?,
+                len: c.u32("len")?,
+            },
             OpCode::Write => {
                 let cache = c.u32("cache")?;
                 let addr = c.u64("addr")?;
                 let len = c.u32("len")?;
-                Op::Write { cache, addr, data: c.bytes(len as usize, "write data")? }
+                Op::Write {
+                    cache,
+                    addr,
+                    data: c.bytes(len as usize, "write data")?,
+                }
             }
             OpCode::Cas => Op::Cas {
                 cache: c.u32("cache")?,
@@ -151,9 +185,11 @@ impl<'a> RequestDecoder<'a> {
                 expected: c.u64("expected")?,
                 new: c.u64("new")?,
             },
-            OpCode::FetchAdd => {
-                Op::FetchAdd { cache: c.u32("cache")?, addr: c.u64("addr")?, delta: c.u64("delta")? }
-            }
+            OpCode::FetchAdd => Op::FetchAdd {
+                cache: c.u32("cache")?,
+                addr: c.u64("addr")?,
+                delta: c.u64("delta")?,
+            },
             OpCode::Execute => {
                 let cache = c.u32("cache")?;
                 let addr = c.u64("addr")?;
@@ -161,7 +197,12 @@ impl<'a> RequestDecoder<'a> {
                 let name = std::str::from_utf8(c.bytes(name_len, "proc name")?)
                     .map_err(|_| DecodeError::Utf8("proc name"))?;
                 let args_len = c.u32("args len")? as usize;
-                Op::Execute { cache, addr, proc_name: name, args: c.bytes(args_len, "args")? }
+                Op::Execute {
+                    cache,
+                    addr,
+                    proc_name: name,
+                    args: c.bytes(args_len, "args")?,
+                }
             }
             OpCode::Ping => Op::Ping,
         })
@@ -192,11 +233,33 @@ mod tests {
     #[test]
     fn roundtrip_all_ops() {
         let ops = [
-            Op::Read { cache: 1, addr: 2, len: 3 },
-            Op::Write { cache: 4, addr: 5, data: b"hello" },
-            Op::Cas { cache: 6, addr: 8, expected: 9, new: 10 },
-            Op::FetchAdd { cache: 7, addr: 16, delta: u64::MAX },
-            Op::Execute { cache: 1, addr: 0, proc_name: "sum", args: &[1, 2] },
+            Op::Read {
+                cache: 1,
+                addr: 2,
+                len: 3,
+            },
+            Op::Write {
+                cache: 4,
+                addr: 5,
+                data: b"hello",
+            },
+            Op::Cas {
+                cache: 6,
+                addr: 8,
+                expected: 9,
+                new: 10,
+            },
+            Op::FetchAdd {
+                cache: 7,
+                addr: 16,
+                delta: u64::MAX,
+            },
+            Op::Execute {
+                cache: 1,
+                addr: 0,
+                proc_name: "sum",
+                args: &[1, 2],
+            },
             Op::Ping,
         ];
         let mut out = vec![0xAA]; // encoder must append, not overwrite
@@ -211,7 +274,10 @@ mod tests {
         let payload = &out[1 + HEADER_LEN..];
         assert_eq!(hdr.len as usize, payload.len());
         assert_eq!(RequestDecoder::validate(payload).unwrap(), ops.len() as u32);
-        let decoded: Vec<_> = RequestDecoder::new(payload).unwrap().map(Result::unwrap).collect();
+        let decoded: Vec<_> = RequestDecoder::new(payload)
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
         assert_eq!(decoded, ops);
         let total: usize = ops.iter().map(Op::encoded_len).sum();
         assert_eq!(total + 4, payload.len());
@@ -221,15 +287,28 @@ mod tests {
     fn truncated_and_trailing_are_errors() {
         let mut out = Vec::new();
         let mut enc = RequestEncoder::begin(&mut out, 1);
-        enc.push(&mut out, &Op::Read { cache: 1, addr: 2, len: 3 });
+        enc.push(
+            &mut out,
+            &Op::Read {
+                cache: 1,
+                addr: 2,
+                len: 3,
+            },
+        );
         enc.finish(&mut out);
         let payload = &out[HEADER_LEN..];
         assert!(RequestDecoder::validate(&payload[..payload.len() - 1]).is_err());
         let mut extra = payload.to_vec();
         extra.push(0);
-        assert_eq!(RequestDecoder::validate(&extra), Err(DecodeError::TrailingBytes(1)));
+        assert_eq!(
+            RequestDecoder::validate(&extra),
+            Err(DecodeError::TrailingBytes(1))
+        );
         let mut bad = payload.to_vec();
         bad[4] = 0xEE;
-        assert_eq!(RequestDecoder::validate(&bad), Err(DecodeError::UnknownOp(0xEE)));
+        assert_eq!(
+            RequestDecoder::validate(&bad),
+            Err(DecodeError::UnknownOp(0xEE))
+        );
     }
 }

@@ -9,11 +9,11 @@
 //! | any op, WRONG_SERVER          | owner_len u16, owner address |
 //! | any other status              | —                            |
 
+use crate::DecodeError;
 use crate::frame::{FrameHeader, FrameKind, HEADER_LEN};
 use crate::op::OpCode;
 use crate::status::Status;
 use crate::wire::Cursor;
-use crate::DecodeError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReplyBody<'a> {
@@ -43,7 +43,11 @@ impl ResponseEncoder {
     pub fn begin(out: &mut Vec<u8>, seq: u64) -> Self {
         let start = out.len();
         out.extend_from_slice(&[0u8; HEADER_LEN + 4]);
-        Self { start, count: 0, seq }
+        Self {
+            start,
+            count: 0,
+            seq,
+        }
     }
 
     pub fn payload_len(&self, out: &[u8]) -> usize {
@@ -67,7 +71,13 @@ impl ResponseEncoder {
     }
 
     /// A data reply of `len` bytes written in place by `fill` (saves a copy on the server).
-    pub fn data_with(&mut self, out: &mut Vec<u8>, op: OpCode, len: usize, fill: impl FnOnce(&mut [u8])) {
+    pub fn data_with(
+        &mut self,
+        out: &mut Vec<u8>,
+        op: OpCode,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) {
         out.extend_from_slice(&[op as u8, Status::Ok as u8]);
         out.extend_from_slice(&(len as u32).to_le_bytes());
         let at = out.len();
@@ -105,7 +115,11 @@ impl<'a> ResponseDecoder<'a> {
     pub fn new(payload: &'a [u8]) -> Result<Self, DecodeError> {
         let mut cur = Cursor::new(payload);
         let declared = cur.u32("reply count")?;
-        Ok(Self { cur, declared, seen: 0 })
+        Ok(Self {
+            cur,
+            declared,
+            seen: 0,
+        })
     }
 
     pub fn declared(&self) -> u32 {
@@ -119,7 +133,10 @@ impl<'a> ResponseDecoder<'a> {
 
     pub fn finish(&self) -> Result<(), DecodeError> {
         if self.seen != self.declared {
-            return Err(DecodeError::CountMismatch { declared: self.declared, found: self.seen });
+            return Err(DecodeError::CountMismatch {
+                declared: self.declared,
+                found: self.seen,
+            });
         }
         if self.cur.remaining() != 0 {
             return Err(DecodeError::TrailingBytes(self.cur.remaining()));

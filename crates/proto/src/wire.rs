@@ -23,7 +23,11 @@ impl<'a> Cursor<'a> {
 
     pub(crate) fn bytes(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], DecodeError> {
         if self.remaining() < n {
-            return Err(DecodeError::Truncated { what, need: n, have: self.remaining() });
+            return Err(DecodeError::Truncated {
+                what,
+                need: n,
+                have: self.remaining(),
+            });
         }
         let s = &self.buf[self.pos..self.pos + n];
         self.pos += n;

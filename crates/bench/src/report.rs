@@ -1,0 +1,937 @@
+//! Benchmark reports: rows, plain-text table, JSON files and a PNG chart.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use crate::baseline::redis::RedisBaseline;
+use crate::baseline::sockperf::SockperfBaseline;
+use crate::error::Result;
+use crate::tools::{Tool, ensure_tools, find_font, is_root};
+
+/// Conventional output directory for reports.
+pub const DEFAULT_RESULTS_DIR: &str = "bench-results";
+
+/// serde helper: `f64` fields serialize NaN as `null` (serde_json does this
+/// by itself); this maps `null` back to NaN when deserializing.
+pub(crate) mod nan_as_null {
+    use serde::{Deserialize, Deserializer};
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+        Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+    }
+}
+
+/// One line of a benchmark report. Unknown numeric values are NaN
+/// (serialized as `null`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BenchRow {
+    pub name: String,
+    /// "farcache" | "redis" | "sockperf"
+    pub system: String,
+    pub op: String,
+    pub record_size: usize,
+    pub distribution: String,
+    pub c: Option<usize>,
+    pub s: Option<usize>,
+    pub b: Option<usize>,
+    pub q: Option<usize>,
+    #[serde(deserialize_with = "nan_as_null::deserialize")]
+    pub mops: f64,
+    #[serde(deserialize_with = "nan_as_null::deserialize")]
+    pub p50_us: f64,
+    #[serde(deserialize_with = "nan_as_null::deserialize")]
+    pub p99_us: f64,
+    #[serde(deserialize_with = "nan_as_null::deserialize")]
+    pub p999_us: f64,
+    /// e.g. "redis GET P=64 c=4"
+    pub baseline: Option<String>,
+    pub baseline_mops: Option<f64>,
+    pub ratio_vs_redis: Option<f64>,
+    pub baseline_latency_us: Option<f64>,
+    pub latency_ratio_vs_raw_tcp: Option<f64>,
+    pub bandwidth_gbps: Option<f64>,
+    pub bandwidth_ratio_vs_sockperf: Option<f64>,
+    /// e.g. ">= 10x"
+    pub target: Option<String>,
+    pub meets_target: Option<bool>,
+}
+
+impl Default for BenchRow {
+    fn default() -> Self {
+        BenchRow {
+            name: String::new(),
+            system: String::new(),
+            op: String::new(),
+            record_size: 0,
+            distribution: String::new(),
+            c: None,
+            s: None,
+            b: None,
+            q: None,
+            mops: f64::NAN,
+            p50_us: f64::NAN,
+            p99_us: f64::NAN,
+            p999_us: f64::NAN,
+            baseline: None,
+            baseline_mops: None,
+            ratio_vs_redis: None,
+            baseline_latency_us: None,
+            latency_ratio_vs_raw_tcp: None,
+            bandwidth_gbps: None,
+            bandwidth_ratio_vs_sockperf: None,
+            target: None,
+            meets_target: None,
+        }
+    }
+}
+
+impl BenchRow {
+    /// Sets `baseline`/`baseline_mops` and `ratio_vs_redis = mops / baseline_mops`.
+    pub fn with_redis_baseline(mut self, label: impl Into<String>, baseline_mops: f64) -> Self {
+        self.baseline = Some(label.into());
+        self.baseline_mops = Some(baseline_mops);
+        self.ratio_vs_redis = ratio(self.mops, baseline_mops);
+        self
+    }
+
+    /// Sets `baseline_latency_us` and `latency_ratio_vs_raw_tcp = p50_us / raw_rtt_us`.
+    pub fn with_latency_baseline(mut self, raw_rtt_us: f64) -> Self {
+        self.baseline_latency_us = Some(raw_rtt_us);
+        self.latency_ratio_vs_raw_tcp = ratio(self.p50_us, raw_rtt_us);
+        self
+    }
+
+    /// Sets `bandwidth_gbps` and `bandwidth_ratio_vs_sockperf = gbps / sockperf_gbps`.
+    pub fn with_bandwidth(mut self, gbps: f64, sockperf_gbps: f64) -> Self {
+        self.bandwidth_gbps = Some(gbps);
+        self.bandwidth_ratio_vs_sockperf = ratio(gbps, sockperf_gbps);
+        self
+    }
+
+    /// Sets the target description and whether it was met.
+    pub fn with_target(mut self, target: impl Into<String>, meets: bool) -> Self {
+        self.target = Some(target.into());
+        self.meets_target = Some(meets);
+        self
+    }
+
+    /// `c/s/b/q` as printed in the table, `-` for unset parameters.
+    pub fn params(&self) -> String {
+        [self.c, self.s, self.b, self.q]
+            .iter()
+            .map(|v| v.map_or_else(|| "-".to_string(), |v| v.to_string()))
+            .collect::<Vec<_>>()
+            .join("/")
+    }
+}
+
+fn ratio(a: f64, b: f64) -> Option<f64> {
+    (a.is_finite() && b.is_finite() && b > 0.0).then(|| a / b)
+}
+
+/// The machine a report was produced on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MachineInfo {
+    pub cores: usize,
+    pub hostname: String,
+    pub kernel: String,
+    pub cpu_model: Option<String>,
+}
+
+impl MachineInfo {
+    /// Reads core count, hostname, kernel release and CPU model (Linux `/proc`).
+    pub fn detect() -> Self {
+        let read = |p: &str| {
+            std::fs::read_to_string(p)
+                .map(|s| s.trim().to_string())
+                .unwrap_or_default()
+        };
+        let mut hostname = read("/proc/sys/kernel/hostname");
+        if hostname.is_empty() {
+            hostname = read("/etc/hostname");
+        }
+        let cpu_model = std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        });
+        MachineInfo {
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            hostname,
+            kernel: read("/proc/sys/kernel/osrelease"),
+            cpu_model,
+        }
+    }
+}
+
+/// Reference measurements included in a report.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Baselines {
+    /// One entry per value size measured.
+    pub redis: Vec<RedisBaseline>,
+    pub sockperf: Option<SockperfBaseline>,
+}
+
+impl Baselines {
+    /// Redis baseline for `value_size`, if measured.
+    pub fn redis_for(&self, value_size: usize) -> Option<&RedisBaseline> {
+        self.redis.iter().find(|r| r.value_size == value_size)
+    }
+
+    /// Loopback TCP round-trip p50 in µs, if sockperf ran.
+    pub fn raw_rtt_p50_us(&self) -> Option<f64> {
+        self.sockperf.as_ref().map(SockperfBaseline::rtt_p50_us)
+    }
+
+    /// Rows describing every baseline (redis then sockperf).
+    pub fn rows(&self) -> Vec<BenchRow> {
+        let mut rows: Vec<BenchRow> = self.redis.iter().flat_map(RedisBaseline::rows).collect();
+        if let Some(s) = &self.sockperf {
+            rows.extend(s.rows());
+        }
+        rows
+    }
+}
+
+/// A complete benchmark report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BenchReport {
+    pub bench: String,
+    pub timestamp_unix: u64,
+    pub machine: MachineInfo,
+    pub baselines: Baselines,
+    pub rows: Vec<BenchRow>,
+}
+
+impl BenchReport {
+    /// Empty report stamped with the current time and machine info.
+    pub fn new(bench: impl Into<String>) -> Self {
+        BenchReport {
+            bench: bench.into(),
+            timestamp_unix: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            machine: MachineInfo::detect(),
+            baselines: Baselines::default(),
+            rows: Vec::new(),
+        }
+    }
+
+    /// Whether every row with a target met it (`None` if no row has a target).
+    pub fn all_targets_met(&self) -> Option<bool> {
+        let mut any = false;
+        for r in &self.rows {
+            if let Some(m) = r.meets_target {
+                any = true;
+                if !m {
+                    return Some(false);
+                }
+            }
+        }
+        any.then_some(true)
+    }
+}
+
+fn fmt_f(v: f64, decimals: usize) -> String {
+    if v.is_finite() {
+        format!("{v:.decimals$}")
+    } else {
+        "-".into()
+    }
+}
+
+fn fmt_lat(v: f64) -> String {
+    match v {
+        v if !v.is_finite() => "-".into(),
+        v if v < 10.0 => format!("{v:.2}"),
+        v if v < 1000.0 => format!("{v:.1}"),
+        v => format!("{v:.0}"),
+    }
+}
+
+/// `64B`, `4K`, `1M`, `1500B`.
+pub fn fmt_size(bytes: usize) -> String {
+    const K: usize = 1024;
+    match bytes {
+        0 => "-".into(),
+        b if b >= K * K && b % (K * K) == 0 => format!("{}M", b / (K * K)),
+        b if b >= K && b % K == 0 => format!("{}K", b / K),
+        b => format!("{b}B"),
+    }
+}
+
+fn fmt_ratios(r: &BenchRow) -> String {
+    let mut parts = Vec::new();
+    if let Some(x) = r.ratio_vs_redis {
+        parts.push(format!("{x:.2}x redis"));
+    }
+    if let Some(x) = r.latency_ratio_vs_raw_tcp {
+        parts.push(format!("{x:.2}x tcp-lat"));
+    }
+    if let Some(x) = r.bandwidth_ratio_vs_sockperf {
+        parts.push(format!("{x:.2}x tcp-bw"));
+    }
+    if parts.is_empty() {
+        "-".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// The report as an aligned plain-text table (with a header line).
+pub fn format_table(report: &BenchReport) -> String {
+    const HEADER: [&str; 13] = [
+        "name",
+        "system",
+        "op",
+        "size",
+        "dist",
+        "c/s/b/q",
+        "Mops/s",
+        "p50 µs",
+        "p99 µs",
+        "p99.9 µs",
+        "ratio",
+        "target",
+        "ok?",
+    ];
+    // Numeric columns are right-aligned.
+    const RIGHT: [bool; 13] = [
+        false, false, false, true, false, false, true, true, true, true, false, false, false,
+    ];
+    let mut cells: Vec<Vec<String>> = vec![HEADER.iter().map(|s| s.to_string()).collect()];
+    for r in &report.rows {
+        cells.push(vec![
+            r.name.clone(),
+            r.system.clone(),
+            r.op.clone(),
+            fmt_size(r.record_size),
+            if r.distribution.is_empty() {
+                "-".into()
+            } else {
+                r.distribution.clone()
+            },
+            r.params(),
+            fmt_f(r.mops, 3),
+            fmt_lat(r.p50_us),
+            fmt_lat(r.p99_us),
+            fmt_lat(r.p999_us),
+            fmt_ratios(r),
+            r.target.clone().unwrap_or_else(|| "-".into()),
+            match r.meets_target {
+                Some(true) => "yes".into(),
+                Some(false) => "NO".into(),
+                None => "-".into(),
+            },
+        ]);
+    }
+    let mut widths = [0usize; 13];
+    for row in &cells {
+        for (w, c) in widths.iter_mut().zip(row) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "== {} @ {} ({} cores, {}, kernel {}) ==",
+        report.bench,
+        report.timestamp_unix,
+        report.machine.cores,
+        report.machine.hostname,
+        report.machine.kernel
+    );
+    for (i, row) in cells.iter().enumerate() {
+        let line: Vec<String> = row
+            .iter()
+            .zip(widths)
+            .zip(RIGHT)
+            .map(|((c, w), right)| {
+                if right {
+                    format!("{c:>w$}")
+                } else {
+                    format!("{c:<w$}")
+                }
+            })
+            .collect();
+        let _ = writeln!(out, "{}", line.join("  ").trim_end());
+        if i == 0 {
+            let total: usize = widths.iter().sum::<usize>() + 2 * (widths.len() - 1);
+            let _ = writeln!(out, "{}", "-".repeat(total));
+        }
+    }
+    out
+}
+
+/// Prints [`format_table`] to stdout.
+pub fn print_table(report: &BenchReport) {
+    print!("{}", format_table(report));
+}
+
+fn file_stem(report: &BenchReport) -> String {
+    let name: String = report
+        .bench
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if name.is_empty() {
+        "bench".into()
+    } else {
+        name
+    }
+}
+
+/// Writes `<dir>/<bench>-<timestamp>.json` and `<dir>/<bench>-latest.json`
+/// (creating `dir`); returns the timestamped path.
+pub fn write_json(report: &BenchReport, dir: impl AsRef<Path>) -> Result<PathBuf> {
+    let dir = dir.as_ref();
+    std::fs::create_dir_all(dir)?;
+    let stem = file_stem(report);
+    let json = serde_json::to_string_pretty(report)?;
+    let path = dir.join(format!("{stem}-{}.json", report.timestamp_unix));
+    std::fs::write(&path, &json)?;
+    std::fs::write(dir.join(format!("{stem}-latest.json")), &json)?;
+    Ok(path)
+}
+
+// ---------------------------------------------------------------- chart ---
+
+mod chart {
+    use plotters::coord::Shift;
+    use plotters::prelude::*;
+
+    use super::{BenchReport, BenchRow};
+    use crate::error::BenchError;
+
+    const FARCACHE: RGBColor = RGBColor(31, 119, 180);
+    const REDIS: RGBColor = RGBColor(214, 39, 40);
+    const RAW_TCP: RGBColor = RGBColor(120, 120, 120);
+    const OTHER: RGBColor = RGBColor(44, 160, 44);
+
+    fn color(system: &str) -> RGBColor {
+        match system {
+            "farcache" => FARCACHE,
+            "redis" => REDIS,
+            "sockperf" => RAW_TCP,
+            _ => OTHER,
+        }
+    }
+
+    fn err(e: impl std::fmt::Display) -> BenchError {
+        BenchError::Chart(e.to_string())
+    }
+
+    /// One horizontal bar: (row index, value, color, optional text).
+    struct Bar {
+        slot: usize,
+        offset: f64,
+        height: f64,
+        value: f64,
+        color: RGBColor,
+        text: String,
+    }
+
+    struct Panel<'a> {
+        title: &'a str,
+        unit: &'a str,
+        names: Vec<String>,
+        bars: Vec<Bar>,
+        /// Vertical reference line (value, label).
+        reference: Option<(f64, String)>,
+        legend: Vec<(&'static str, RGBColor)>,
+    }
+
+    fn throughput_panel(report: &BenchReport) -> Panel<'static> {
+        let rows: Vec<&BenchRow> = report
+            .rows
+            .iter()
+            .filter(|r| r.mops.is_finite() && r.mops > 0.0)
+            .collect();
+        let mut bars = Vec::new();
+        let mut legend = Vec::new();
+        for (i, r) in rows.iter().enumerate() {
+            let c = color(&r.system);
+            let ratio = r
+                .ratio_vs_redis
+                .map(|x| format!("  ({x:.2}x redis)"))
+                .unwrap_or_default();
+            match r.baseline_mops.filter(|b| b.is_finite() && *b > 0.0) {
+                Some(base) => {
+                    bars.push(Bar {
+                        slot: i,
+                        offset: 0.17,
+                        height: 0.32,
+                        value: r.mops,
+                        color: c,
+                        text: format!("{:.3}{ratio}", r.mops),
+                    });
+                    bars.push(Bar {
+                        slot: i,
+                        offset: -0.17,
+                        height: 0.32,
+                        value: base,
+                        color: REDIS,
+                        text: format!("{base:.3} {}", r.baseline.as_deref().unwrap_or("redis")),
+                    });
+                    push_legend(&mut legend, "redis", REDIS);
+                }
+                None => bars.push(Bar {
+                    slot: i,
+                    offset: 0.0,
+                    height: 0.6,
+                    value: r.mops,
+                    color: c,
+                    text: format!("{:.3}{ratio}", r.mops),
+                }),
+            }
+            push_legend(&mut legend, system_label(&r.system), c);
+        }
+        Panel {
+            title: "Throughput (Mops/s)",
+            unit: "Mops/s",
+            names: rows.iter().map(|r| r.name.clone()).collect(),
+            bars,
+            reference: None,
+            legend,
+        }
+    }
+
+    fn latency_panel(report: &BenchReport) -> Panel<'static> {
+        let rows: Vec<&BenchRow> = report
+            .rows
+            .iter()
+            .filter(|r| r.p50_us.is_finite() && r.p50_us > 0.0)
+            .collect();
+        let mut bars = Vec::new();
+        let mut legend = Vec::new();
+        for (i, r) in rows.iter().enumerate() {
+            let c = color(&r.system);
+            let ratio = r
+                .latency_ratio_vs_raw_tcp
+                .map(|x| format!("  ({x:.2}x raw TCP)"))
+                .unwrap_or_default();
+            match r.baseline_latency_us.filter(|b| b.is_finite() && *b > 0.0) {
+                Some(base) => {
+                    bars.push(Bar {
+                        slot: i,
+                        offset: 0.17,
+                        height: 0.32,
+                        value: r.p50_us,
+                        color: c,
+                        text: format!("{:.1}{ratio}", r.p50_us),
+                    });
+                    bars.push(Bar {
+                        slot: i,
+                        offset: -0.17,
+                        height: 0.32,
+                        value: base,
+                        color: RAW_TCP,
+                        text: format!("{base:.1} raw TCP RTT"),
+                    });
+                    push_legend(&mut legend, "raw TCP (sockperf)", RAW_TCP);
+                }
+                None => bars.push(Bar {
+                    slot: i,
+                    offset: 0.0,
+                    height: 0.6,
+                    value: r.p50_us,
+                    color: c,
+                    text: format!("{:.1}{ratio}", r.p50_us),
+                }),
+            }
+            push_legend(&mut legend, system_label(&r.system), c);
+        }
+        let reference = report
+            .baselines
+            .raw_rtt_p50_us()
+            .filter(|v| v.is_finite() && *v > 0.0)
+            .map(|v| (v, format!("raw TCP RTT p50 {v:.1} µs")));
+        Panel {
+            title: "p50 latency (µs) vs raw TCP round trip",
+            unit: "µs",
+            names: rows.iter().map(|r| r.name.clone()).collect(),
+            bars,
+            reference,
+            legend,
+        }
+    }
+
+    fn system_label(system: &str) -> &'static str {
+        match system {
+            "farcache" => "farcache",
+            "redis" => "redis",
+            "sockperf" => "raw TCP (sockperf)",
+            _ => "other",
+        }
+    }
+
+    fn push_legend(legend: &mut Vec<(&'static str, RGBColor)>, name: &'static str, c: RGBColor) {
+        if !legend.iter().any(|(n, _)| *n == name) {
+            legend.push((name, c));
+        }
+    }
+
+    pub(super) fn render(
+        report: &BenchReport,
+        path: &std::path::Path,
+        text: bool,
+    ) -> Result<(), BenchError> {
+        let tp = throughput_panel(report);
+        let lat = latency_panel(report);
+        let panel_h = |p: &Panel| 110 + 34 * p.names.len().max(2) as u32;
+        let (h1, h2) = (panel_h(&tp), panel_h(&lat));
+        let width = 1500u32;
+        let root = BitMapBackend::new(path, (width, h1 + h2 + 40)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let (title, rest) = root.split_vertically(40);
+        if text {
+            let caption = format!(
+                "{} — {} cores, {} (unix time {})",
+                report.bench, report.machine.cores, report.machine.hostname, report.timestamp_unix
+            );
+            title
+                .draw(&Text::new(
+                    caption,
+                    (10, 10),
+                    ("sans-serif", 20).into_font().color(&BLACK),
+                ))
+                .map_err(err)?;
+        }
+        let (top, bottom) = rest.split_vertically(h1);
+        draw_panel(&top, &tp, text)?;
+        draw_panel(&bottom, &lat, text)?;
+        root.present().map_err(err)?;
+        Ok(())
+    }
+
+    fn draw_panel(
+        area: &DrawingArea<BitMapBackend<'_>, Shift>,
+        panel: &Panel<'_>,
+        text: bool,
+    ) -> Result<(), BenchError> {
+        let n = panel.names.len().max(1);
+        let max_bar = panel.bars.iter().map(|b| b.value).fold(0.0f64, f64::max);
+        let max_ref = panel.reference.as_ref().map_or(0.0, |r| r.0);
+        let x_max = (max_bar.max(max_ref) * if text { 1.45 } else { 1.1 }).max(1e-6);
+        let y_range = -0.6f64..(n as f64 - 0.4);
+        let mut builder = ChartBuilder::on(area);
+        builder.margin(12);
+        if text {
+            builder
+                .caption(panel.title, ("sans-serif", 18))
+                .x_label_area_size(40)
+                .y_label_area_size(280);
+        }
+        let mut chart = builder
+            .build_cartesian_2d(0f64..x_max, y_range)
+            .map_err(err)?;
+        // Row 0 at the top.
+        let y_of = |slot: usize, offset: f64| (n - 1 - slot) as f64 + offset;
+        if text {
+            let names = panel.names.clone();
+            let fmt = move |y: &f64| -> String {
+                let r = y.round();
+                if (y - r).abs() > 1e-6 || r < 0.0 || r as usize >= n {
+                    return String::new();
+                }
+                names.get(n - 1 - r as usize).cloned().unwrap_or_default()
+            };
+            chart
+                .configure_mesh()
+                .y_labels(n)
+                .y_label_formatter(&fmt)
+                .disable_y_mesh()
+                .x_desc(panel.unit)
+                .label_style(("sans-serif", 14))
+                .draw()
+                .map_err(err)?;
+        } else {
+            // Plain gridlines without any text.
+            let grid = RGBColor(225, 225, 225);
+            for k in 1..=5 {
+                let x = x_max * f64::from(k) / 5.0;
+                chart
+                    .draw_series(std::iter::once(PathElement::new(
+                        vec![(x, -0.6), (x, n as f64 - 0.4)],
+                        grid,
+                    )))
+                    .map_err(err)?;
+            }
+        }
+        chart
+            .draw_series(panel.bars.iter().map(|b| {
+                let y = y_of(b.slot, b.offset);
+                Rectangle::new(
+                    [(0.0, y - b.height / 2.0), (b.value, y + b.height / 2.0)],
+                    b.color.filled(),
+                )
+            }))
+            .map_err(err)?;
+        if let Some((v, label)) = &panel.reference {
+            chart
+                .draw_series(DashedLineSeries::new(
+                    vec![(*v, -0.6), (*v, n as f64 - 0.4)],
+                    6,
+                    4,
+                    RAW_TCP.stroke_width(2),
+                ))
+                .map_err(err)?;
+            if text {
+                chart
+                    .draw_series(std::iter::once(
+                        EmptyElement::at((*v, n as f64 - 0.4))
+                            + Text::new(
+                                label.clone(),
+                                (6, 2),
+                                ("sans-serif", 13).into_font().color(&RAW_TCP),
+                            ),
+                    ))
+                    .map_err(err)?;
+            }
+        }
+        if text {
+            let style = ("sans-serif", 13).into_font().color(&BLACK);
+            chart
+                .draw_series(panel.bars.iter().map(|b| {
+                    let y = y_of(b.slot, b.offset);
+                    EmptyElement::at((b.value, y))
+                        + Text::new(b.text.clone(), (5, -7), style.clone())
+                }))
+                .map_err(err)?;
+            for (name, c) in &panel.legend {
+                let c = *c;
+                chart
+                    .draw_series(std::iter::empty::<Rectangle<(f64, f64)>>())
+                    .map_err(err)?
+                    .label(*name)
+                    .legend(move |(x, y)| {
+                        Rectangle::new([(x, y - 6), (x + 14, y + 6)], c.filled())
+                    });
+            }
+            if !panel.legend.is_empty() {
+                chart
+                    .configure_series_labels()
+                    .position(SeriesLabelPosition::LowerRight)
+                    .background_style(WHITE.mix(0.85))
+                    .border_style(BLACK)
+                    .label_font(("sans-serif", 14))
+                    .draw()
+                    .map_err(err)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+static FONT_REGISTERED: OnceLock<bool> = OnceLock::new();
+
+/// Registers the TTF at `path` as plotters' "sans-serif" font (once per
+/// process; later calls return the first outcome).
+pub fn register_chart_font(path: &Path) -> bool {
+    *FONT_REGISTERED.get_or_init(|| match std::fs::read(path) {
+        Ok(bytes) => {
+            let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+            match plotters::style::register_font(
+                "sans-serif",
+                plotters::style::FontStyle::Normal,
+                bytes,
+            ) {
+                Ok(()) => true,
+                Err(_) => {
+                    eprintln!(
+                        "[farcache-bench] {} is not a usable font; chart without text",
+                        path.display()
+                    );
+                    false
+                }
+            }
+        }
+        Err(e) => {
+            eprintln!(
+                "[farcache-bench] cannot read font {}: {e}; chart without text",
+                path.display()
+            );
+            false
+        }
+    })
+}
+
+/// Renders the report chart to `<dir>/<bench>-<timestamp>.png` (and copies it
+/// to `<bench>-latest.png`): throughput bars (farcache vs Redis baseline) and
+/// p50 latency bars vs the raw TCP RTT.
+///
+/// Text needs DejaVu Sans (installed with apt when missing and running as
+/// root); without a font the bars are drawn without labels.
+pub fn write_chart(report: &BenchReport, dir: impl AsRef<Path>) -> Result<PathBuf> {
+    let mut font = find_font();
+    if font.is_none() && is_root() {
+        if let Err(e) = ensure_tools(&[Tool::DejaVuFont]) {
+            eprintln!("[farcache-bench] could not install a font ({e}); chart without text");
+        }
+        font = find_font();
+    }
+    write_chart_with_font(report, dir, font.as_deref())
+}
+
+/// Like [`write_chart`] with an explicit font file (`None`: no text at all).
+pub fn write_chart_with_font(
+    report: &BenchReport,
+    dir: impl AsRef<Path>,
+    font: Option<&Path>,
+) -> Result<PathBuf> {
+    let dir = dir.as_ref();
+    std::fs::create_dir_all(dir)?;
+    let text = font.is_some_and(register_chart_font);
+    let stem = file_stem(report);
+    let path = dir.join(format!("{stem}-{}.png", report.timestamp_unix));
+    chart::render(report, &path, text)?;
+    std::fs::copy(&path, dir.join(format!("{stem}-latest.png")))?;
+    Ok(path)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub(crate) fn sample_report() -> BenchReport {
+        let mut report = BenchReport::new("unit test");
+        report.rows.push(
+            BenchRow {
+                name: "farcache GET 64B zipf".into(),
+                system: "farcache".into(),
+                op: "GET".into(),
+                record_size: 64,
+                distribution: "zipf0.99".into(),
+                c: Some(2),
+                s: Some(1),
+                b: Some(16),
+                q: Some(64),
+                mops: 9.5,
+                p50_us: 30.0,
+                p99_us: 80.0,
+                p999_us: 120.0,
+                ..BenchRow::default()
+            }
+            .with_redis_baseline("redis GET P=64 c=4", 0.95)
+            .with_latency_baseline(20.0)
+            .with_target(">= 10x", false),
+        );
+        report.rows.push(BenchRow {
+            name: "redis best GET 64B".into(),
+            system: "redis".into(),
+            op: "GET".into(),
+            record_size: 64,
+            distribution: "uniform".into(),
+            c: Some(4),
+            q: Some(64),
+            mops: 0.95,
+            p50_us: 250.0,
+            p99_us: 400.0,
+            ..BenchRow::default()
+        });
+        report
+    }
+
+    #[test]
+    fn row_helpers() {
+        let r = &sample_report().rows[0];
+        assert!((r.ratio_vs_redis.expect("ratio") - 10.0).abs() < 1e-9);
+        assert!((r.latency_ratio_vs_raw_tcp.expect("lat") - 1.5).abs() < 1e-9);
+        assert_eq!(r.params(), "2/1/16/64");
+        assert_eq!(sample_report().all_targets_met(), Some(false));
+        let r = BenchRow::default().with_bandwidth(10.0, 20.0);
+        assert_eq!(r.bandwidth_ratio_vs_sockperf, Some(0.5));
+        assert_eq!(
+            BenchRow::default()
+                .with_redis_baseline("x", 0.0)
+                .ratio_vs_redis,
+            None
+        );
+    }
+
+    #[test]
+    fn json_roundtrip() {
+        let report = sample_report();
+        let v = serde_json::to_value(&report).expect("serialize");
+        assert_eq!(v["bench"], "unit test");
+        assert!(v["machine"]["cores"].as_u64().expect("cores") >= 1);
+        let row = &v["rows"][0];
+        assert_eq!(row["system"], "farcache");
+        assert_eq!(row["record_size"], 64);
+        assert_eq!(row["q"], 64);
+        assert_eq!(row["baseline"], "redis GET P=64 c=4");
+        assert_eq!(row["target"], ">= 10x");
+        assert_eq!(row["meets_target"], false);
+        assert!((row["ratio_vs_redis"].as_f64().expect("ratio") - 10.0).abs() < 1e-9);
+        // NaN p99.9 of the redis row serializes as null and comes back as NaN.
+        assert!(v["rows"][1]["p999_us"].is_null());
+        assert!(v["rows"][1]["s"].is_null());
+        let back: BenchReport = serde_json::from_value(v).expect("deserialize");
+        assert_eq!(back.rows[0], report.rows[0]);
+        assert!(back.rows[1].p999_us.is_nan());
+        assert_eq!(back.machine, report.machine);
+    }
+
+    #[test]
+    fn table_is_aligned() {
+        let t = format_table(&sample_report());
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[0].starts_with("== unit test @"));
+        assert!(lines[1].starts_with("name"));
+        assert!(lines[1].contains("p99.9 µs") && lines[1].contains("ok?"));
+        assert!(lines[3].contains("10.00x redis") && lines[3].contains("NO"));
+        assert!(lines[3].contains("1.50x tcp-lat"));
+        // "Mops/s" column is right-aligned at the same character position.
+        let pos = |l: &str, s: &str| l.find(s).map(|b| l[..b].chars().count());
+        let hdr_end = pos(lines[1], "Mops/s").expect("hdr") + "Mops/s".len();
+        assert_eq!(pos(lines[3], "9.500").expect("v") + 5, hdr_end);
+        assert_eq!(pos(lines[4], "0.950").expect("v") + 5, hdr_end);
+    }
+
+    #[test]
+    fn writes_json_and_chart() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let report = sample_report();
+        let p = write_json(&report, dir.path()).expect("json");
+        assert!(p.ends_with(format!("unit_test-{}.json", report.timestamp_unix)));
+        let latest = dir.path().join("unit_test-latest.json");
+        let back: BenchReport =
+            serde_json::from_str(&std::fs::read_to_string(latest).expect("read")).expect("parse");
+        assert_eq!(back.bench, "unit test");
+        let png = write_chart(&report, dir.path()).expect("chart");
+        let bytes = std::fs::read(&png).expect("png");
+        assert_eq!(&bytes[1..4], b"PNG");
+        assert!(dir.path().join("unit_test-latest.png").exists());
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(fmt_size(64), "64B");
+        assert_eq!(fmt_size(4096), "4K");
+        assert_eq!(fmt_size(1 << 20), "1M");
+        assert_eq!(fmt_size(1500), "1500B");
+    }
+}
+
+#[cfg(test)]
+mod chart_preview {
+    #[test]
+    #[ignore = "writes preview PNGs to /tmp/farcache-chart-preview"]
+    fn preview() {
+        let mut r = super::tests::sample_report();
+        r.baselines = super::Baselines::default();
+        super::write_chart(&r, "/tmp/farcache-chart-preview").expect("chart");
+        super::write_chart_with_font(&r, "/tmp/farcache-chart-preview/nofont", None).expect("c");
+    }
+}

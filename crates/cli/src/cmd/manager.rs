@@ -1,0 +1,41 @@
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Result;
+use farcache_manager::{Manager, ManagerConfig};
+
+use crate::size::parse_size;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[arg(long, default_value = "127.0.0.1:7400")]
+    listen: SocketAddr,
+    /// Where the catalogue is stored (survives restarts).
+    #[arg(long, default_value = "farcache-data")]
+    data_dir: PathBuf,
+    /// Default region size for new caches.
+    #[arg(long, default_value = "1GiB", value_parser = parse_size)]
+    region_size: u64,
+    /// Heartbeat interval asked of servers.
+    #[arg(long, default_value_t = 500)]
+    heartbeat_ms: u64,
+    /// A server silent this long is marked dead.
+    #[arg(long, default_value_t = 3000)]
+    dead_after_ms: u64,
+    #[arg(long)]
+    addr_file: Option<PathBuf>,
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let mut c = ManagerConfig::new(a.listen, a.data_dir);
+    c.region_size = a.region_size;
+    c.heartbeat_interval = Duration::from_millis(a.heartbeat_ms);
+    c.heartbeat_timeout = Duration::from_millis(a.dead_after_ms);
+    let h = Manager::start(c)?;
+    super::write_addr_file(a.addr_file.as_deref(), &h.addr().to_string())?;
+    println!("farcache manager listening on {}", h.addr());
+    loop {
+        std::thread::park();
+    }
+}

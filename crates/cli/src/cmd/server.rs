@@ -1,0 +1,53 @@
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use farcache_proto::control::PriceClass;
+use farcache_server::{Server, ServerConfig};
+
+use crate::size::parse_size;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Address to serve clients and the manager on.
+    #[arg(long, default_value = "127.0.0.1:7401")]
+    listen: SocketAddr,
+    /// Address to register with the manager, if different from --listen.
+    #[arg(long)]
+    advertise: Option<String>,
+    /// Worker threads (`s`): each owns its connections and runs requests in place.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Memory this server may promise to regions.
+    #[arg(long, default_value = "1GiB", value_parser = parse_size)]
+    memory: u64,
+    /// Manager address; without it the server waits for a manager to place regions.
+    #[arg(long)]
+    manager: Option<String>,
+    #[arg(long, default_value = "on-demand")]
+    price_class: PriceClass,
+    /// Price per GiB-hour, used to place regions on the cheapest servers first.
+    #[arg(long, default_value_t = 0.01)]
+    price: f64,
+    /// Largest frame accepted or sent.
+    #[arg(long, default_value = "64MiB", value_parser = parse_size)]
+    max_frame: u64,
+    /// Write the bound address to this file once listening.
+    #[arg(long)]
+    addr_file: Option<PathBuf>,
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let mut c = ServerConfig::new(a.listen, a.memory);
+    c.advertise = a.advertise;
+    c.threads = a.threads;
+    c.manager = a.manager;
+    c.price_class = a.price_class;
+    c.price_per_gib_hour = a.price;
+    c.max_frame = u32::try_from(a.max_frame).context("--max-frame must be below 4GiB")?;
+    let h = Server::start(c)?;
+    super::write_addr_file(a.addr_file.as_deref(), &h.addr().to_string())?;
+    println!("farcache server listening on {}", h.addr());
+    h.join();
+    Ok(())
+}

@@ -1,0 +1,91 @@
+use std::process::{Child, Command};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[arg(long, default_value_t = 3)]
+    servers: usize,
+    /// Memory per server.
+    #[arg(long, default_value = "1GiB")]
+    memory: String,
+    /// Default region size for new caches.
+    #[arg(long, default_value = "64MiB")]
+    region_size: String,
+    /// Worker threads per server.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Manager port; servers take the following ports.
+    #[arg(long, default_value_t = 7400)]
+    port: u16,
+    #[arg(long, default_value = "farcache-data")]
+    data_dir: String,
+}
+
+struct Children(Vec<Child>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let exe = std::env::current_exe().context("cannot find the farcache binary")?;
+    let manager = format!("127.0.0.1:{}", a.port);
+    let mut kids = Children(Vec::new());
+    kids.0.push(
+        Command::new(&exe)
+            .args([
+                "manager",
+                "--listen",
+                &manager,
+                "--data-dir",
+                &a.data_dir,
+                "--region-size",
+                &a.region_size,
+            ])
+            .spawn()
+            .context("starting the manager")?,
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    for i in 0..a.servers {
+        let listen = format!("127.0.0.1:{}", a.port + 1 + i as u16);
+        kids.0.push(
+            Command::new(&exe)
+                .args([
+                    "server",
+                    "--listen",
+                    &listen,
+                    "--manager",
+                    &manager,
+                    "--memory",
+                    &a.memory,
+                ])
+                .args(["--threads", &a.threads.to_string()])
+                .spawn()
+                .with_context(|| format!("starting server {i}"))?,
+        );
+    }
+    let client = farcache_client::Client::connect(&manager)?;
+    farcache_testkit::wait_for_alive(&client, a.servers, Duration::from_secs(20))?;
+    println!(
+        "\nfarcache is up: manager {manager}, {} servers.",
+        a.servers
+    );
+    println!("  status:  farcache status --manager {manager}");
+    println!("  connect: farcache_client::Client::connect(\"{manager}\")");
+    println!("Press Ctrl-C to stop.");
+    loop {
+        for (i, c) in kids.0.iter_mut().enumerate() {
+            if let Some(st) = c.try_wait()? {
+                anyhow::bail!("child {i} exited with {st}; stopping the cluster");
+            }
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}

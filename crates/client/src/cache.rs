@@ -1,0 +1,194 @@
+//! `Cache`: a handle to one cache, with blocking, async and batch access.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use farcache_proto::CacheId;
+use farcache_proto::control::{CacheInfo, ControlRequest, ControlResponse};
+use parking_lot::RwLock;
+
+use crate::batch::{Batch, BatchResults};
+use crate::client::ClientShared;
+use crate::error::ClientError;
+use crate::ticket::OpFuture;
+
+pub(crate) struct CacheShared {
+    pub client: Arc<ClientShared>,
+    info: RwLock<Arc<CacheInfo>>,
+}
+
+impl CacheShared {
+    pub fn new(client: Arc<ClientShared>, info: CacheInfo) -> Arc<Self> {
+        Arc::new(Self {
+            client,
+            info: RwLock::new(Arc::new(info)),
+        })
+    }
+
+    pub fn info(&self) -> Arc<CacheInfo> {
+        self.info.read().clone()
+    }
+
+    pub fn id(&self) -> CacheId {
+        self.info.read().id
+    }
+
+    pub fn info_write(&self) -> parking_lot::RwLockWriteGuard<'_, Arc<CacheInfo>> {
+        self.info.write()
+    }
+
+    /// Fetches the region table again from the manager.
+    pub fn refresh(&self) -> Result<Arc<CacheInfo>, ClientError> {
+        let name = self.info.read().name.clone();
+        match self
+            .client
+            .manager
+            .call(&ControlRequest::OpenCache { name })?
+        {
+            ControlResponse::Cache(info) => {
+                let info = Arc::new(info);
+                let mut g = self.info.write();
+                if info.epoch >= g.epoch || info.id != g.id {
+                    *g = info.clone();
+                }
+                Ok(g.clone())
+            }
+            other => Err(ClientError::InvalidArgument(format!(
+                "unexpected manager reply: {other:?}"
+            ))),
+        }
+    }
+}
+
+/// A cache: the byte array `[0, capacity)`. Cheap to clone and share between threads.
+#[derive(Clone)]
+pub struct Cache {
+    shared: Arc<CacheShared>,
+}
+
+fn one(r: BatchResults) -> Result<crate::batch::OpOutput, ClientError> {
+    match r.into_vec().pop() {
+        Some(r) => r.map_err(ClientError::from),
+        None => Err(ClientError::InvalidArgument("empty result".into())),
+    }
+}
+
+fn as_bytes(r: BatchResults) -> Result<Bytes, ClientError> {
+    match one(r)? {
+        crate::OpOutput::Data(b) => Ok(b),
+        other => Err(ClientError::InvalidArgument(format!(
+            "expected data, got {other:?}"
+        ))),
+    }
+}
+
+fn as_unit(r: BatchResults) -> Result<(), ClientError> {
+    one(r).map(|_| ())
+}
+
+fn as_value(r: BatchResults) -> Result<u64, ClientError> {
+    match one(r)? {
+        crate::OpOutput::Value(v) => Ok(v),
+        other => Err(ClientError::InvalidArgument(format!(
+            "expected a value, got {other:?}"
+        ))),
+    }
+}
+
+impl Cache {
+    pub(crate) fn new(shared: Arc<CacheShared>) -> Self {
+        Self { shared }
+    }
+
+    pub fn info(&self) -> Arc<CacheInfo> {
+        self.shared.info()
+    }
+
+    pub fn id(&self) -> CacheId {
+        self.shared.id()
+    }
+
+    pub fn name(&self) -> String {
+        self.shared.info().name.clone()
+    }
+
+    pub fn capacity(&self) -> u64 {
+        self.shared.info().capacity
+    }
+
+    /// Re-reads the region table from the manager (done automatically on `wrong server`).
+    pub fn refresh(&self) -> Result<Arc<CacheInfo>, ClientError> {
+        self.shared.refresh()
+    }
+
+    /// Grows or shrinks this cache.
+    pub fn reshape(&self, capacity: u64) -> Result<(), ClientError> {
+        let name = self.name();
+        match self
+            .shared
+            .client
+            .manager
+            .call(&ControlRequest::ReshapeCache { name, capacity })?
+        {
+            ControlResponse::Cache(info) => {
+                *self.shared_info_mut() = Arc::new(info);
+                Ok(())
+            }
+            other => Err(ClientError::InvalidArgument(format!(
+                "unexpected manager reply: {other:?}"
+            ))),
+        }
+    }
+
+    fn shared_info_mut(&self) -> parking_lot::RwLockWriteGuard<'_, Arc<CacheInfo>> {
+        self.shared.info_write()
+    }
+
+    /// An empty batch on this cache.
+    pub fn batch(&self) -> Batch {
+        Batch::new(self.shared.clone())
+    }
+
+    pub fn read(&self, addr: u64, len: u64) -> Result<Bytes, ClientError> {
+        self.read_async(addr, len).wait()
+    }
+
+    pub fn write(&self, addr: u64, data: &[u8]) -> Result<(), ClientError> {
+        self.write_async(addr, data).wait()
+    }
+
+    /// Compare-and-swap of the little-endian u64 at `addr`; returns the old value
+    /// (the swap happened iff it equals `expected`).
+    pub fn cas(&self, addr: u64, expected: u64, new: u64) -> Result<u64, ClientError> {
+        self.cas_async(addr, expected, new).wait()
+    }
+
+    /// Wrapping add to the little-endian u64 at `addr`; returns the old value.
+    pub fn fetch_add(&self, addr: u64, delta: u64) -> Result<u64, ClientError> {
+        self.fetch_add_async(addr, delta).wait()
+    }
+
+    pub fn read_async(&self, addr: u64, len: u64) -> OpFuture<Bytes> {
+        let mut b = self.batch();
+        b.read(addr, len);
+        OpFuture::new(b.submit(), as_bytes)
+    }
+
+    pub fn write_async(&self, addr: u64, data: &[u8]) -> OpFuture<()> {
+        let mut b = self.batch();
+        b.write(addr, data);
+        OpFuture::new(b.submit(), as_unit)
+    }
+
+    pub fn cas_async(&self, addr: u64, expected: u64, new: u64) -> OpFuture<u64> {
+        let mut b = self.batch();
+        b.cas(addr, expected, new);
+        OpFuture::new(b.submit(), as_value)
+    }
+
+    pub fn fetch_add_async(&self, addr: u64, delta: u64) -> OpFuture<u64> {
+        let mut b = self.batch();
+        b.fetch_add(addr, delta);
+        OpFuture::new(b.submit(), as_value)
+    }
+}

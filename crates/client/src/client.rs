@@ -1,0 +1,169 @@
+//! `Client`: the entry point; owns lanes, the manager link and the async driver.
+
+use std::sync::{Arc, Weak};
+use std::thread::Thread;
+use std::time::Duration;
+
+use farcache_proto::control::{CacheInfo, ClusterStatus, ControlRequest, ControlResponse};
+use parking_lot::Mutex;
+
+use crate::cache::{Cache, CacheShared};
+use crate::config::ClientConfig;
+use crate::error::ClientError;
+use crate::lane::Lane;
+use crate::manager_link::ManagerLink;
+
+pub(crate) struct ClientShared {
+    pub config: ClientConfig,
+    pub manager: ManagerLink,
+    pub lanes: Vec<Lane>,
+    async_driver: Mutex<Option<Thread>>,
+}
+
+/// A connection to a farcache cluster. Cheap to clone; share it between threads.
+#[derive(Clone)]
+pub struct Client {
+    shared: Arc<ClientShared>,
+}
+
+fn unexpected(r: ControlResponse) -> ClientError {
+    ClientError::InvalidArgument(format!("unexpected manager reply: {r:?}"))
+}
+
+impl Client {
+    /// Connects with default transport settings (`c=1, b=64, q=4`).
+    pub fn connect(manager: &str) -> Result<Self, ClientError> {
+        Self::with_config(ClientConfig::new(manager))
+    }
+
+    pub fn with_config(config: ClientConfig) -> Result<Self, ClientError> {
+        let lanes = (0..config.connections.max(1))
+            .map(|_| Lane::new(config.clone()))
+            .collect::<std::io::Result<Vec<_>>>()
+            .map_err(|e| ClientError::InvalidArgument(format!("cannot create poller: {e}")))?;
+        let shared = Arc::new(ClientShared {
+            manager: ManagerLink::new(config.manager.clone(), config.connect_timeout),
+            config,
+            lanes,
+            async_driver: Mutex::new(None),
+        });
+        let client = Self { shared };
+        client.status()?; // fail fast on a wrong manager address
+        Ok(client)
+    }
+
+    pub fn config(&self) -> &ClientConfig {
+        &self.shared.config
+    }
+
+    fn cache_reply(&self, r: ControlResponse) -> Result<Cache, ClientError> {
+        match r {
+            ControlResponse::Cache(info) => {
+                Ok(Cache::new(CacheShared::new(self.shared.clone(), info)))
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Creates a cache of `capacity` bytes with the manager's default region size.
+    pub fn create(&self, name: &str, capacity: u64) -> Result<Cache, ClientError> {
+        self.create_with_region_size(name, capacity, None)
+    }
+
+    pub fn create_with_region_size(
+        &self,
+        name: &str,
+        capacity: u64,
+        region_size: Option<u64>,
+    ) -> Result<Cache, ClientError> {
+        let r = self.shared.manager.call(&ControlRequest::CreateCache {
+            name: name.into(),
+            capacity,
+            region_size,
+        })?;
+        self.cache_reply(r)
+    }
+
+    pub fn open(&self, name: &str) -> Result<Cache, ClientError> {
+        let r = self
+            .shared
+            .manager
+            .call(&ControlRequest::OpenCache { name: name.into() })?;
+        self.cache_reply(r)
+    }
+
+    pub fn delete(&self, name: &str) -> Result<(), ClientError> {
+        match self
+            .shared
+            .manager
+            .call(&ControlRequest::DeleteCache { name: name.into() })?
+        {
+            ControlResponse::Ok => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Grows or shrinks a cache; handles opened before see the change on their next
+    /// `wrong server` answer or `Cache::refresh`.
+    pub fn reshape(&self, name: &str, capacity: u64) -> Result<CacheInfo, ClientError> {
+        match self.shared.manager.call(&ControlRequest::ReshapeCache {
+            name: name.into(),
+            capacity,
+        })? {
+            ControlResponse::Cache(info) => Ok(info),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub fn status(&self) -> Result<ClusterStatus, ClientError> {
+        match self.shared.manager.call(&ControlRequest::Status)? {
+            ControlResponse::Status(s) => Ok(s),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+impl ClientShared {
+    /// Wakes (starting it on first use) the thread that drives lanes for pending futures.
+    pub fn kick_async_driver(self: &Arc<Self>) {
+        let mut g = self.async_driver.lock();
+        if let Some(t) = g.as_ref() {
+            t.unpark();
+            return;
+        }
+        let weak = Arc::downgrade(self);
+        match std::thread::Builder::new()
+            .name("fc-client-async".into())
+            .spawn(move || async_driver(weak))
+        {
+            Ok(h) => *g = Some(h.thread().clone()),
+            Err(e) => tracing::error!("cannot start the async driver thread: {e}"),
+        }
+    }
+}
+
+/// Polls lanes that have futures waiting; exits when the client is dropped.
+fn async_driver(client: Weak<ClientShared>) {
+    use std::sync::atomic::Ordering;
+    loop {
+        let Some(c) = client.upgrade() else { return };
+        let mut busy = false;
+        for lane in &c.lanes {
+            if lane.async_pending.load(Ordering::Acquire) == 0 {
+                continue;
+            }
+            busy = true;
+            if let Some(mut g) = lane.inner.try_lock() {
+                g.drive_once(Some(Duration::from_millis(1)));
+                lane.async_pending
+                    .store(g.async_waiters(), Ordering::Release);
+            }
+        }
+        drop(c);
+        if !busy {
+            std::thread::park_timeout(Duration::from_millis(100));
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}

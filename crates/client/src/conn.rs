@@ -1,0 +1,304 @@
+//! One lane's connection to one server: the batch being filled, the batches in flight,
+//! and the receive buffer.
+
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::net::{TcpStream as StdStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use farcache_proto::blocking::handshake;
+use farcache_proto::{
+    FrameHeader, FrameKind, HEADER_LEN, Op, RequestEncoder, ResponseDecoder, Role, ServerId,
+};
+use mio::net::TcpStream;
+use mio::{Interest, Registry, Token};
+
+use crate::error::OpError;
+use crate::lane::PartRef;
+
+const MIN_READ: usize = 64 << 10;
+
+struct OpenBatch {
+    enc: RequestEncoder,
+    parts: Vec<PartRef>,
+    reply_bytes: usize,
+}
+
+pub(crate) struct InFlight {
+    pub seq: u64,
+    pub parts: Vec<PartRef>,
+    pub sent: Instant,
+}
+
+pub(crate) struct ServerConn {
+    pub server: ServerId,
+    pub addr: String,
+    stream: TcpStream,
+    out: Vec<u8>,
+    opos: usize,
+    sealed_end: usize,
+    open: Option<OpenBatch>,
+    pub inflight: VecDeque<InFlight>,
+    rbuf: BytesMut,
+    filled: usize,
+    next_seq: u64,
+    frame_limit: usize,
+    max_frame: u32,
+}
+
+/// What the caller must do with a part that did not fit.
+pub(crate) enum Append {
+    Queued,
+    /// `q` batches are in flight and the open batch is full: drive, then retry.
+    Full,
+}
+
+impl ServerConn {
+    /// Connects, handshakes, and registers with the lane's poll under `token`.
+    pub fn connect(
+        server: ServerId,
+        addr: &str,
+        timeout: Duration,
+        registry: &Registry,
+        token: Token,
+    ) -> Result<Self, OpError> {
+        let unavailable = |reason: String| OpError::ServerUnavailable {
+            server,
+            addr: addr.to_string(),
+            reason,
+        };
+        let sa = addr
+            .to_socket_addrs()
+            .map_err(|e| unavailable(e.to_string()))?
+            .next()
+            .ok_or_else(|| unavailable("address does not resolve".into()))?;
+        let mut s =
+            StdStream::connect_timeout(&sa, timeout).map_err(|e| unavailable(e.to_string()))?;
+        s.set_nodelay(true)
+            .map_err(|e| unavailable(e.to_string()))?;
+        s.set_read_timeout(Some(timeout))
+            .map_err(|e| unavailable(e.to_string()))?;
+        let ack = handshake(&mut s, Role::Client, std::process::id().into())
+            .map_err(|e| unavailable(e.to_string()))?;
+        s.set_nonblocking(true)
+            .map_err(|e| unavailable(e.to_string()))?;
+        let mut stream = TcpStream::from_std(s);
+        registry
+            .register(&mut stream, token, Interest::READABLE | Interest::WRITABLE)
+            .map_err(|e| unavailable(e.to_string()))?;
+        let mut rbuf = BytesMut::with_capacity(MIN_READ * 2);
+        rbuf.resize(MIN_READ * 2, 0);
+        Ok(Self {
+            server,
+            addr: addr.to_string(),
+            stream,
+            out: Vec::with_capacity(MIN_READ),
+            opos: 0,
+            sealed_end: 0,
+            open: None,
+            inflight: VecDeque::new(),
+            rbuf,
+            filled: 0,
+            next_seq: 1,
+            frame_limit: (ack.max_frame as usize / 2).min(8 << 20),
+            max_frame: ack.max_frame,
+        })
+    }
+
+    pub fn deregister(&mut self, registry: &Registry) {
+        let _ = registry.deregister(&mut self.stream);
+    }
+
+    pub fn idle(&self) -> bool {
+        self.inflight.is_empty() && self.open.is_none()
+    }
+
+    pub fn has_open(&self) -> bool {
+        self.open.is_some()
+    }
+
+    /// Adds one op to the open batch, sealing it first when it reached `b` ops or the
+    /// size limit.
+    pub fn append(
+        &mut self,
+        part: PartRef,
+        op: &Op<'_>,
+        reply_len: usize,
+        b: usize,
+        q: usize,
+    ) -> Append {
+        if let Some(open) = &self.open {
+            let full = open.parts.len() >= b
+                || open.enc.payload_len(&self.out) + op.encoded_len() > self.frame_limit
+                || open.reply_bytes + reply_len > self.frame_limit;
+            if full && !self.seal(q) {
+                return Append::Full;
+            }
+        }
+        let open = self.open.get_or_insert_with(|| {
+            let seq = self.next_seq;
+            self.next_seq += 1;
+            OpenBatch {
+                enc: RequestEncoder::begin(&mut self.out, seq),
+                parts: Vec::with_capacity(b.min(1024)),
+                reply_bytes: 0,
+            }
+        });
+        open.enc.push(&mut self.out, op);
+        open.parts.push(part);
+        open.reply_bytes += reply_len;
+        Append::Queued
+    }
+
+    /// Closes the open batch into a frame ready to send, if fewer than `q` are in flight.
+    pub fn seal(&mut self, q: usize) -> bool {
+        if self.inflight.len() >= q {
+            return false;
+        }
+        let Some(open) = self.open.take() else {
+            return true;
+        };
+        let seq = open.enc.seq();
+        open.enc.finish(&mut self.out);
+        self.sealed_end = self.out.len();
+        self.inflight.push_back(InFlight {
+            seq,
+            parts: open.parts,
+            sent: Instant::now(),
+        });
+        true
+    }
+
+    /// Writes sealed frames until the socket pushes back.
+    pub fn flush(&mut self) -> io::Result<()> {
+        while self.opos < self.sealed_end {
+            match self.stream.write(&self.out[self.opos..self.sealed_end]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => self.opos += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if self.opos == self.sealed_end && self.opos > 0 {
+            // Keep the open batch (if any) and drop what was sent.
+            let sent = self.opos;
+            self.out.drain(..sent);
+            self.sealed_end = 0;
+            self.opos = 0;
+            if let Some(open) = &mut self.open {
+                open.enc.rebase(sent);
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads what the socket has and hands every complete response frame to `on_frame`.
+    pub fn read_ready(
+        &mut self,
+        mut on_frame: impl FnMut(&mut Self, InFlight, Bytes) -> Result<(), OpError>,
+    ) -> Result<(), OpError> {
+        loop {
+            if self.rbuf.len() - self.filled < MIN_READ {
+                let want = self.filled + MIN_READ.max(self.rbuf.len());
+                self.rbuf.resize(want, 0);
+            }
+            let space = self.rbuf.len() - self.filled;
+            match self.stream.read(&mut self.rbuf[self.filled..]) {
+                Ok(0) => return Err(self.unavailable("connection closed by server")),
+                Ok(n) => {
+                    self.filled += n;
+                    self.take_frames(&mut on_frame)?;
+                    if n < space {
+                        return Ok(());
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.unavailable(&e.to_string())),
+            }
+        }
+    }
+
+    fn take_frames(
+        &mut self,
+        on_frame: &mut impl FnMut(&mut Self, InFlight, Bytes) -> Result<(), OpError>,
+    ) -> Result<(), OpError> {
+        loop {
+            let hdr = match FrameHeader::decode(&self.rbuf[..self.filled], self.max_frame) {
+                Ok(Some(h)) => h,
+                Ok(None) => return Ok(()),
+                Err(e) => return Err(self.protocol(e.to_string())),
+            };
+            let n = hdr.frame_len();
+            if self.filled < n {
+                if self.rbuf.len() < n {
+                    self.rbuf.resize(n, 0);
+                }
+                return Ok(());
+            }
+            let frame = self.rbuf.split_to(n).freeze();
+            self.filled -= n;
+            match hdr.kind {
+                FrameKind::Response => {
+                    let Some(front) = self.inflight.pop_front() else {
+                        return Err(self.protocol("response with nothing in flight".into()));
+                    };
+                    if front.seq != hdr.seq {
+                        return Err(self.protocol(format!(
+                            "response seq {} but {} expected",
+                            hdr.seq, front.seq
+                        )));
+                    }
+                    on_frame(self, front, frame.slice(HEADER_LEN..))?;
+                }
+                FrameKind::Error => {
+                    let text = String::from_utf8_lossy(&frame[HEADER_LEN..]).into_owned();
+                    return Err(self.protocol(format!("server closed the connection: {text}")));
+                }
+                other => return Err(self.protocol(format!("unexpected {other:?} frame"))),
+            }
+        }
+    }
+
+    /// Parts waiting on this connection (open and in flight), for failing them.
+    pub fn take_all_parts(&mut self) -> Vec<PartRef> {
+        let mut v: Vec<PartRef> = self.inflight.drain(..).flat_map(|f| f.parts).collect();
+        if let Some(open) = self.open.take() {
+            v.extend(open.parts);
+        }
+        v
+    }
+
+    pub fn oldest_sent(&self) -> Option<Instant> {
+        self.inflight.front().map(|f| f.sent)
+    }
+
+    pub fn unavailable(&self, reason: &str) -> OpError {
+        OpError::ServerUnavailable {
+            server: self.server,
+            addr: self.addr.clone(),
+            reason: reason.to_string(),
+        }
+    }
+
+    fn protocol(&self, reason: String) -> OpError {
+        OpError::Protocol {
+            server: self.server,
+            reason,
+        }
+    }
+}
+
+/// Validates a response payload's shape before any part is completed from it.
+pub(crate) fn check_response(payload: &[u8], expected: usize) -> Result<(), String> {
+    let mut d = ResponseDecoder::new(payload).map_err(|e| e.to_string())?;
+    if d.declared() as usize != expected {
+        return Err(format!("{} replies for {expected} ops", d.declared()));
+    }
+    for r in d.by_ref() {
+        r.map_err(|e| e.to_string())?;
+    }
+    d.finish().map_err(|e| e.to_string())
+}

@@ -1,0 +1,58 @@
+use farcache_proto::Status;
+use farcache_proto::blocking::RpcError;
+use farcache_proto::control::ControlErrorCode;
+use thiserror::Error;
+
+/// Errors of client calls (control plane and whole-call failures).
+#[derive(Debug, Error)]
+pub enum ClientError {
+    #[error("manager at {addr}: {source}")]
+    Manager { addr: String, source: RpcError },
+    #[error("{code:?}: {message}")]
+    Rejected {
+        code: ControlErrorCode,
+        message: String,
+    },
+    #[error(transparent)]
+    Op(#[from] OpError),
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+}
+
+impl ClientError {
+    pub fn code(&self) -> Option<ControlErrorCode> {
+        match self {
+            Self::Rejected { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+}
+
+/// Why one op failed. Other ops of the same batch may still have succeeded.
+#[derive(Debug, Clone, Error, PartialEq, Eq)]
+pub enum OpError {
+    #[error("range [{addr}, {addr}+{len}) is outside the cache (capacity {capacity})")]
+    OutOfRange { addr: u64, len: u64, capacity: u64 },
+    #[error("server {server} at {addr} is unavailable: {reason}")]
+    ServerUnavailable {
+        server: u32,
+        addr: String,
+        reason: String,
+    },
+    #[error("server {server} at {addr} did not answer within {timeout_ms} ms")]
+    Timeout {
+        server: u32,
+        addr: String,
+        timeout_ms: u64,
+    },
+    #[error("server answered: {0}")]
+    Status(Status),
+    #[error("region still on a different server after {0} table refreshes")]
+    Redirects(u32),
+    #[error("cache table refresh failed: {0}")]
+    Refresh(String),
+    #[error("atomic ops need an 8-byte aligned address, got {0}")]
+    Misaligned(u64),
+    #[error("protocol violation by server {server}: {reason}")]
+    Protocol { server: u32, reason: String },
+}

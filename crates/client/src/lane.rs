@@ -1,0 +1,602 @@
+//! A lane: one connection per server plus the tickets whose ops travel on them.
+//! Whoever holds the lane's lock drives its sockets (see the crate docs).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::Waker;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use farcache_proto::control::CacheInfo;
+use farcache_proto::response::ReplyBody;
+use farcache_proto::{Op, ResponseDecoder, ServerId, Status};
+use mio::{Events, Poll, Token};
+use parking_lot::Mutex;
+use slab::Slab;
+
+use crate::batch::{Batch, BatchOp, Kind, OpOutput, OpResult};
+use crate::cache::CacheShared;
+use crate::config::ClientConfig;
+use crate::conn::{Append, InFlight, ServerConn, check_response};
+use crate::error::OpError;
+use crate::routing::{Part, split};
+use crate::ticket::Ticket;
+
+/// How long a failed connection attempt is remembered before trying again.
+const REDIAL_AFTER: Duration = Duration::from_millis(200);
+/// Longest a driver blocks in poll before re-checking deadlines.
+const MAX_POLL: Duration = Duration::from_millis(100);
+
+/// One part of one op, as tracked while in flight.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PartRef {
+    pub key: u32,
+    pub op: u32,
+    pub op_off: u64,
+    pub addr: u64,
+    pub len: u32,
+    pub redirects: u8,
+}
+
+#[derive(Default)]
+struct Slot {
+    pending: u32,
+    result: Option<OpResult>,
+    /// Assembly buffer for a read split into several parts.
+    buf: Option<Vec<u8>>,
+}
+
+pub(crate) struct TicketState {
+    id: u64,
+    cache: Arc<CacheShared>,
+    ops: Vec<BatchOp>,
+    data: Vec<u8>,
+    slots: Vec<Slot>,
+    remaining: usize,
+    waker: Option<Waker>,
+    abandoned: bool,
+}
+
+pub(crate) struct Lane {
+    pub inner: Mutex<LaneInner>,
+    /// Tickets with a stored waker: the async driver polls this lane while non-zero.
+    pub async_pending: AtomicUsize,
+}
+
+pub(crate) struct LaneInner {
+    cfg: ClientConfig,
+    poll: Poll,
+    events: Events,
+    conns: HashMap<ServerId, ServerConn>,
+    failed: HashMap<ServerId, (Instant, OpError)>,
+    tickets: Slab<TicketState>,
+    next_id: u64,
+    retries: Vec<PartRef>,
+    in_retry: bool,
+    scratch: Vec<Part>,
+}
+
+impl Lane {
+    pub fn new(cfg: ClientConfig) -> std::io::Result<Self> {
+        Ok(Self {
+            inner: Mutex::new(LaneInner {
+                cfg,
+                poll: Poll::new()?,
+                events: Events::with_capacity(64),
+                conns: HashMap::new(),
+                failed: HashMap::new(),
+                tickets: Slab::new(),
+                next_id: 1,
+                retries: Vec::new(),
+                in_retry: false,
+                scratch: Vec::new(),
+            }),
+            async_pending: AtomicUsize::new(0),
+        })
+    }
+}
+
+thread_local! {
+    static THREAD_SEED: usize = {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    };
+}
+
+/// The lane of the calling thread: fixed per thread, so its ops stay in program order.
+pub(crate) fn lane_for_thread(lanes: usize) -> usize {
+    THREAD_SEED.with(|s| *s % lanes)
+}
+
+pub(crate) fn submit(batch: Batch) -> Ticket {
+    let client = batch.cache.client.clone();
+    let lane = lane_for_thread(client.lanes.len());
+    let (key, id) = client.lanes[lane].inner.lock().submit(batch);
+    Ticket::new(client, lane, key, id)
+}
+
+fn op_error(slot: &mut Slot, e: OpError) {
+    if !matches!(slot.result, Some(Err(_))) {
+        slot.result = Some(Err(e));
+    }
+}
+
+impl LaneInner {
+    fn submit(&mut self, batch: Batch) -> (usize, u64) {
+        let Batch { cache, ops, data } = batch;
+        let info = cache.info();
+        let n = ops.len();
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut slots = Vec::with_capacity(n);
+        slots.resize_with(n, Slot::default);
+        let key = self.tickets.insert(TicketState {
+            id,
+            cache,
+            ops,
+            data,
+            slots,
+            remaining: n,
+            waker: None,
+            abandoned: false,
+        });
+        for i in 0..n {
+            let op = self.tickets[key].ops[i];
+            if matches!(op.kind, Kind::Cas | Kind::FetchAdd) && !op.addr.is_multiple_of(8) {
+                self.fail_op(key, i, OpError::Misaligned(op.addr));
+                continue;
+            }
+            if op
+                .addr
+                .checked_add(op.len)
+                .is_none_or(|end| end > info.capacity)
+            {
+                let e = OpError::OutOfRange {
+                    addr: op.addr,
+                    len: op.len,
+                    capacity: info.capacity,
+                };
+                self.fail_op(key, i, e);
+                continue;
+            }
+            let mut parts = std::mem::take(&mut self.scratch);
+            parts.clear();
+            split(&info, op.addr, op.len, |p| parts.push(p));
+            let slot = &mut self.tickets[key].slots[i];
+            slot.pending = parts.len() as u32;
+            if op.kind == Kind::Read && parts.len() > 1 {
+                slot.buf = Some(vec![0; op.len as usize]);
+            }
+            for p in &parts {
+                let part = PartRef {
+                    key: key as u32,
+                    op: i as u32,
+                    op_off: p.op_off,
+                    addr: p.addr,
+                    len: p.len,
+                    redirects: 0,
+                };
+                self.route(part, p.server, &info);
+            }
+            self.scratch = parts;
+        }
+        // The batch is complete: send what is open now rather than wait for more.
+        self.seal_and_flush();
+        (key, id)
+    }
+
+    fn route(&mut self, part: PartRef, server: ServerId, info: &CacheInfo) {
+        let (b, q) = (self.cfg.batch_size, self.cfg.queue_depth);
+        loop {
+            if let Err(e) = self.ensure_conn(server, info) {
+                return self.fail_part(part, e);
+            }
+            let Self { conns, tickets, .. } = self;
+            let Some(conn) = conns.get_mut(&server) else {
+                return;
+            };
+            let t = &tickets[part.key as usize];
+            let op = t.ops[part.op as usize];
+            let (wire, reply_len) = match op.kind {
+                Kind::Read => (
+                    Op::Read {
+                        cache: info.id,
+                        addr: part.addr,
+                        len: part.len,
+                    },
+                    part.len as usize + 6,
+                ),
+                Kind::Write => {
+                    let at = op.data_off + part.op_off as usize;
+                    let data = &t.data[at..at + part.len as usize];
+                    (
+                        Op::Write {
+                            cache: info.id,
+                            addr: part.addr,
+                            data,
+                        },
+                        2,
+                    )
+                }
+                Kind::Cas => (
+                    Op::Cas {
+                        cache: info.id,
+                        addr: part.addr,
+                        expected: op.a,
+                        new: op.b,
+                    },
+                    10,
+                ),
+                Kind::FetchAdd => (
+                    Op::FetchAdd {
+                        cache: info.id,
+                        addr: part.addr,
+                        delta: op.a,
+                    },
+                    10,
+                ),
+            };
+            match conn.append(part, &wire, reply_len, b, q) {
+                Append::Queued => return,
+                Append::Full => {
+                    let r = conn.flush();
+                    if let Err(e) = r {
+                        let err = conn.unavailable(&e.to_string());
+                        self.fail_conn(server, err);
+                        continue;
+                    }
+                    self.drive_once(Some(MAX_POLL));
+                }
+            }
+        }
+    }
+
+    fn ensure_conn(&mut self, server: ServerId, info: &CacheInfo) -> Result<(), OpError> {
+        let Some(addr) = info.server(server).map(|s| s.addr.clone()) else {
+            return Err(OpError::ServerUnavailable {
+                server,
+                addr: String::new(),
+                reason: "server missing from the region table".into(),
+            });
+        };
+        if let Some(c) = self.conns.get(&server) {
+            if c.addr == addr {
+                return Ok(());
+            }
+            let err = c.unavailable("server moved to a new address");
+            self.fail_conn(server, err);
+        }
+        if let Some((at, e)) = self.failed.get(&server)
+            && at.elapsed() < REDIAL_AFTER
+        {
+            return Err(e.clone());
+        }
+        match ServerConn::connect(
+            server,
+            &addr,
+            self.cfg.connect_timeout,
+            self.poll.registry(),
+            Token(server as usize),
+        ) {
+            Ok(c) => {
+                self.failed.remove(&server);
+                self.conns.insert(server, c);
+                Ok(())
+            }
+            Err(e) => {
+                tracing::debug!(server, %addr, "connect failed: {e}");
+                self.failed.insert(server, (Instant::now(), e.clone()));
+                Err(e)
+            }
+        }
+    }
+
+    fn seal_and_flush(&mut self) {
+        let q = self.cfg.queue_depth;
+        let mut broken = Vec::new();
+        for (id, c) in &mut self.conns {
+            if c.has_open() {
+                c.seal(q);
+            }
+            if let Err(e) = c.flush() {
+                broken.push((*id, c.unavailable(&e.to_string())));
+            }
+        }
+        for (id, e) in broken {
+            self.fail_conn(id, e);
+        }
+    }
+
+    /// One round of progress: send, wait up to `timeout` for readiness, read replies,
+    /// enforce deadlines and re-route redirected parts.
+    pub fn drive_once(&mut self, timeout: Option<Duration>) {
+        self.seal_and_flush();
+        let now = Instant::now();
+        let mut wait = timeout.unwrap_or(MAX_POLL).min(MAX_POLL);
+        for c in self.conns.values() {
+            if let Some(sent) = c.oldest_sent() {
+                wait = wait.min((sent + self.cfg.op_timeout).saturating_duration_since(now));
+            }
+        }
+        if let Err(e) = self.poll.poll(&mut self.events, Some(wait))
+            && e.kind() != std::io::ErrorKind::Interrupted
+        {
+            tracing::warn!("client poll failed: {e}");
+        }
+        let ready: Vec<ServerId> = self
+            .events
+            .iter()
+            .map(|e| e.token().0 as ServerId)
+            .collect();
+        for server in ready {
+            let Self {
+                conns,
+                tickets,
+                retries,
+                ..
+            } = self;
+            let Some(conn) = conns.get_mut(&server) else {
+                continue;
+            };
+            let r = conn.read_ready(|conn, fl, payload| {
+                complete_frame(conn, tickets, retries, fl, payload)
+            });
+            let r = r.and_then(|()| conn.flush().map_err(|e| conn.unavailable(&e.to_string())));
+            if let Err(e) = r {
+                self.fail_conn(server, e);
+            }
+        }
+        let now = Instant::now();
+        let late: Vec<(ServerId, OpError)> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| {
+                c.oldest_sent()
+                    .is_some_and(|s| now.duration_since(s) >= self.cfg.op_timeout)
+            })
+            .map(|(id, c)| {
+                let e = OpError::Timeout {
+                    server: *id,
+                    addr: c.addr.clone(),
+                    timeout_ms: self.cfg.op_timeout.as_millis() as u64,
+                };
+                (*id, e)
+            })
+            .collect();
+        for (id, e) in late {
+            self.fail_conn(id, e);
+        }
+        if !self.in_retry && !self.retries.is_empty() {
+            self.in_retry = true;
+            self.process_retries();
+            self.in_retry = false;
+        }
+    }
+
+    fn process_retries(&mut self) {
+        let parts = std::mem::take(&mut self.retries);
+        let mut refreshed: Vec<(u32, Result<Arc<CacheInfo>, String>)> = Vec::new();
+        for mut part in parts {
+            let Some(t) = self.tickets.get(part.key as usize) else {
+                continue;
+            };
+            let cache = t.cache.clone();
+            if u32::from(part.redirects) >= self.cfg.max_redirects {
+                self.fail_part(part, OpError::Redirects(part.redirects.into()));
+                continue;
+            }
+            let id = cache.id();
+            let info = match refreshed.iter().find(|(c, _)| *c == id) {
+                Some((_, r)) => r.clone(),
+                None => {
+                    let r = cache.refresh().map_err(|e| e.to_string());
+                    refreshed.push((id, r.clone()));
+                    r
+                }
+            };
+            match info {
+                Ok(info) => {
+                    part.redirects += 1;
+                    let server = info
+                        .regions
+                        .get(info.region_of(part.addr))
+                        .copied()
+                        .unwrap_or(0);
+                    self.route(part, server, &info);
+                }
+                Err(e) => self.fail_part(part, OpError::Refresh(e)),
+            }
+        }
+    }
+
+    fn fail_conn(&mut self, server: ServerId, e: OpError) {
+        let Some(mut c) = self.conns.remove(&server) else {
+            return;
+        };
+        tracing::debug!(server, addr = %c.addr, "connection failed: {e}");
+        c.deregister(self.poll.registry());
+        for part in c.take_all_parts() {
+            self.fail_part(part, e.clone());
+        }
+        self.failed.insert(server, (Instant::now(), e));
+    }
+
+    fn fail_op(&mut self, key: usize, op: usize, e: OpError) {
+        let t = &mut self.tickets[key];
+        t.slots[op].result = Some(Err(e));
+        t.slots[op].pending = 1;
+        part_done(&mut self.tickets, key, op);
+    }
+
+    fn fail_part(&mut self, part: PartRef, e: OpError) {
+        if let Some(t) = self.tickets.get_mut(part.key as usize) {
+            op_error(&mut t.slots[part.op as usize], e);
+            part_done(&mut self.tickets, part.key as usize, part.op as usize);
+        }
+    }
+
+    pub fn is_done(&self, key: usize, id: u64) -> bool {
+        self.tickets
+            .get(key)
+            .is_none_or(|t| t.id != id || t.remaining == 0)
+    }
+
+    /// Takes a finished ticket's results.
+    pub fn take(&mut self, key: usize, id: u64) -> Vec<OpResult> {
+        match self.tickets.get(key) {
+            Some(t) if t.id == id && t.remaining == 0 => {}
+            _ => return Vec::new(),
+        }
+        let t = self.tickets.remove(key);
+        t.slots
+            .into_iter()
+            .map(|s| s.result.unwrap_or(Ok(OpOutput::Done)))
+            .collect()
+    }
+
+    /// Stores a waker; returns true if the ticket had none (a new async waiter).
+    pub fn set_waker(&mut self, key: usize, id: u64, w: &Waker) -> bool {
+        match self.tickets.get_mut(key) {
+            Some(t) if t.id == id => {
+                let new = t.waker.is_none();
+                t.waker = Some(w.clone());
+                new
+            }
+            _ => false,
+        }
+    }
+
+    /// The ticket handle went away unfinished: drop its results when they arrive.
+    pub fn abandon(&mut self, key: usize, id: u64) -> bool {
+        match self.tickets.get_mut(key) {
+            Some(t) if t.id == id => {
+                let had_waker = t.waker.take().is_some();
+                if t.remaining == 0 {
+                    self.tickets.remove(key);
+                } else {
+                    t.abandoned = true;
+                }
+                had_waker
+            }
+            _ => false,
+        }
+    }
+
+    /// Tickets an async caller is waiting on (the async driver polls while non-zero).
+    pub fn async_waiters(&self) -> usize {
+        self.tickets
+            .iter()
+            .filter(|(_, t)| t.waker.is_some())
+            .count()
+    }
+
+    /// Nothing can make progress for this ticket: fail what is left instead of hanging.
+    pub fn stuck(&self) -> bool {
+        self.retries.is_empty() && self.conns.values().all(ServerConn::idle)
+    }
+
+    pub fn fail_pending(&mut self, key: usize, id: u64) {
+        let Some(t) = self.tickets.get_mut(key) else {
+            return;
+        };
+        if t.id != id {
+            return;
+        }
+        for i in 0..t.slots.len() {
+            if self.tickets[key].slots[i].pending > 0 {
+                let slot = &mut self.tickets[key].slots[i];
+                op_error(
+                    slot,
+                    OpError::Protocol {
+                        server: 0,
+                        reason: "op lost by the transport".into(),
+                    },
+                );
+                slot.pending = 1;
+                part_done(&mut self.tickets, key, i);
+            }
+        }
+    }
+}
+
+fn complete_frame(
+    conn: &mut ServerConn,
+    tickets: &mut Slab<TicketState>,
+    retries: &mut Vec<PartRef>,
+    fl: InFlight,
+    payload: Bytes,
+) -> Result<(), OpError> {
+    if let Err(reason) = check_response(&payload, fl.parts.len()) {
+        // Put the parts back so the connection failure fails them.
+        conn.inflight.push_front(fl);
+        return Err(OpError::Protocol {
+            server: conn.server,
+            reason,
+        });
+    }
+    let dec = ResponseDecoder::new(&payload).map_err(|e| OpError::Protocol {
+        server: conn.server,
+        reason: e.to_string(),
+    })?;
+    for (reply, part) in dec.zip(fl.parts) {
+        let Ok(reply) = reply else { continue }; // validated above
+        let key = part.key as usize;
+        let Some(t) = tickets.get_mut(key) else {
+            continue;
+        };
+        let kind = t.ops[part.op as usize].kind;
+        let slot = &mut t.slots[part.op as usize];
+        match (reply.status, kind, reply.body) {
+            (Status::Ok, Kind::Read, ReplyBody::Data(d)) if d.len() == part.len as usize => {
+                match &mut slot.buf {
+                    Some(buf) => buf[part.op_off as usize..][..d.len()].copy_from_slice(d),
+                    None => slot.result = Some(Ok(OpOutput::Data(payload.slice_ref(d)))),
+                }
+            }
+            (Status::Ok, Kind::Write, ReplyBody::None) => {}
+            (Status::Ok, Kind::Cas | Kind::FetchAdd, ReplyBody::Value(v)) => {
+                slot.result = Some(Ok(OpOutput::Value(v)))
+            }
+            (Status::WrongServer, ..) => {
+                retries.push(part);
+                continue;
+            }
+            (Status::Ok, ..) => op_error(
+                slot,
+                OpError::Protocol {
+                    server: conn.server,
+                    reason: format!("reply {:?} does not match a {kind:?}", reply.op),
+                },
+            ),
+            (s, ..) => op_error(slot, OpError::Status(s)),
+        }
+        part_done(tickets, key, part.op as usize);
+    }
+    Ok(())
+}
+
+fn part_done(tickets: &mut Slab<TicketState>, key: usize, op: usize) {
+    let t = &mut tickets[key];
+    let slot = &mut t.slots[op];
+    slot.pending = slot.pending.saturating_sub(1);
+    if slot.pending > 0 {
+        return;
+    }
+    if slot.result.is_none() {
+        slot.result = Some(Ok(match (t.ops[op].kind, slot.buf.take()) {
+            (Kind::Read, Some(buf)) => OpOutput::Data(Bytes::from(buf)),
+            (Kind::Read, None) => OpOutput::Data(Bytes::new()),
+            _ => OpOutput::Done,
+        }));
+    }
+    t.remaining -= 1;
+    if t.remaining == 0 {
+        if let Some(w) = t.waker.take() {
+            w.wake();
+        }
+        if t.abandoned {
+            tickets.remove(key);
+        }
+    }
+}

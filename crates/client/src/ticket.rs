@@ -1,0 +1,125 @@
+//! Handles for submitted work: wait for it, or `.await` it.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use crate::batch::BatchResults;
+use crate::client::ClientShared;
+use crate::error::ClientError;
+
+/// A submitted batch. `wait()` blocks (driving the connections on this thread);
+/// awaiting it works on any executor.
+pub struct Ticket {
+    client: Arc<ClientShared>,
+    lane: usize,
+    key: usize,
+    id: u64,
+    taken: bool,
+}
+
+impl Ticket {
+    pub(crate) fn new(client: Arc<ClientShared>, lane: usize, key: usize, id: u64) -> Self {
+        Self {
+            client,
+            lane,
+            key,
+            id,
+            taken: false,
+        }
+    }
+
+    /// Blocks until every op of the batch has a result.
+    pub fn wait(mut self) -> BatchResults {
+        let lane = &self.client.lanes[self.lane];
+        let mut g = lane.inner.lock();
+        let mut idle_rounds = 0;
+        while !g.is_done(self.key, self.id) {
+            g.drive_once(Some(Duration::from_millis(100)));
+            // Guard against a lost op: nothing in flight anywhere and still not done.
+            if g.stuck() && !g.is_done(self.key, self.id) {
+                idle_rounds += 1;
+                if idle_rounds > 2 {
+                    g.fail_pending(self.key, self.id);
+                }
+            } else {
+                idle_rounds = 0;
+            }
+        }
+        self.taken = true;
+        BatchResults {
+            results: g.take(self.key, self.id),
+        }
+    }
+
+    /// True once all results are in (does not drive I/O).
+    pub fn is_ready(&self) -> bool {
+        self.client.lanes[self.lane]
+            .inner
+            .lock()
+            .is_done(self.key, self.id)
+    }
+}
+
+impl Future for Ticket {
+    type Output = BatchResults;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<BatchResults> {
+        let lane = &self.client.lanes[self.lane];
+        let mut g = lane.inner.lock();
+        if !g.is_done(self.key, self.id) {
+            g.drive_once(Some(Duration::ZERO));
+        }
+        if g.is_done(self.key, self.id) {
+            let results = g.take(self.key, self.id);
+            drop(g);
+            self.taken = true;
+            return Poll::Ready(BatchResults { results });
+        }
+        g.set_waker(self.key, self.id, cx.waker());
+        drop(g);
+        lane.async_pending.fetch_add(1, Ordering::AcqRel);
+        self.client.kick_async_driver();
+        Poll::Pending
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if !self.taken {
+            self.client.lanes[self.lane]
+                .inner
+                .lock()
+                .abandon(self.key, self.id);
+        }
+    }
+}
+
+/// A single op's future: a one-op ticket plus the conversion of its result.
+pub struct OpFuture<T> {
+    ticket: Ticket,
+    map: fn(BatchResults) -> Result<T, ClientError>,
+}
+
+impl<T> OpFuture<T> {
+    pub(crate) fn new(ticket: Ticket, map: fn(BatchResults) -> Result<T, ClientError>) -> Self {
+        Self { ticket, map }
+    }
+
+    /// Blocks for the result.
+    pub fn wait(self) -> Result<T, ClientError> {
+        (self.map)(self.ticket.wait())
+    }
+}
+
+impl<T> Future for OpFuture<T> {
+    type Output = Result<T, ClientError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let map = self.map;
+        Pin::new(&mut self.ticket).poll(cx).map(map)
+    }
+}

@@ -1,0 +1,382 @@
+//! The manager's in-memory state: registered servers, caches and their region tables.
+//!
+//! Pure data with no I/O, so every rule here is unit tested; the service persists each
+//! change (see `store`) before applying it here.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use farcache_proto::control::{CacheInfo, ClusterStatus, PriceClass, ServerInfo, ServerState};
+use farcache_proto::{CacheId, ServerId};
+use serde::{Deserialize, Serialize};
+
+use crate::placement::Candidate;
+
+/// What the store keeps about a server: everything but liveness, which is only
+/// meaningful within one manager run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServerRecord {
+    pub id: ServerId,
+    pub addr: String,
+    pub memory: u64,
+    pub cores: u32,
+    pub price_class: PriceClass,
+    pub price_per_gib_hour: f64,
+}
+
+/// What the store keeps about a cache.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CacheRecord {
+    pub id: CacheId,
+    pub name: String,
+    pub capacity: u64,
+    pub region_size: u64,
+    pub epoch: u64,
+    pub regions: Vec<ServerId>,
+}
+
+#[derive(Debug, Clone)]
+struct ServerEntry {
+    record: ServerRecord,
+    state: ServerState,
+    last_seen: Option<Instant>,
+    /// Bytes of regions placed here; derived from the caches, never persisted.
+    used: u64,
+}
+
+/// How a server's state changed when it was heard from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    New,
+    /// It had been dead or unknown and is alive again.
+    Back(ServerState),
+    StillAlive,
+}
+
+#[derive(Debug)]
+pub struct Catalogue {
+    servers: BTreeMap<ServerId, ServerEntry>,
+    caches: BTreeMap<CacheId, CacheRecord>,
+    names: BTreeMap<String, CacheId>,
+    next_server_id: ServerId,
+    next_cache_id: CacheId,
+}
+
+impl Default for Catalogue {
+    /// Empty; ids start at 1 so 0 never names anything.
+    fn default() -> Self {
+        Self {
+            servers: BTreeMap::new(),
+            caches: BTreeMap::new(),
+            names: BTreeMap::new(),
+            next_server_id: 1,
+            next_cache_id: 1,
+        }
+    }
+}
+
+impl Catalogue {
+    /// Rebuilds state from the store. Loaded servers start `Unknown` until they speak.
+    /// Next ids are raised past any id in use, so a damaged counter cannot cause reuse.
+    pub fn from_parts(
+        servers: Vec<ServerRecord>,
+        caches: Vec<CacheRecord>,
+        next_server_id: ServerId,
+        next_cache_id: CacheId,
+    ) -> Self {
+        let mut cat = Self {
+            next_server_id: next_server_id.max(1),
+            next_cache_id: next_cache_id.max(1),
+            ..Self::default()
+        };
+        for record in servers {
+            cat.next_server_id = cat.next_server_id.max(record.id.saturating_add(1));
+            let entry = ServerEntry {
+                record,
+                state: ServerState::Unknown,
+                last_seen: None,
+                used: 0,
+            };
+            cat.servers.insert(entry.record.id, entry);
+        }
+        for cache in caches {
+            cat.next_cache_id = cat.next_cache_id.max(cache.id.saturating_add(1));
+            cat.insert_cache(cache);
+        }
+        cat
+    }
+
+    pub fn next_server_id(&self) -> ServerId {
+        self.next_server_id
+    }
+
+    pub fn next_cache_id(&self) -> CacheId {
+        self.next_cache_id
+    }
+
+    /// Hands out a cache id; ids are never reused, even if the create then fails.
+    pub fn take_cache_id(&mut self) -> CacheId {
+        let id = self.next_cache_id;
+        self.next_cache_id = self.next_cache_id.saturating_add(1);
+        id
+    }
+
+    pub fn server_record(&self, id: ServerId) -> Option<&ServerRecord> {
+        self.servers.get(&id).map(|e| &e.record)
+    }
+
+    pub fn server_state(&self, id: ServerId) -> Option<ServerState> {
+        self.servers.get(&id).map(|e| e.state)
+    }
+
+    /// Adds or updates a server (from `RegisterServer`) and marks it alive.
+    pub fn upsert_server(&mut self, record: ServerRecord, now: Instant) -> Seen {
+        self.next_server_id = self.next_server_id.max(record.id.saturating_add(1));
+        match self.servers.get_mut(&record.id) {
+            Some(e) => {
+                e.record = record;
+                Self::mark_alive(e, now)
+            }
+            None => {
+                let entry = ServerEntry {
+                    record,
+                    state: ServerState::Alive,
+                    last_seen: Some(now),
+                    used: 0,
+                };
+                self.servers.insert(entry.record.id, entry);
+                Seen::New
+            }
+        }
+    }
+
+    /// Records a heartbeat; `None` if the server is not known (it should re-register).
+    pub fn heartbeat(&mut self, id: ServerId, now: Instant) -> Option<Seen> {
+        self.servers.get_mut(&id).map(|e| Self::mark_alive(e, now))
+    }
+
+    fn mark_alive(e: &mut ServerEntry, now: Instant) -> Seen {
+        let before = e.state;
+        e.state = ServerState::Alive;
+        e.last_seen = Some(now);
+        match before {
+            ServerState::Alive => Seen::StillAlive,
+            other => Seen::Back(other),
+        }
+    }
+
+    /// Marks alive servers silent for longer than `timeout` dead; returns them.
+    pub fn expire(&mut self, now: Instant, timeout: Duration) -> Vec<ServerId> {
+        let mut dead = Vec::new();
+        for e in self.servers.values_mut() {
+            let silent = e
+                .last_seen
+                .is_none_or(|t| now.saturating_duration_since(t) > timeout);
+            if e.state == ServerState::Alive && silent {
+                e.state = ServerState::Dead;
+                dead.push(e.record.id);
+            }
+        }
+        dead
+    }
+
+    /// Alive servers as placement candidates.
+    pub fn candidates(&self) -> Vec<Candidate> {
+        self.servers
+            .values()
+            .filter(|e| e.state == ServerState::Alive)
+            .map(|e| Candidate {
+                id: e.record.id,
+                price_per_gib_hour: e.record.price_per_gib_hour,
+                free: e.record.memory.saturating_sub(e.used),
+            })
+            .collect()
+    }
+
+    pub fn cache_by_name(&self, name: &str) -> Option<&CacheRecord> {
+        self.names.get(name).and_then(|id| self.caches.get(id))
+    }
+
+    /// Adds a cache, or replaces the one with the same id, keeping `used` in step.
+    pub fn insert_cache(&mut self, cache: CacheRecord) {
+        if let Some(old) = self.remove_cache(cache.id) {
+            tracing::debug!(cache = old.id, "replacing cache record");
+        }
+        self.account(&cache, true);
+        self.names.insert(cache.name.clone(), cache.id);
+        self.caches.insert(cache.id, cache);
+    }
+
+    pub fn remove_cache(&mut self, id: CacheId) -> Option<CacheRecord> {
+        let cache = self.caches.remove(&id)?;
+        self.names.remove(&cache.name);
+        self.account(&cache, false);
+        Some(cache)
+    }
+
+    fn account(&mut self, cache: &CacheRecord, add: bool) {
+        for sid in &cache.regions {
+            // A region on a server the store forgot cannot be accounted; it is still
+            // reported in the region table.
+            if let Some(e) = self.servers.get_mut(sid) {
+                e.used = if add {
+                    e.used.saturating_add(cache.region_size)
+                } else {
+                    e.used.saturating_sub(cache.region_size)
+                };
+            }
+        }
+    }
+
+    pub fn server_info(&self, id: ServerId) -> Option<ServerInfo> {
+        let e = self.servers.get(&id)?;
+        Some(ServerInfo {
+            id,
+            addr: e.record.addr.clone(),
+            memory: e.record.memory,
+            used: e.used,
+            cores: e.record.cores,
+            price_class: e.record.price_class,
+            price_per_gib_hour: e.record.price_per_gib_hour,
+            state: e.state,
+        })
+    }
+
+    /// The cache as clients see it: its table plus exactly the servers it names.
+    pub fn cache_info(&self, cache: &CacheRecord) -> CacheInfo {
+        let mut ids = cache.regions.clone();
+        ids.sort_unstable();
+        ids.dedup();
+        CacheInfo {
+            id: cache.id,
+            name: cache.name.clone(),
+            capacity: cache.capacity,
+            region_size: cache.region_size,
+            epoch: cache.epoch,
+            regions: cache.regions.clone(),
+            servers: ids
+                .into_iter()
+                .filter_map(|id| self.server_info(id))
+                .collect(),
+        }
+    }
+
+    pub fn status(&self) -> ClusterStatus {
+        ClusterStatus {
+            servers: self
+                .servers
+                .keys()
+                .filter_map(|&id| self.server_info(id))
+                .collect(),
+            caches: self.caches.values().map(|c| self.cache_info(c)).collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const R: u64 = 1 << 20;
+
+    fn server(id: ServerId, memory: u64) -> ServerRecord {
+        ServerRecord {
+            id,
+            addr: format!("10.0.0.{id}:7000"),
+            memory,
+            cores: 4,
+            price_class: PriceClass::OnDemand,
+            price_per_gib_hour: 1.0,
+        }
+    }
+
+    fn cache(id: CacheId, name: &str, regions: Vec<ServerId>) -> CacheRecord {
+        CacheRecord {
+            id,
+            name: name.into(),
+            capacity: regions.len() as u64 * R,
+            region_size: R,
+            epoch: 1,
+            regions,
+        }
+    }
+
+    #[test]
+    fn loaded_state_is_unknown_and_ids_move_past_loaded_ones() {
+        let cat = Catalogue::from_parts(
+            vec![server(4, 8 * R)],
+            vec![cache(9, "a", vec![4, 4])],
+            1,
+            1,
+        );
+        assert_eq!(cat.next_server_id(), 5);
+        assert_eq!(cat.next_cache_id(), 10);
+        let info = cat.server_info(4).unwrap();
+        assert_eq!(info.state, ServerState::Unknown);
+        assert_eq!(info.used, 2 * R);
+        assert!(
+            cat.candidates().is_empty(),
+            "unknown servers get no placements"
+        );
+    }
+
+    #[test]
+    fn register_heartbeat_and_expire() {
+        let t0 = Instant::now();
+        let mut cat = Catalogue::from_parts(vec![], vec![], 0, 0);
+        assert_eq!(cat.next_server_id(), 1);
+        assert_eq!(cat.upsert_server(server(1, R), t0), Seen::New);
+        assert_eq!(cat.upsert_server(server(1, 2 * R), t0), Seen::StillAlive);
+        assert_eq!(cat.server_record(1).unwrap().memory, 2 * R);
+        assert_eq!(cat.upsert_server(server(7, R), t0), Seen::New);
+        assert_eq!(cat.next_server_id(), 8);
+        assert_eq!(cat.heartbeat(3, t0), None);
+
+        let timeout = Duration::from_millis(100);
+        let t1 = t0 + Duration::from_millis(60);
+        assert_eq!(cat.heartbeat(1, t1), Some(Seen::StillAlive));
+        let t2 = t0 + Duration::from_millis(150);
+        assert_eq!(cat.expire(t2, timeout), vec![7]);
+        assert_eq!(cat.server_state(7), Some(ServerState::Dead));
+        assert_eq!(
+            cat.expire(t2, timeout),
+            Vec::<ServerId>::new(),
+            "reported once"
+        );
+        assert_eq!(
+            cat.candidates().iter().map(|c| c.id).collect::<Vec<_>>(),
+            vec![1]
+        );
+        assert_eq!(cat.heartbeat(7, t2), Some(Seen::Back(ServerState::Dead)));
+        assert_eq!(cat.server_state(7), Some(ServerState::Alive));
+    }
+
+    #[test]
+    fn caches_account_used_memory_and_names() {
+        let now = Instant::now();
+        let mut cat = Catalogue::default();
+        cat.upsert_server(server(1, 4 * R), now);
+        cat.upsert_server(server(2, 4 * R), now);
+        assert_eq!(cat.take_cache_id(), 1);
+        assert_eq!(cat.next_cache_id(), 2);
+        cat.insert_cache(cache(1, "a", vec![1, 2, 1]));
+        let free: Vec<u64> = cat.candidates().iter().map(|c| c.free).collect();
+        assert_eq!(free, vec![2 * R, 3 * R]);
+
+        let info = cat.cache_info(cat.cache_by_name("a").unwrap());
+        assert_eq!(
+            info.servers.iter().map(|s| s.id).collect::<Vec<_>>(),
+            vec![1, 2]
+        );
+
+        // Replacing (reshape) re-accounts rather than double counting.
+        cat.insert_cache(cache(1, "a", vec![1]));
+        assert_eq!(cat.server_info(1).unwrap().used, R);
+        assert_eq!(cat.server_info(2).unwrap().used, 0);
+
+        assert!(cat.remove_cache(1).is_some());
+        assert!(cat.cache_by_name("a").is_none());
+        assert_eq!(cat.server_info(1).unwrap().used, 0);
+        assert!(cat.status().caches.is_empty());
+    }
+}

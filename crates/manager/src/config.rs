@@ -1,0 +1,88 @@
+//! Manager settings.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::error::ManagerError;
+
+/// Default region size: large regions keep region tables (and manager work) small.
+pub const DEFAULT_REGION_SIZE: u64 = 1 << 30;
+/// Region sizes must be page multiples so servers can map regions directly.
+pub const REGION_ALIGN: u64 = 4096;
+
+#[derive(Debug, Clone)]
+pub struct ManagerConfig {
+    /// Control-plane listen address; port 0 picks a free port (see `ManagerHandle::addr`).
+    pub listen: SocketAddr,
+    /// Holds `manager.redb`, the persistent catalogue.
+    pub data_dir: PathBuf,
+    /// Region size for caches that don't ask for one.
+    pub region_size: u64,
+    /// How often servers should heartbeat (sent to them in `Registered`).
+    pub heartbeat_interval: Duration,
+    /// Silence after which an alive server is declared dead.
+    pub heartbeat_timeout: Duration,
+}
+
+impl ManagerConfig {
+    /// Defaults: 1 GiB regions, 500 ms heartbeats, 3 s timeout.
+    pub fn new(listen: SocketAddr, data_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            listen,
+            data_dir: data_dir.into(),
+            region_size: DEFAULT_REGION_SIZE,
+            heartbeat_interval: Duration::from_millis(500),
+            heartbeat_timeout: Duration::from_secs(3),
+        }
+    }
+
+    /// Rejects settings that would make placement or liveness meaningless.
+    pub fn validate(&self) -> Result<(), ManagerError> {
+        if self.region_size == 0 || !self.region_size.is_multiple_of(REGION_ALIGN) {
+            return Err(ManagerError::Config(format!(
+                "region size {} must be a positive multiple of {REGION_ALIGN}",
+                self.region_size
+            )));
+        }
+        if self.heartbeat_interval.is_zero() {
+            return Err(ManagerError::Config(
+                "heartbeat interval must be positive".into(),
+            ));
+        }
+        if self.heartbeat_timeout <= self.heartbeat_interval {
+            return Err(ManagerError::Config(format!(
+                "heartbeat timeout {:?} must exceed the heartbeat interval {:?}",
+                self.heartbeat_timeout, self.heartbeat_interval
+            )));
+        }
+        Ok(())
+    }
+
+    /// Location of the redb file inside `data_dir`.
+    pub fn store_path(&self) -> PathBuf {
+        self.data_dir.join("manager.redb")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_validate_and_bad_values_are_rejected() {
+        let base = ManagerConfig::new(([127, 0, 0, 1], 0).into(), "/tmp/x");
+        assert!(base.validate().is_ok());
+        assert_eq!(base.store_path(), PathBuf::from("/tmp/x/manager.redb"));
+
+        let mut c = base.clone();
+        c.region_size = 4097;
+        assert!(c.validate().is_err());
+        let mut c = base.clone();
+        c.heartbeat_timeout = c.heartbeat_interval;
+        assert!(c.validate().is_err());
+        let mut c = base;
+        c.heartbeat_interval = Duration::ZERO;
+        assert!(c.validate().is_err());
+    }
+}

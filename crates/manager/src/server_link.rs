@@ -1,0 +1,121 @@
+//! Manager → cache server calls (place, free and drop regions).
+//!
+//! One cached connection per server, reopened after any transport failure: servers
+//! restart and move, and the control plane is too low rate to need more.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+use farcache_proto::Role;
+use farcache_proto::ServerId;
+use farcache_proto::blocking::{RpcError, control_call, handshake};
+use farcache_proto::control::{ControlRequest, ControlResponse};
+use parking_lot::Mutex;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum LinkError {
+    #[error("cannot connect to {addr}: {source}")]
+    Connect { addr: String, source: io::Error },
+    #[error("{0}")]
+    Rpc(#[from] RpcError),
+}
+
+impl LinkError {
+    /// True when the server answered: the connection is still good and retrying the
+    /// same request would get the same answer.
+    fn is_remote(&self) -> bool {
+        matches!(self, LinkError::Rpc(RpcError::Remote { .. }))
+    }
+}
+
+struct Link {
+    addr: String,
+    stream: TcpStream,
+}
+
+pub struct ServerLinks {
+    timeout: Duration,
+    links: Mutex<HashMap<ServerId, Link>>,
+}
+
+impl ServerLinks {
+    pub fn new(timeout: Duration) -> Self {
+        Self {
+            timeout,
+            links: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Sends `req` to server `id` at `addr`; only `ControlResponse::Ok` counts as success.
+    pub fn call(&self, id: ServerId, addr: &str, req: &ControlRequest) -> Result<(), LinkError> {
+        // Take the link out so no lock is held during network I/O.
+        let cached = self.links.lock().remove(&id).filter(|l| l.addr == addr);
+        let (link, result) = match cached {
+            Some(mut link) => match Self::exchange(&mut link.stream, req) {
+                Err(e) if !e.is_remote() => {
+                    // Most likely the server restarted and closed the old connection.
+                    tracing::debug!(server = id, error = %e, "cached server link failed, reconnecting");
+                    self.fresh_call(addr, req)?
+                }
+                result => (link, result),
+            },
+            None => self.fresh_call(addr, req)?,
+        };
+        if result.is_ok() || result.as_ref().is_err_and(LinkError::is_remote) {
+            self.links.lock().insert(id, link);
+        }
+        result
+    }
+
+    /// Drops every cached connection (shutdown).
+    pub fn close_all(&self) {
+        self.links.lock().clear();
+    }
+
+    fn fresh_call(
+        &self,
+        addr: &str,
+        req: &ControlRequest,
+    ) -> Result<(Link, Result<(), LinkError>), LinkError> {
+        let mut stream = self.connect(addr)?;
+        handshake(&mut stream, Role::Manager, 0)?;
+        let result = Self::exchange(&mut stream, req);
+        Ok((
+            Link {
+                addr: addr.to_owned(),
+                stream,
+            },
+            result,
+        ))
+    }
+
+    fn connect(&self, addr: &str) -> Result<TcpStream, LinkError> {
+        let fail = |source| LinkError::Connect {
+            addr: addr.to_owned(),
+            source,
+        };
+        let mut last = io::Error::new(io::ErrorKind::NotFound, "address resolved to nothing");
+        for sa in addr.to_socket_addrs().map_err(fail)? {
+            match TcpStream::connect_timeout(&sa, self.timeout) {
+                Ok(s) => {
+                    s.set_read_timeout(Some(self.timeout)).map_err(fail)?;
+                    s.set_write_timeout(Some(self.timeout)).map_err(fail)?;
+                    s.set_nodelay(true).map_err(fail)?;
+                    return Ok(s);
+                }
+                Err(e) => last = e,
+            }
+        }
+        Err(fail(last))
+    }
+
+    fn exchange(stream: &mut TcpStream, req: &ControlRequest) -> Result<(), LinkError> {
+        match control_call(stream, req)? {
+            ControlResponse::Ok => Ok(()),
+            other => Err(RpcError::Unexpected(format!("reply {other:?}")).into()),
+        }
+    }
+}

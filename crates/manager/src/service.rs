@@ -1,0 +1,520 @@
+//! Request handling: turns each `ControlRequest` into a `ControlResponse`.
+//!
+//! Two locks: `state` (catalogue + store) is only held for short in-memory work and a
+//! store commit, never across network calls, so heartbeats keep flowing while a create
+//! waits on a slow server; `changes` serialises catalogue-changing requests end to end,
+//! so a placement computed before the server calls is still valid after them.
+
+use std::time::{Duration, Instant};
+
+use farcache_proto::control::{
+    CacheInfo, ClusterStatus, ControlErrorCode, ControlRequest, ControlResponse, ServerState,
+};
+use farcache_proto::{CacheId, ServerId};
+use parking_lot::Mutex;
+
+use crate::catalogue::{CacheRecord, Catalogue, Seen, ServerRecord};
+use crate::config::{ManagerConfig, REGION_ALIGN};
+use crate::error::Reject;
+use crate::placement;
+use crate::server_link::ServerLinks;
+use crate::store::{Store, Write};
+
+/// Longest cache name, so names stay printable in status tables and logs.
+pub const MAX_NAME_CHARS: usize = 128;
+/// Most regions one cache may have; bounds the work (and memory) one request can cause.
+pub const MAX_REGIONS: u64 = 1 << 20;
+/// Timeout for each connect, read and write to a cache server.
+const SERVER_CALL_TIMEOUT: Duration = Duration::from_secs(2);
+
+struct State {
+    catalogue: Catalogue,
+    /// `None` after shutdown, which releases the file for the next manager.
+    store: Option<Store>,
+}
+
+impl State {
+    fn commit(&self, writes: &[Write<'_>]) -> Result<(), Reject> {
+        let store = self
+            .store
+            .as_ref()
+            .ok_or_else(|| Reject::unavailable("the manager is shutting down"))?;
+        store.commit(writes).map_err(|e| {
+            tracing::warn!(error = %e, "store commit failed");
+            Reject::store(&e)
+        })
+    }
+}
+
+/// A region the manager asked a server to hold (for rollback and cleanup).
+#[derive(Debug, Clone)]
+struct Target {
+    server: ServerId,
+    addr: String,
+    state: ServerState,
+}
+
+pub struct Service {
+    region_size: u64,
+    heartbeat_ms: u64,
+    heartbeat_timeout: Duration,
+    state: Mutex<State>,
+    changes: Mutex<()>,
+    links: ServerLinks,
+}
+
+impl Service {
+    pub fn new(config: &ManagerConfig, catalogue: Catalogue, store: Store) -> Self {
+        Self {
+            region_size: config.region_size,
+            heartbeat_ms: u64::try_from(config.heartbeat_interval.as_millis()).unwrap_or(u64::MAX),
+            heartbeat_timeout: config.heartbeat_timeout,
+            state: Mutex::new(State {
+                catalogue,
+                store: Some(store),
+            }),
+            changes: Mutex::new(()),
+            links: ServerLinks::new(SERVER_CALL_TIMEOUT),
+        }
+    }
+
+    pub fn status(&self) -> ClusterStatus {
+        self.state.lock().catalogue.status()
+    }
+
+    /// Releases the store and server connections; later requests get `Unavailable`.
+    pub fn close(&self) {
+        let _changes = self.changes.lock();
+        self.state.lock().store = None;
+        self.links.close_all();
+    }
+
+    /// Declares silent servers dead (called by the liveness thread).
+    pub fn check_liveness(&self, now: Instant) {
+        let dead = self
+            .state
+            .lock()
+            .catalogue
+            .expire(now, self.heartbeat_timeout);
+        for id in dead {
+            tracing::info!(server = id, timeout = ?self.heartbeat_timeout, "server missed heartbeats, marked dead");
+        }
+    }
+
+    pub fn handle(&self, req: ControlRequest) -> ControlResponse {
+        let result = match req {
+            ControlRequest::RegisterServer {
+                server_id,
+                addr,
+                memory,
+                cores,
+                price_class,
+                price_per_gib_hour,
+            } => self.register(
+                server_id,
+                addr,
+                memory,
+                cores,
+                price_class,
+                price_per_gib_hour,
+            ),
+            ControlRequest::Heartbeat { server_id, used } => self.heartbeat(server_id, used),
+            ControlRequest::CreateCache {
+                name,
+                capacity,
+                region_size,
+            } => self
+                .create(name, capacity, region_size)
+                .map(ControlResponse::Cache),
+            ControlRequest::OpenCache { name } => self.open(&name).map(ControlResponse::Cache),
+            ControlRequest::ReshapeCache { name, capacity } => {
+                self.reshape(&name, capacity).map(ControlResponse::Cache)
+            }
+            ControlRequest::DeleteCache { name } => {
+                self.delete(&name).map(|()| ControlResponse::Ok)
+            }
+            ControlRequest::Status => Ok(ControlResponse::Status(self.status())),
+            ControlRequest::AllocRegion { .. } => Err(server_only("AllocRegion")),
+            ControlRequest::FreeRegion { .. } => Err(server_only("FreeRegion")),
+            ControlRequest::DropCache { .. } => Err(server_only("DropCache")),
+            ControlRequest::ServerStats => Err(server_only("ServerStats")),
+        };
+        result.unwrap_or_else(ControlResponse::from)
+    }
+
+    fn register(
+        &self,
+        server_id: Option<ServerId>,
+        addr: String,
+        memory: u64,
+        cores: u32,
+        price_class: farcache_proto::control::PriceClass,
+        price_per_gib_hour: f64,
+    ) -> Result<ControlResponse, Reject> {
+        if addr.trim().is_empty() {
+            return Err(Reject::invalid("server address is empty"));
+        }
+        if !price_per_gib_hour.is_finite() || price_per_gib_hour < 0.0 {
+            return Err(Reject::invalid(format!(
+                "price per GiB-hour must be a non-negative number, not {price_per_gib_hour}"
+            )));
+        }
+        if server_id == Some(ServerId::MAX) {
+            return Err(Reject::invalid("server id out of range"));
+        }
+        let mut st = self.state.lock();
+        let id = server_id.unwrap_or_else(|| st.catalogue.next_server_id());
+        let next = st.catalogue.next_server_id().max(id.saturating_add(1));
+        let record = ServerRecord {
+            id,
+            addr,
+            memory,
+            cores,
+            price_class,
+            price_per_gib_hour,
+        };
+        st.commit(&[Write::Server(&record), Write::NextServerId(next)])?;
+        let (addr, used) = (
+            record.addr.clone(),
+            st.catalogue.server_info(id).map_or(0, |s| s.used),
+        );
+        let seen = st.catalogue.upsert_server(record, Instant::now());
+        drop(st);
+        match (seen, server_id) {
+            (Seen::New, None) => tracing::info!(server = id, %addr, memory, "server registered"),
+            (Seen::New, Some(_)) => {
+                tracing::info!(server = id, %addr, memory, "server registered with an id the store did not know")
+            }
+            (Seen::Back(before), _) => {
+                tracing::info!(server = id, %addr, memory, ?before, "server re-registered, alive")
+            }
+            (Seen::StillAlive, _) => {
+                tracing::info!(server = id, %addr, memory, "server re-registered")
+            }
+        }
+        if used > memory {
+            tracing::warn!(
+                server = id,
+                used,
+                memory,
+                "server re-registered with less memory than its regions use"
+            );
+        }
+        Ok(ControlResponse::Registered {
+            server_id: id,
+            heartbeat_ms: self.heartbeat_ms,
+        })
+    }
+
+    fn heartbeat(&self, id: ServerId, used: u64) -> Result<ControlResponse, Reject> {
+        let seen = self.state.lock().catalogue.heartbeat(id, Instant::now());
+        match seen {
+            None => Err(Reject::new(
+                ControlErrorCode::UnknownServer,
+                format!("server {id} is not registered; register again"),
+            )),
+            Some(Seen::Back(before)) => {
+                tracing::info!(server = id, ?before, "server heartbeat, alive again");
+                Ok(ControlResponse::Ok)
+            }
+            Some(_) => {
+                tracing::trace!(server = id, used, "heartbeat");
+                Ok(ControlResponse::Ok)
+            }
+        }
+    }
+
+    fn open(&self, name: &str) -> Result<CacheInfo, Reject> {
+        let st = self.state.lock();
+        let cache = st
+            .catalogue
+            .cache_by_name(name)
+            .ok_or_else(|| Reject::not_found(name))?;
+        Ok(st.catalogue.cache_info(cache))
+    }
+
+    fn create(
+        &self,
+        name: String,
+        capacity: u64,
+        region_size: Option<u64>,
+    ) -> Result<CacheInfo, Reject> {
+        validate_name(&name)?;
+        let region_size = region_size.unwrap_or(self.region_size);
+        let n = region_count(capacity, region_size)?;
+        let _changes = self.changes.lock();
+
+        let (id, plan) = {
+            let mut st = self.state.lock();
+            if st.catalogue.cache_by_name(&name).is_some() {
+                return Err(Reject::new(
+                    ControlErrorCode::AlreadyExists,
+                    format!("a cache named '{name}' already exists"),
+                ));
+            }
+            let plan = self.plan(&st.catalogue, n, region_size, &name)?;
+            let id = st.catalogue.next_cache_id();
+            // Persist the id before any server sees it, so it is never handed out twice.
+            st.commit(&[Write::NextCacheId(id.saturating_add(1))])?;
+            st.catalogue.take_cache_id();
+            (id, plan)
+        };
+
+        self.alloc_all(id, 0, &plan, region_size, capacity)?;
+
+        let record = CacheRecord {
+            id,
+            name,
+            capacity,
+            region_size,
+            epoch: 1,
+            regions: plan.iter().map(|t| t.server).collect(),
+        };
+        let mut st = self.state.lock();
+        if let Err(e) = st.commit(&[Write::Cache(&record)]) {
+            drop(st);
+            self.free_regions(id, 0, &plan);
+            return Err(e);
+        }
+        // Insert first so the reply's server `used` figures include this cache.
+        st.catalogue.insert_cache(record.clone());
+        let info = st.catalogue.cache_info(&record);
+        drop(st);
+        tracing::info!(cache = id, name = %info.name, capacity, regions = n, servers = info.servers.len(), "cache created");
+        Ok(info)
+    }
+
+    fn reshape(&self, name: &str, capacity: u64) -> Result<CacheInfo, Reject> {
+        let _changes = self.changes.lock();
+        let (mut record, grow, shrink) = {
+            let st = self.state.lock();
+            let record = st
+                .catalogue
+                .cache_by_name(name)
+                .ok_or_else(|| Reject::not_found(name))?
+                .clone();
+            let n = region_count(capacity, record.region_size)? as usize;
+            let old = record.regions.len();
+            let grow = if n > old {
+                self.plan(&st.catalogue, (n - old) as u64, record.region_size, name)?
+            } else {
+                Vec::new()
+            };
+            let shrink = self.targets(&st.catalogue, record.regions.get(n..).unwrap_or_default());
+            (record, grow, shrink)
+        };
+
+        let old = record.regions.len();
+        self.alloc_all(record.id, old, &grow, record.region_size, capacity)?;
+        let keep = old - shrink.len();
+
+        let previous = record.clone();
+        record.regions.truncate(keep);
+        record.regions.extend(grow.iter().map(|t| t.server));
+        record.capacity = capacity;
+        record.epoch = record.epoch.saturating_add(1);
+
+        let mut st = self.state.lock();
+        if let Err(e) = st.commit(&[Write::Cache(&record)]) {
+            drop(st);
+            self.free_regions(record.id, old, &grow);
+            return Err(e);
+        }
+        // Insert first so the reply's server `used` figures include this cache.
+        st.catalogue.insert_cache(record.clone());
+        let info = st.catalogue.cache_info(&record);
+        drop(st);
+        // Free only once the new table is durable: until then the old one is authoritative.
+        self.free_regions(previous.id, keep, &shrink);
+        tracing::info!(
+            cache = info.id,
+            name,
+            from = previous.capacity,
+            to = capacity,
+            regions = info.regions.len(),
+            epoch = info.epoch,
+            "cache reshaped"
+        );
+        Ok(info)
+    }
+
+    fn delete(&self, name: &str) -> Result<(), Reject> {
+        let _changes = self.changes.lock();
+        let (record, holders) = {
+            let mut st = self.state.lock();
+            let record = st
+                .catalogue
+                .cache_by_name(name)
+                .ok_or_else(|| Reject::not_found(name))?
+                .clone();
+            let mut ids = record.regions.clone();
+            ids.sort_unstable();
+            ids.dedup();
+            let holders = self.targets(&st.catalogue, &ids);
+            st.commit(&[Write::RemoveCache(record.id)])?;
+            st.catalogue.remove_cache(record.id);
+            (record, holders)
+        };
+        // The catalogue no longer maps these regions, so failures only leak server memory.
+        for t in &holders {
+            let req = ControlRequest::DropCache { cache: record.id };
+            self.best_effort(t, &req, "drop cache");
+        }
+        tracing::info!(cache = record.id, name, "cache deleted");
+        Ok(())
+    }
+
+    /// Places `n` regions on alive servers, or explains what is missing.
+    fn plan(
+        &self,
+        cat: &Catalogue,
+        n: u64,
+        region_size: u64,
+        name: &str,
+    ) -> Result<Vec<Target>, Reject> {
+        let regions = usize::try_from(n).map_err(|_| Reject::invalid("too many regions"))?;
+        let chosen = placement::place(&cat.candidates(), regions, region_size).map_err(|s| {
+            Reject::new(
+                ControlErrorCode::InsufficientMemory,
+                format!("cache '{name}': {n} region(s) of {region_size} bytes: {s}"),
+            )
+        })?;
+        Ok(self.targets(cat, &chosen))
+    }
+
+    fn targets(&self, cat: &Catalogue, servers: &[ServerId]) -> Vec<Target> {
+        servers
+            .iter()
+            .map(|&server| Target {
+                server,
+                addr: cat
+                    .server_record(server)
+                    .map(|r| r.addr.clone())
+                    .unwrap_or_default(),
+                state: cat.server_state(server).unwrap_or(ServerState::Dead),
+            })
+            .collect()
+    }
+
+    /// Asks each server to hold its region (`first` is the index of `plan[0]`); on any
+    /// failure frees what was already placed so nothing leaks.
+    fn alloc_all(
+        &self,
+        cache: CacheId,
+        first: usize,
+        plan: &[Target],
+        region_size: u64,
+        capacity: u64,
+    ) -> Result<(), Reject> {
+        for (i, t) in plan.iter().enumerate() {
+            let index = first + i;
+            let region = u32::try_from(index).map_err(|_| Reject::invalid("too many regions"))?;
+            let req = ControlRequest::AllocRegion {
+                cache,
+                region,
+                region_size,
+                capacity,
+            };
+            if let Err(e) = self.links.call(t.server, &t.addr, &req) {
+                tracing::warn!(cache, region, server = t.server, addr = %t.addr, error = %e, "region allocation failed, rolling back");
+                self.free_regions(cache, first, &plan[..i]);
+                return Err(Reject::unavailable(format!(
+                    "server {} ({}) could not allocate region {region} of cache {cache}: {e}",
+                    t.server, t.addr
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Frees `targets[i]` as region `first + i`, best effort.
+    fn free_regions(&self, cache: CacheId, first: usize, targets: &[Target]) {
+        for (i, t) in targets.iter().enumerate() {
+            let Ok(region) = u32::try_from(first + i) else {
+                return;
+            };
+            let req = ControlRequest::FreeRegion {
+                cache,
+                region,
+                moved_to: None,
+            };
+            self.best_effort(t, &req, "free region");
+        }
+    }
+
+    fn best_effort(&self, t: &Target, req: &ControlRequest, what: &str) {
+        if t.state == ServerState::Dead {
+            tracing::warn!(server = t.server, addr = %t.addr, "skipping {what} on dead server");
+            return;
+        }
+        if let Err(e) = self.links.call(t.server, &t.addr, req) {
+            tracing::warn!(server = t.server, addr = %t.addr, error = %e, "{what} failed");
+        }
+    }
+}
+
+fn server_only(what: &str) -> Reject {
+    Reject::invalid(format!(
+        "{what} is a server request; the manager does not serve it"
+    ))
+}
+
+fn validate_name(name: &str) -> Result<(), Reject> {
+    if name.is_empty() {
+        return Err(Reject::invalid("cache name is empty"));
+    }
+    let chars = name.chars().count();
+    if chars > MAX_NAME_CHARS {
+        return Err(Reject::invalid(format!(
+            "cache name has {chars} characters; at most {MAX_NAME_CHARS} are allowed"
+        )));
+    }
+    Ok(())
+}
+
+/// Regions needed for `capacity` bytes, after checking both numbers.
+fn region_count(capacity: u64, region_size: u64) -> Result<u64, Reject> {
+    if capacity == 0 {
+        return Err(Reject::invalid("capacity must be positive"));
+    }
+    if region_size == 0 || !region_size.is_multiple_of(REGION_ALIGN) {
+        return Err(Reject::invalid(format!(
+            "region size {region_size} must be a positive multiple of {REGION_ALIGN}"
+        )));
+    }
+    let n = capacity.div_ceil(region_size);
+    if n > MAX_REGIONS {
+        return Err(Reject::invalid(format!(
+            "capacity {capacity} needs {n} regions of {region_size} bytes; at most \
+             {MAX_REGIONS} are allowed, use a larger region size"
+        )));
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_checked() {
+        assert!(validate_name("a").is_ok());
+        assert!(validate_name(&"é".repeat(MAX_NAME_CHARS)).is_ok());
+        assert!(validate_name(&"x".repeat(MAX_NAME_CHARS + 1)).is_err());
+        assert_eq!(
+            validate_name("").unwrap_err().code,
+            ControlErrorCode::InvalidArgument
+        );
+    }
+
+    #[test]
+    fn region_counts_round_up_and_reject_bad_input() {
+        assert_eq!(region_count(1, 4096).unwrap(), 1);
+        assert_eq!(region_count(4096, 4096).unwrap(), 1);
+        assert_eq!(region_count(4097, 4096).unwrap(), 2);
+        assert!(region_count(0, 4096).is_err());
+        assert!(region_count(10, 0).is_err());
+        assert!(region_count(10, 1000).is_err());
+        assert!(region_count(u64::MAX, 4096).is_err(), "too many regions");
+    }
+}

@@ -1,0 +1,38 @@
+use std::net::SocketAddr;
+
+use farcache_proto::control::PriceClass;
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    /// Address registered with the manager; defaults to the bound listen address.
+    pub advertise: Option<String>,
+    /// Worker threads (`s` in the Redy model).
+    pub threads: usize,
+    /// Upper bound on memory promised to regions.
+    pub memory: u64,
+    pub cores: u32,
+    pub manager: Option<String>,
+    pub price_class: PriceClass,
+    pub price_per_gib_hour: f64,
+    pub max_frame: u32,
+    /// Stop reading from a connection while this much response data is unsent.
+    pub max_pending_write: usize,
+}
+
+impl ServerConfig {
+    pub fn new(listen: SocketAddr, memory: u64) -> Self {
+        Self {
+            listen,
+            advertise: None,
+            threads: 1,
+            memory,
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
+            manager: None,
+            price_class: PriceClass::OnDemand,
+            price_per_gib_hour: 0.01,
+            max_frame: farcache_proto::MAX_FRAME_DEFAULT,
+            max_pending_write: 8 << 20,
+        }
+    }
+}

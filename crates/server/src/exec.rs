@@ -1,0 +1,267 @@
+//! Runs one request batch against the region table, appending the response frame.
+
+use farcache_proto::op::MAX_OP_BYTES;
+use farcache_proto::{CacheId, DecodeError, Op, OpCode, RequestDecoder, ResponseEncoder, Status};
+
+use crate::metrics::Tally;
+use crate::region::Region;
+use crate::store::{CacheRegions, StoreMap};
+
+enum Miss<'m> {
+    Status(Status),
+    Wrong(Option<&'m str>),
+}
+
+/// Resolves `[addr, addr+len)` of `cache` to a region and offset on this server.
+/// The range must lie within one region: clients split at region boundaries.
+fn locate<'m>(c: &'m CacheRegions, addr: u64, len: u64) -> Result<(&'m Region, usize), Miss<'m>> {
+    let end = addr
+        .checked_add(len)
+        .ok_or(Miss::Status(Status::OutOfRange))?;
+    if end > c.capacity {
+        return Err(Miss::Status(Status::OutOfRange));
+    }
+    let idx = addr / c.region_size;
+    let off = addr % c.region_size;
+    if off + len > c.region_size {
+        return Err(Miss::Status(Status::OutOfRange));
+    }
+    match c.regions.get(idx as usize) {
+        Some(Some(r)) => Ok((r, off as usize)),
+        _ => Err(Miss::Wrong(
+            u32::try_from(idx)
+                .ok()
+                .and_then(|i| c.moved.get(&i))
+                .map(String::as_str),
+        )),
+    }
+}
+
+struct Lookup<'m> {
+    map: &'m StoreMap,
+    last: Option<(CacheId, &'m CacheRegions)>,
+}
+
+impl<'m> Lookup<'m> {
+    #[inline]
+    fn cache(&mut self, id: CacheId) -> Option<&'m CacheRegions> {
+        if let Some((last, c)) = self.last
+            && last == id
+        {
+            return Some(c);
+        }
+        let c = self.map.caches.get(&id)?;
+        self.last = Some((id, c));
+        Some(c)
+    }
+
+    fn find(
+        &mut self,
+        cache: CacheId,
+        addr: u64,
+        len: u64,
+    ) -> Result<(&'m Region, usize), Miss<'m>> {
+        let c = self.cache(cache).ok_or(Miss::Status(Status::NoSuchCache))?;
+        locate(c, addr, len)
+    }
+}
+
+fn miss(out: &mut Vec<u8>, enc: &mut ResponseEncoder, op: OpCode, m: Miss<'_>) {
+    match m {
+        Miss::Status(s) => enc.status(out, op, s),
+        Miss::Wrong(owner) => enc.wrong_server(out, op, owner),
+    }
+}
+
+/// Validates the whole batch first (a malformed batch runs no op at all), then runs
+/// every op in order and appends exactly one reply per op.
+pub fn execute_batch(
+    map: &StoreMap,
+    payload: &[u8],
+    seq: u64,
+    out: &mut Vec<u8>,
+    max_frame: usize,
+    tally: &mut Tally,
+) -> Result<(), DecodeError> {
+    RequestDecoder::validate(payload)?;
+    let mut enc = ResponseEncoder::begin(out, seq);
+    let mut look = Lookup { map, last: None };
+    for op in RequestDecoder::new(payload)? {
+        let op = op?;
+        let code = op.code();
+        let before = out.len();
+        match op {
+            Op::Read { cache, addr, len } => {
+                if len > MAX_OP_BYTES || enc.payload_len(out) + 6 + len as usize > max_frame {
+                    enc.status(out, code, Status::TooLarge);
+                } else {
+                    match look.find(cache, addr, len.into()) {
+                        Ok((r, off)) => {
+                            enc.data_with(out, code, len as usize, |dst| r.read_into(off, dst))
+                        }
+                        Err(m) => miss(out, &mut enc, code, m),
+                    }
+                }
+            }
+            Op::Write { cache, addr, data } => {
+                if data.len() > MAX_OP_BYTES as usize {
+                    enc.status(out, code, Status::TooLarge);
+                } else {
+                    match look.find(cache, addr, data.len() as u64) {
+                        Ok((r, off)) => {
+                            r.write_from(off, data);
+                            enc.status(out, code, Status::Ok);
+                        }
+                        Err(m) => miss(out, &mut enc, code, m),
+                    }
+                }
+            }
+            Op::Cas { cache, addr, .. } | Op::FetchAdd { cache, addr, .. }
+                if !addr.is_multiple_of(8) =>
+            {
+                let _ = cache;
+                enc.status(out, code, Status::Misaligned);
+            }
+            Op::Cas {
+                cache,
+                addr,
+                expected,
+                new,
+            } => match look.find(cache, addr, 8) {
+                Ok((r, off)) => enc.value(out, code, r.cas(off, expected, new)),
+                Err(m) => miss(out, &mut enc, code, m),
+            },
+            Op::FetchAdd { cache, addr, delta } => match look.find(cache, addr, 8) {
+                Ok((r, off)) => enc.value(out, code, r.fetch_add(off, delta)),
+                Err(m) => miss(out, &mut enc, code, m),
+            },
+            // Stored procedures arrive with their own issue; the op is reserved now.
+            Op::Execute { .. } => enc.status(out, code, Status::Unsupported),
+            Op::Ping => enc.status(out, code, Status::Ok),
+        }
+        let ok = out.get(before + 1) == Some(&(Status::Ok as u8));
+        let bytes = match op {
+            Op::Read { len, .. } => len as usize,
+            Op::Write { data, .. } => data.len(),
+            _ => 8,
+        };
+        tally.op(code, if ok { bytes } else { 0 }, ok);
+    }
+    enc.finish(out);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::RegionStore;
+    use farcache_proto::{HEADER_LEN, RequestEncoder, ResponseDecoder, response::ReplyBody};
+
+    fn run(store: &RegionStore, ops: &[Op<'_>]) -> Vec<u8> {
+        let mut req = Vec::new();
+        let mut e = RequestEncoder::begin(&mut req, 5);
+        for op in ops {
+            e.push(&mut req, op);
+        }
+        e.finish(&mut req);
+        let mut out = Vec::new();
+        execute_batch(
+            &store.snapshot(),
+            &req[HEADER_LEN..],
+            5,
+            &mut out,
+            1 << 20,
+            &mut Tally::default(),
+        )
+        .unwrap();
+        out
+    }
+
+    #[test]
+    fn ops_against_regions() {
+        let store = RegionStore::new(1 << 20);
+        store.alloc(7, 0, 4096, 8192).unwrap();
+        store.free(7, 1, Some("10.0.0.9:1".into()));
+        let out = run(
+            &store,
+            &[
+                Op::Write {
+                    cache: 7,
+                    addr: 100,
+                    data: b"abcdefgh",
+                },
+                Op::Read {
+                    cache: 7,
+                    addr: 100,
+                    len: 8,
+                },
+                Op::Cas {
+                    cache: 7,
+                    addr: 104,
+                    expected: 0,
+                    new: 1,
+                },
+                Op::FetchAdd {
+                    cache: 7,
+                    addr: 200,
+                    delta: 5,
+                },
+                Op::FetchAdd {
+                    cache: 7,
+                    addr: 200,
+                    delta: 5,
+                },
+                Op::Read {
+                    cache: 7,
+                    addr: 4090,
+                    len: 10,
+                },
+                Op::Read {
+                    cache: 7,
+                    addr: 5000,
+                    len: 8,
+                },
+                Op::Read {
+                    cache: 7,
+                    addr: 9000,
+                    len: 8,
+                },
+                Op::Read {
+                    cache: 8,
+                    addr: 0,
+                    len: 8,
+                },
+                Op::Cas {
+                    cache: 7,
+                    addr: 3,
+                    expected: 0,
+                    new: 0,
+                },
+                Op::Read {
+                    cache: 7,
+                    addr: u64::MAX,
+                    len: 8,
+                },
+            ],
+        );
+        let r: Vec<_> = ResponseDecoder::new(&out[HEADER_LEN..])
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(r[0].status, Status::Ok);
+        assert_eq!(r[1].body, ReplyBody::Data(b"abcdefgh"));
+        assert_eq!(
+            r[2].body,
+            ReplyBody::Value(0x6867_6665),
+            "CAS fails and returns the old word"
+        );
+        assert_eq!(r[3].body, ReplyBody::Value(0));
+        assert_eq!(r[4].body, ReplyBody::Value(5));
+        assert_eq!(r[5].status, Status::OutOfRange, "spans a region boundary");
+        assert_eq!(r[6].body, ReplyBody::Owner(Some("10.0.0.9:1")));
+        assert_eq!(r[7].status, Status::OutOfRange, "beyond capacity");
+        assert_eq!(r[8].status, Status::NoSuchCache);
+        assert_eq!(r[9].status, Status::Misaligned);
+        assert_eq!(r[10].status, Status::OutOfRange);
+    }
+}

@@ -1,0 +1,93 @@
+//! Registration with the manager and periodic heartbeats. Survives manager restarts:
+//! it reconnects and re-registers under the same server id.
+
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use farcache_proto::blocking::{RpcError, control_call};
+use farcache_proto::control::{ControlErrorCode, ControlRequest, ControlResponse};
+use tracing::{info, warn};
+
+use crate::server::Shared;
+
+const IO_TIMEOUT: Duration = Duration::from_secs(2);
+
+fn connect(addr: &str) -> Result<TcpStream, RpcError> {
+    use std::net::ToSocketAddrs;
+    let sa = addr.to_socket_addrs()?.next().ok_or_else(|| {
+        RpcError::Unexpected(format!("manager address '{addr}' does not resolve"))
+    })?;
+    let s = TcpStream::connect_timeout(&sa, IO_TIMEOUT)?;
+    s.set_read_timeout(Some(IO_TIMEOUT))?;
+    s.set_write_timeout(Some(IO_TIMEOUT))?;
+    s.set_nodelay(true)?;
+    Ok(s)
+}
+
+fn register(sh: &Shared, stream: &mut TcpStream) -> Result<Duration, RpcError> {
+    let c = &sh.config;
+    let id = sh.server_id();
+    let req = ControlRequest::RegisterServer {
+        server_id: (id != 0).then_some(id),
+        addr: sh.advertise.clone(),
+        memory: c.memory,
+        cores: c.cores,
+        price_class: c.price_class,
+        price_per_gib_hour: c.price_per_gib_hour,
+    };
+    match control_call(stream, &req)? {
+        ControlResponse::Registered {
+            server_id,
+            heartbeat_ms,
+        } => {
+            sh.set_server_id(server_id);
+            info!(server_id, addr = %sh.advertise, "registered with manager");
+            Ok(Duration::from_millis(heartbeat_ms.clamp(10, 60_000)))
+        }
+        other => Err(RpcError::Unexpected(format!(
+            "reply to RegisterServer: {other:?}"
+        ))),
+    }
+}
+
+/// Runs until shutdown: register, then heartbeat; on any failure reconnect with backoff.
+pub fn run(sh: Arc<Shared>, manager: String) {
+    let mut backoff = Duration::from_millis(50);
+    let mut warned = false;
+    while !sh.shutdown.load(Ordering::Acquire) {
+        let r = (|| -> Result<(), RpcError> {
+            let mut s = connect(&manager)?;
+            let every = register(&sh, &mut s)?;
+            warned = false;
+            backoff = Duration::from_millis(50);
+            while !sh.shutdown.load(Ordering::Acquire) {
+                sh.sleep(every);
+                let hb = ControlRequest::Heartbeat {
+                    server_id: sh.server_id(),
+                    used: sh.store.used(),
+                };
+                match control_call(&mut s, &hb) {
+                    Ok(_) => {}
+                    Err(RpcError::Remote {
+                        code: ControlErrorCode::UnknownServer,
+                        ..
+                    }) => {
+                        register(&sh, &mut s)?;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(())
+        })();
+        if let Err(e) = r {
+            if !warned {
+                warn!(%manager, "manager unreachable, retrying: {e}");
+                warned = true;
+            }
+            sh.sleep(backoff);
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+        }
+    }
+}

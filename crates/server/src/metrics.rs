@@ -1,0 +1,82 @@
+//! Op counters. Workers tally a batch locally and publish once per batch, so the hot
+//! path does no atomic traffic per op.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use farcache_proto::OpCode;
+use farcache_proto::control::OpStats;
+
+const N: usize = OpCode::ALL.len();
+
+fn slot(op: OpCode) -> usize {
+    OpCode::ALL.iter().position(|o| *o == op).unwrap_or(0)
+}
+
+#[derive(Default)]
+pub struct Metrics {
+    count: [AtomicU64; N],
+    bytes: [AtomicU64; N],
+    errors: [AtomicU64; N],
+    pub protocol_errors: AtomicU64,
+    pub connections: AtomicU64,
+}
+
+/// A batch's worth of counts, kept on the worker's stack.
+#[derive(Default)]
+pub struct Tally {
+    count: [u64; N],
+    bytes: [u64; N],
+    errors: [u64; N],
+}
+
+impl Tally {
+    #[inline]
+    pub fn op(&mut self, op: OpCode, bytes: usize, ok: bool) {
+        let i = slot(op);
+        self.count[i] += 1;
+        self.bytes[i] += bytes as u64;
+        self.errors[i] += u64::from(!ok);
+    }
+}
+
+impl Metrics {
+    pub fn publish(&self, t: &Tally) {
+        for i in 0..N {
+            if t.count[i] != 0 {
+                self.count[i].fetch_add(t.count[i], Relaxed);
+                self.bytes[i].fetch_add(t.bytes[i], Relaxed);
+                self.errors[i].fetch_add(t.errors[i], Relaxed);
+            }
+        }
+    }
+
+    pub fn ops(&self) -> Vec<OpStats> {
+        OpCode::ALL
+            .iter()
+            .enumerate()
+            .map(|(i, op)| OpStats {
+                op: op.name().to_string(),
+                count: self.count[i].load(Relaxed),
+                bytes: self.bytes[i].load(Relaxed),
+                errors: self.errors[i].load(Relaxed),
+            })
+            .collect()
+    }
+
+    /// Prometheus text exposition.
+    pub fn render_prometheus(&self, used: u64, memory: u64) -> String {
+        let mut s = String::new();
+        for o in self.ops() {
+            s += &format!("farcache_ops_total{{op=\"{}\"}} {}\n", o.op, o.count);
+            s += &format!("farcache_op_bytes_total{{op=\"{}\"}} {}\n", o.op, o.bytes);
+            s += &format!("farcache_op_errors_total{{op=\"{}\"}} {}\n", o.op, o.errors);
+        }
+        s += &format!(
+            "farcache_protocol_errors_total {}\n",
+            self.protocol_errors.load(Relaxed)
+        );
+        s += &format!("farcache_connections {}\n", self.connections.load(Relaxed));
+        s += &format!("farcache_memory_bytes {memory}\nfarcache_memory_used_bytes {used}\n");
+        s
+    }
+}

@@ -1,0 +1,195 @@
+//! Starting and stopping a server: binds, spawns acceptor, workers and the manager link.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use farcache_proto::ServerId;
+use farcache_proto::control::ServerStats;
+use mio::{Poll, Waker};
+use parking_lot::{Condvar, Mutex};
+use tracing::info;
+
+use crate::config::ServerConfig;
+use crate::error::ServerError;
+use crate::metrics::Metrics;
+use crate::store::RegionStore;
+use crate::worker::{WAKER, Worker, WorkerInbox};
+
+/// State every thread of a server shares.
+pub struct Shared {
+    pub config: ServerConfig,
+    pub advertise: String,
+    pub store: RegionStore,
+    pub metrics: Metrics,
+    pub shutdown: AtomicBool,
+    server_id: AtomicU32,
+    nap: (Mutex<()>, Condvar),
+}
+
+impl Shared {
+    pub fn server_id(&self) -> ServerId {
+        self.server_id.load(Ordering::Acquire)
+    }
+
+    pub fn set_server_id(&self, id: ServerId) {
+        self.server_id.store(id, Ordering::Release);
+    }
+
+    /// Sleeps up to `d`, returning early on shutdown.
+    pub fn sleep(&self, d: Duration) {
+        let mut g = self.nap.0.lock();
+        if !self.shutdown.load(Ordering::Acquire) {
+            self.nap.1.wait_for(&mut g, d);
+        }
+    }
+}
+
+pub struct Server;
+
+pub struct ServerHandle {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    wakers: Vec<Arc<Waker>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Server {
+    pub fn start(config: ServerConfig) -> Result<ServerHandle, ServerError> {
+        if config.threads == 0 {
+            return Err(ServerError::Config("--threads must be at least 1".into()));
+        }
+        let std_listener =
+            std::net::TcpListener::bind(config.listen).map_err(|source| ServerError::Bind {
+                addr: config.listen.to_string(),
+                source,
+            })?;
+        std_listener.set_nonblocking(true)?;
+        let addr = std_listener.local_addr()?;
+        let listener = mio::net::TcpListener::from_std(std_listener);
+        let advertise = config.advertise.clone().unwrap_or_else(|| addr.to_string());
+        let shared = Arc::new(Shared {
+            store: RegionStore::new(config.memory),
+            metrics: Metrics::default(),
+            shutdown: AtomicBool::new(false),
+            server_id: AtomicU32::new(0),
+            nap: (Mutex::new(()), Condvar::new()),
+            advertise,
+            config,
+        });
+
+        let mut threads = Vec::new();
+        let mut wakers = Vec::new();
+        let mut inboxes = Vec::new();
+        for id in 0..shared.config.threads {
+            let poll = Poll::new()?;
+            let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+            let (tx, rx) = std::sync::mpsc::channel();
+            inboxes.push(WorkerInbox {
+                tx,
+                waker: waker.clone(),
+            });
+            wakers.push(waker);
+            let w = Worker {
+                id,
+                poll,
+                incoming: rx,
+                shared: shared.clone(),
+            };
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("fc-worker-{id}"))
+                    .spawn(move || w.run())?,
+            );
+        }
+        let poll = Poll::new()?;
+        let waker = Arc::new(Waker::new(poll.registry(), crate::acceptor::WAKER)?);
+        wakers.push(waker);
+        let sh = shared.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name("fc-acceptor".into())
+                .spawn(move || crate::acceptor::run(poll, listener, inboxes, sh))?,
+        );
+        if let Some(manager) = shared.config.manager.clone() {
+            let sh = shared.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("fc-manager-link".into())
+                    .spawn(move || crate::manager_link::run(sh, manager))?,
+            );
+        }
+        info!(%addr, threads = shared.config.threads, memory = shared.config.memory, "server listening");
+        Ok(ServerHandle {
+            addr,
+            shared,
+            wakers,
+            threads,
+        })
+    }
+}
+
+impl ServerHandle {
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// 0 until the manager has assigned an id.
+    pub fn server_id(&self) -> ServerId {
+        self.shared.server_id()
+    }
+
+    pub fn stats(&self) -> ServerStats {
+        crate::control::stats(&self.shared)
+    }
+
+    pub fn prometheus(&self) -> String {
+        self.shared
+            .metrics
+            .render_prometheus(self.shared.store.used(), self.shared.store.memory())
+    }
+
+    /// Waits until the manager has assigned an id, up to `timeout`.
+    pub fn wait_registered(&self, timeout: Duration) -> Option<ServerId> {
+        let deadline = std::time::Instant::now() + timeout;
+        while std::time::Instant::now() < deadline {
+            let id = self.server_id();
+            if id != 0 {
+                return Some(id);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        None
+    }
+
+    /// Stops accepting, closes all connections and joins every thread.
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    /// Blocks until the server stops (for `farcache server`).
+    pub fn join(mut self) {
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+
+    fn stop(&mut self) {
+        self.shared.shutdown.store(true, Ordering::Release);
+        self.shared.nap.1.notify_all();
+        for w in &self.wakers {
+            let _ = w.wake();
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for ServerHandle {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

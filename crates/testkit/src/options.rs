@@ -1,0 +1,47 @@
+use std::time::Duration;
+
+/// Shape of a local cluster.
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    pub servers: usize,
+    pub server_memory: u64,
+    pub server_threads: usize,
+    pub region_size: u64,
+    pub heartbeat_interval: Duration,
+    pub heartbeat_timeout: Duration,
+}
+
+impl Default for ClusterOptions {
+    fn default() -> Self {
+        Self {
+            servers: 3,
+            server_memory: 256 << 20,
+            server_threads: 1,
+            region_size: 1 << 20,
+            heartbeat_interval: Duration::from_millis(100),
+            heartbeat_timeout: Duration::from_millis(1000),
+        }
+    }
+}
+
+impl ClusterOptions {
+    pub fn servers(mut self, n: usize) -> Self {
+        self.servers = n;
+        self
+    }
+
+    pub fn server_memory(mut self, m: u64) -> Self {
+        self.server_memory = m;
+        self
+    }
+
+    pub fn server_threads(mut self, s: usize) -> Self {
+        self.server_threads = s.max(1);
+        self
+    }
+
+    pub fn region_size(mut self, r: u64) -> Self {
+        self.region_size = r;
+        self
+    }
+}
