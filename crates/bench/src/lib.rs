@@ -7,6 +7,7 @@
 pub mod baseline;
 pub mod error;
 pub mod histogram;
+pub mod io;
 pub mod report;
 pub mod tools;
 pub mod workload;

@@ -253,32 +253,27 @@ impl LaneInner {
     }
 
     fn ensure_conn(&mut self, server: ServerId, info: &CacheInfo) -> Result<(), OpError> {
-        let Some(addr) = info.server(server).map(|s| s.addr.clone()) else {
+        let addr = info.server(server).map(|s| s.addr.as_str());
+        if let Some(c) = self.conns.get(&server) {
+            if Some(c.addr.as_str()) == addr {
+                return Ok(());
+            }
+            let err = c.unavailable("server moved to a new address");
+            self.fail_conn(server, err);
+        }
+        let Some(addr) = addr else {
             return Err(OpError::ServerUnavailable {
                 server,
                 addr: String::new(),
                 reason: "server missing from the region table".into(),
             });
         };
-        if let Some(c) = self.conns.get(&server) {
-            if c.addr == addr {
-                return Ok(());
-            }
-            let err = c.unavailable("server moved to a new address");
-            self.fail_conn(server, err);
-        }
         if let Some((at, e)) = self.failed.get(&server)
             && at.elapsed() < REDIAL_AFTER
         {
             return Err(e.clone());
         }
-        match ServerConn::connect(
-            server,
-            &addr,
-            self.cfg.connect_timeout,
-            self.poll.registry(),
-            Token(server as usize),
-        ) {
+        match ServerConn::connect(server, addr, self.cfg.connect_timeout, self.poll.registry(), Token(server as usize)) {
             Ok(c) => {
                 self.failed.remove(&server);
                 self.conns.insert(server, c);
