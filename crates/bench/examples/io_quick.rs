@@ -18,7 +18,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         if !only.is_empty() && only != format!("{op:?}{size}") {
             continue;
         }
-        let spec = IoSpec { op, record_size: size, dist: KeyDistribution::Uniform, records: (256 << 20) / size as u64, batch: b, depth: q, duration: Duration::from_secs(2) };
+        let spec = IoSpec { op, record_size: size, dist: KeyDistribution::Uniform, records: std::env::var("RECORDS").ok().and_then(|r| r.parse().ok()).unwrap_or((256 << 20) / size as u64), batch: b, depth: q, duration: Duration::from_secs(2) };
         let o = run_throughput(&cache, &spec)?;
         println!("{:?} {size}B b={b} q={q}: {:.2} Mops/s {:.2} GB/s p50 {:.1}us err {}", op, o.mops, o.bytes_per_sec / 1e9, o.latency.p50_us, o.errors);
     }

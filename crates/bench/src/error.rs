@@ -41,6 +41,9 @@ pub enum BenchError {
     /// Chart rendering failed.
     #[error("chart rendering failed: {0}")]
     Chart(String),
+    /// The farcache cluster under test failed (start, create, ops).
+    #[error("farcache cluster: {0}")]
+    Cluster(String),
     /// Other I/O error (files, sockets).
     #[error(transparent)]
     Io(#[from] io::Error),

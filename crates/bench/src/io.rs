@@ -56,9 +56,49 @@ fn addresses(spec: &IoSpec, seed: u64) -> crate::Result<Vec<u64>> {
     Ok((0..n).map(|_| g.next_offset()).collect())
 }
 
+/// `threads` application threads, each mapped to its own client connection
+/// lane, each running [`run_throughput`]; results are summed.
+pub fn run_throughput_threads(cache: &Cache, spec: &IoSpec, threads: usize) -> crate::Result<IoOutcome> {
+    if threads <= 1 {
+        return run_throughput(cache, spec);
+    }
+    let outs: Vec<crate::Result<(IoOutcome, LatencyHistogram)>> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..threads)
+            .map(|i| {
+                let cache = cache.clone();
+                sc.spawn(move || run_one(&cache, spec, 42 + i as u64))
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(crate::BenchError::Cluster("load thread panicked".into()))))
+            .collect()
+    });
+    let mut hist = LatencyHistogram::new();
+    let (mut ops, mut errors, mut secs) = (0, 0, 0f64);
+    for o in outs {
+        let (o, h) = o?;
+        ops += o.ops;
+        errors += o.errors;
+        secs = secs.max(o.secs);
+        hist.merge(&h);
+    }
+    Ok(IoOutcome {
+        ops,
+        errors,
+        secs,
+        mops: ops as f64 / secs / 1e6,
+        bytes_per_sec: ops as f64 * spec.record_size as f64 / secs,
+        latency: hist.summary(),
+    })
+}
+
 /// Keeps `depth` batches of `batch` ops in flight for `duration`.
 pub fn run_throughput(cache: &Cache, spec: &IoSpec) -> crate::Result<IoOutcome> {
-    let addrs = addresses(spec, 42)?;
+    run_one(cache, spec, 42).map(|(o, _)| o)
+}
+
+fn run_one(cache: &Cache, spec: &IoSpec, seed: u64) -> crate::Result<(IoOutcome, LatencyHistogram)> {
+    let addrs = addresses(spec, seed)?;
     let payload = vec![0xA5u8; spec.record_size];
     let mut hist = LatencyHistogram::new();
     let mut inflight: VecDeque<(Instant, usize, Ticket)> = VecDeque::with_capacity(spec.depth + 1);
@@ -108,15 +148,17 @@ pub fn run_throughput(cache: &Cache, spec: &IoSpec) -> crate::Result<IoOutcome> 
         complete(t0, n, t, &mut hist);
     }
     let secs = start.elapsed().as_secs_f64();
-    let ops = ops.saturating_sub(0);
-    Ok(IoOutcome {
-        ops,
-        errors,
-        secs,
-        mops: ops as f64 / secs / 1e6,
-        bytes_per_sec: ops as f64 * spec.record_size as f64 / secs,
-        latency: hist.summary(),
-    })
+    Ok((
+        IoOutcome {
+            ops,
+            errors,
+            secs,
+            mops: ops as f64 / secs / 1e6,
+            bytes_per_sec: ops as f64 * spec.record_size as f64 / secs,
+            latency: hist.summary(),
+        },
+        hist,
+    ))
 }
 
 /// One op at a time (`b = 1, q = 1`): the latency floor of the data path.

@@ -8,6 +8,7 @@ pub mod baseline;
 pub mod error;
 pub mod histogram;
 pub mod io;
+pub mod io_suite;
 pub mod report;
 pub mod tools;
 pub mod workload;

@@ -16,6 +16,9 @@ pub struct ClientConfig {
     pub connect_timeout: Duration,
     /// Attempts for an op that keeps hitting `wrong server` after table refreshes.
     pub max_redirects: u32,
+    /// A waiting thread polls its sockets without sleeping for this long before it
+    /// blocks: a sleeping thread's wake-up costs more than a loopback round trip.
+    pub spin: Duration,
 }
 
 impl ClientConfig {
@@ -28,6 +31,7 @@ impl ClientConfig {
             op_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(2),
             max_redirects: 4,
+            spin: Duration::from_micros(50),
         }
     }
 
@@ -43,6 +47,12 @@ impl ClientConfig {
 
     pub fn queue_depth(mut self, q: usize) -> Self {
         self.queue_depth = q.max(1);
+        self
+    }
+
+    /// Busy-poll window before a waiting thread sleeps (`Duration::ZERO` never spins).
+    pub fn spin(mut self, d: Duration) -> Self {
+        self.spin = d;
         self
     }
 

@@ -4,12 +4,14 @@
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::{TcpStream as StdStream, ToSocketAddrs};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use farcache_proto::blocking::handshake;
+use farcache_proto::control::CacheInfo;
 use farcache_proto::{
-    FrameHeader, FrameKind, HEADER_LEN, Op, RequestEncoder, ResponseDecoder, Role, ServerId,
+    FrameHeader, FrameKind, HEADER_LEN, Op, RequestEncoder, Role, ServerId,
 };
 use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
@@ -34,6 +36,9 @@ pub(crate) struct InFlight {
 pub(crate) struct ServerConn {
     pub server: ServerId,
     pub addr: String,
+    /// The region table this connection's address was last checked against; ops routed
+    /// with the same table skip the check.
+    pub checked: Option<Arc<CacheInfo>>,
     stream: TcpStream,
     out: Vec<u8>,
     opos: usize,
@@ -92,6 +97,7 @@ impl ServerConn {
         Ok(Self {
             server,
             addr: addr.to_string(),
+            checked: None,
             stream,
             out: Vec::with_capacity(MIN_READ),
             opos: 0,
@@ -289,16 +295,4 @@ impl ServerConn {
             reason,
         }
     }
-}
-
-/// Validates a response payload's shape before any part is completed from it.
-pub(crate) fn check_response(payload: &[u8], expected: usize) -> Result<(), String> {
-    let mut d = ResponseDecoder::new(payload).map_err(|e| e.to_string())?;
-    if d.declared() as usize != expected {
-        return Err(format!("{} replies for {expected} ops", d.declared()));
-    }
-    for r in d.by_ref() {
-        r.map_err(|e| e.to_string())?;
-    }
-    d.finish().map_err(|e| e.to_string())
 }

@@ -1,7 +1,6 @@
 //! A lane: one connection per server plus the tickets whose ops travel on them.
 //! Whoever holds the lane's lock drives its sockets (see the crate docs).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::Waker;
@@ -10,6 +9,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use farcache_proto::control::CacheInfo;
 use farcache_proto::response::ReplyBody;
+use farcache_proto::op::MAX_OP_BYTES;
 use farcache_proto::{Op, ResponseDecoder, ServerId, Status};
 use mio::{Events, Poll, Token};
 use parking_lot::Mutex;
@@ -18,7 +18,8 @@ use slab::Slab;
 use crate::batch::{Batch, BatchOp, Kind, OpOutput, OpResult};
 use crate::cache::CacheShared;
 use crate::config::ClientConfig;
-use crate::conn::{Append, InFlight, ServerConn, check_response};
+use crate::conn::{Append, InFlight, ServerConn};
+use crate::idmap::IdMap;
 use crate::error::OpError;
 use crate::routing::{Part, split};
 use crate::ticket::Ticket;
@@ -43,8 +44,6 @@ pub(crate) struct PartRef {
 struct Slot {
     pending: u32,
     result: Option<OpResult>,
-    /// Assembly buffer for a read split into several parts.
-    buf: Option<Vec<u8>>,
 }
 
 pub(crate) struct TicketState {
@@ -53,6 +52,9 @@ pub(crate) struct TicketState {
     ops: Vec<BatchOp>,
     data: Vec<u8>,
     slots: Vec<Slot>,
+    /// Assembly buffers of reads split into several parts, by op index (rare, so kept
+    /// out of the per-op slot).
+    assembly: IdMap<Vec<u8>>,
     remaining: usize,
     waker: Option<Waker>,
     abandoned: bool,
@@ -68,8 +70,8 @@ pub(crate) struct LaneInner {
     cfg: ClientConfig,
     poll: Poll,
     events: Events,
-    conns: HashMap<ServerId, ServerConn>,
-    failed: HashMap<ServerId, (Instant, OpError)>,
+    conns: IdMap<ServerConn>,
+    failed: IdMap<(Instant, OpError)>,
     tickets: Slab<TicketState>,
     next_id: u64,
     retries: Vec<PartRef>,
@@ -84,8 +86,8 @@ impl Lane {
                 cfg,
                 poll: Poll::new()?,
                 events: Events::with_capacity(64),
-                conns: HashMap::new(),
-                failed: HashMap::new(),
+                conns: IdMap::default(),
+                failed: IdMap::default(),
                 tickets: Slab::new(),
                 next_id: 1,
                 retries: Vec::new(),
@@ -137,6 +139,7 @@ impl LaneInner {
             ops,
             data,
             slots,
+            assembly: IdMap::default(),
             remaining: n,
             waker: None,
             abandoned: false,
@@ -160,13 +163,30 @@ impl LaneInner {
                 self.fail_op(key, i, e);
                 continue;
             }
+            let region = info.region_of(op.addr);
+            let region_end = (region as u64 + 1) * info.region_size;
+            if op.len > 0 && op.addr + op.len <= region_end && op.len <= u64::from(MAX_OP_BYTES) {
+                // Common case: the op lies in one region and needs no splitting.
+                self.tickets[key].slots[i].pending = 1;
+                let part = PartRef {
+                    key: key as u32,
+                    op: i as u32,
+                    op_off: 0,
+                    addr: op.addr,
+                    len: op.len as u32,
+                    redirects: 0,
+                };
+                let server = info.regions.get(region).copied().unwrap_or(0);
+                self.route(part, server, &info);
+                continue;
+            }
             let mut parts = std::mem::take(&mut self.scratch);
             parts.clear();
             split(&info, op.addr, op.len, |p| parts.push(p));
-            let slot = &mut self.tickets[key].slots[i];
-            slot.pending = parts.len() as u32;
+            let t = &mut self.tickets[key];
+            t.slots[i].pending = parts.len() as u32;
             if op.kind == Kind::Read && parts.len() > 1 {
-                slot.buf = Some(vec![0; op.len as usize]);
+                t.assembly.insert(i as u32, vec![0; op.len as usize]);
             }
             for p in &parts {
                 let part = PartRef {
@@ -186,11 +206,19 @@ impl LaneInner {
         (key, id)
     }
 
-    fn route(&mut self, part: PartRef, server: ServerId, info: &CacheInfo) {
+    fn route(&mut self, part: PartRef, server: ServerId, info: &Arc<CacheInfo>) {
         let (b, q) = (self.cfg.batch_size, self.cfg.queue_depth);
         loop {
-            if let Err(e) = self.ensure_conn(server, info) {
-                return self.fail_part(part, e);
+            let checked = self.conns.get(&server).is_some_and(|c| {
+                c.checked.as_ref().is_some_and(|i| Arc::ptr_eq(i, info))
+            });
+            if !checked {
+                if let Err(e) = self.ensure_conn(server, info) {
+                    return self.fail_part(part, e);
+                }
+                if let Some(c) = self.conns.get_mut(&server) {
+                    c.checked = Some(info.clone());
+                }
             }
             let Self { conns, tickets, .. } = self;
             let Some(conn) = conns.get_mut(&server) else {
@@ -431,6 +459,10 @@ impl LaneInner {
         }
     }
 
+    pub fn spin(&self) -> Duration {
+        self.cfg.spin
+    }
+
     pub fn is_done(&self, key: usize, id: u64) -> bool {
         self.tickets
             .get(key)
@@ -522,20 +554,38 @@ fn complete_frame(
     fl: InFlight,
     payload: Bytes,
 ) -> Result<(), OpError> {
-    if let Err(reason) = check_response(&payload, fl.parts.len()) {
-        // Put the parts back so the connection failure fails them.
-        conn.inflight.push_front(fl);
-        return Err(OpError::Protocol {
-            server: conn.server,
-            reason,
-        });
-    }
-    let dec = ResponseDecoder::new(&payload).map_err(|e| OpError::Protocol {
+    let protocol = |reason: String| OpError::Protocol {
         server: conn.server,
-        reason: e.to_string(),
-    })?;
-    for (reply, part) in dec.zip(fl.parts) {
-        let Ok(reply) = reply else { continue }; // validated above
+        reason,
+    };
+    let InFlight { seq, parts, sent } = fl;
+    let mut dec = match ResponseDecoder::new(&payload) {
+        Ok(d) if d.declared() as usize == parts.len() => d,
+        Ok(d) => {
+            let reason = format!("{} replies for {} ops", d.declared(), parts.len());
+            conn.inflight.push_front(InFlight { seq, parts, sent });
+            return Err(protocol(reason));
+        }
+        Err(e) => {
+            conn.inflight.push_front(InFlight { seq, parts, sent });
+            return Err(protocol(e.to_string()));
+        }
+    };
+    let mut parts = parts.into_iter();
+    while let Some(part) = parts.next() {
+        let reply = match dec.next() {
+            Some(Ok(r)) => r,
+            bad => {
+                // Give the unanswered parts back so the connection failure fails them.
+                let reason = match bad {
+                    Some(Err(e)) => e.to_string(),
+                    _ => "response ended early".into(),
+                };
+                let rest = std::iter::once(part).chain(parts).collect();
+                conn.inflight.push_front(InFlight { seq, parts: rest, sent });
+                return Err(protocol(reason));
+            }
+        };
         let key = part.key as usize;
         let Some(t) = tickets.get_mut(key) else {
             continue;
@@ -544,7 +594,7 @@ fn complete_frame(
         let slot = &mut t.slots[part.op as usize];
         match (reply.status, kind, reply.body) {
             (Status::Ok, Kind::Read, ReplyBody::Data(d)) if d.len() == part.len as usize => {
-                match &mut slot.buf {
+                match t.assembly.get_mut(&part.op) {
                     Some(buf) => buf[part.op_off as usize..][..d.len()].copy_from_slice(d),
                     None => slot.result = Some(Ok(OpOutput::Data(payload.slice_ref(d)))),
                 }
@@ -568,7 +618,7 @@ fn complete_frame(
         }
         part_done(tickets, key, part.op as usize);
     }
-    Ok(())
+    dec.finish().map_err(|e| protocol(e.to_string()))
 }
 
 fn part_done(tickets: &mut Slab<TicketState>, key: usize, op: usize) {
@@ -579,7 +629,12 @@ fn part_done(tickets: &mut Slab<TicketState>, key: usize, op: usize) {
         return;
     }
     if slot.result.is_none() {
-        slot.result = Some(Ok(match (t.ops[op].kind, slot.buf.take()) {
+        let assembled = if t.assembly.is_empty() {
+            None
+        } else {
+            t.assembly.remove(&(op as u32))
+        };
+        slot.result = Some(Ok(match (t.ops[op].kind, assembled) {
             (Kind::Read, Some(buf)) => OpOutput::Data(Bytes::from(buf)),
             (Kind::Read, None) => OpOutput::Data(Bytes::new()),
             _ => OpOutput::Done,

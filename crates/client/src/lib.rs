@@ -23,6 +23,7 @@ mod client;
 pub mod config;
 mod conn;
 pub mod error;
+mod idmap;
 mod lane;
 mod manager_link;
 mod routing;

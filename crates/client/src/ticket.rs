@@ -5,7 +5,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::batch::BatchResults;
 use crate::client::ClientShared;
@@ -37,8 +37,14 @@ impl Ticket {
         let lane = &self.client.lanes[self.lane];
         let mut g = lane.inner.lock();
         let mut idle_rounds = 0;
+        let spin_until = Instant::now() + g.spin();
         while !g.is_done(self.key, self.id) {
-            g.drive_once(Some(Duration::from_millis(100)));
+            let block = if Instant::now() < spin_until {
+                Duration::ZERO
+            } else {
+                Duration::from_millis(100)
+            };
+            g.drive_once(Some(block));
             // Guard against a lost op: nothing in flight anywhere and still not done.
             if g.stuck() && !g.is_done(self.key, self.id) {
                 idle_rounds += 1;

@@ -18,6 +18,9 @@ pub struct ServerConfig {
     pub max_frame: u32,
     /// Stop reading from a connection while this much response data is unsent.
     pub max_pending_write: usize,
+    /// After serving, a worker polls without sleeping for this long before it blocks:
+    /// a request arriving in the window skips a thread wake-up (several µs).
+    pub busy_poll: std::time::Duration,
 }
 
 impl ServerConfig {
@@ -33,6 +36,7 @@ impl ServerConfig {
             price_per_gib_hour: 0.01,
             max_frame: farcache_proto::MAX_FRAME_DEFAULT,
             max_pending_write: 8 << 20,
+            busy_poll: std::time::Duration::from_micros(50),
         }
     }
 }

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::Receiver;
+use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -32,8 +33,11 @@ impl Worker {
     pub fn run(mut self) {
         let mut events = Events::with_capacity(1024);
         let mut conns: Slab<Conn> = Slab::new();
+        let spin = self.shared.config.busy_poll;
+        let mut last_work = Instant::now();
         loop {
-            if let Err(e) = self.poll.poll(&mut events, None) {
+            let timeout = (!spin.is_zero() && last_work.elapsed() < spin).then_some(Duration::ZERO);
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() == std::io::ErrorKind::Interrupted {
                     continue;
                 }
@@ -43,6 +47,10 @@ impl Worker {
             if self.shared.shutdown.load(Ordering::Acquire) {
                 return;
             }
+            if events.is_empty() {
+                continue;
+            }
+            last_work = Instant::now();
             for ev in events.iter() {
                 if ev.token() == WAKER {
                     self.adopt(&mut conns);

@@ -1,7 +1,133 @@
-pub fn run(_b: BenchCommand) -> anyhow::Result<()> {
-    Ok(())
-}
+//! `farcache bench …`: thin layer over `farcache-bench`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use farcache_bench::io::IoOp;
+use farcache_bench::io_suite::{IoBenchOptions, run_io_bench};
+use farcache_bench::workload::KeyDistribution;
+use farcache_bench::{DEFAULT_RESULTS_DIR, print_table, write_chart, write_json};
+
+use crate::size::parse_size;
+
 #[derive(clap::Subcommand)]
 pub enum BenchCommand {
-    Io,
+    /// Reads and writes of fixed-size records vs Redis GET/SET and raw TCP.
+    Io(IoArgs),
+}
+
+#[derive(clap::Args)]
+pub struct IoArgs {
+    /// Operations: read, write.
+    #[arg(long, value_delimiter = ',', default_value = "read,write")]
+    ops: Vec<String>,
+    /// Record sizes (8, 64, 1KiB, 4KiB …).
+    #[arg(long, value_delimiter = ',', default_value = "8,64,1KiB,4KiB")]
+    sizes: Vec<String>,
+    /// Address distributions: uniform, zipf (θ = 0.99) or zipf:THETA.
+    #[arg(long, value_delimiter = ',', default_value = "uniform,zipf")]
+    dist: Vec<String>,
+    /// Client connections per server (each driven by its own thread); a list sweeps.
+    #[arg(short = 'c', long, value_delimiter = ',', default_value = "1")]
+    connections: Vec<usize>,
+    /// Server worker threads; a list sweeps (one cluster per value).
+    #[arg(short = 's', long, value_delimiter = ',', default_value = "1")]
+    server_threads: Vec<usize>,
+    /// Ops per batch; a list sweeps.
+    #[arg(short = 'b', long, value_delimiter = ',', default_value = "1024")]
+    batch: Vec<usize>,
+    /// Batches in flight per connection; a list sweeps.
+    #[arg(short = 'q', long, value_delimiter = ',', default_value = "4")]
+    queue_depth: Vec<usize>,
+    /// Server processes.
+    #[arg(long, default_value_t = 1)]
+    servers: usize,
+    /// Records addressed per run (default: the Redis baseline's keyspace).
+    #[arg(long)]
+    records: Option<u64>,
+    /// Seconds per throughput run (default 3, 1 with --quick).
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// Shorter runs and baselines.
+    #[arg(long)]
+    quick: bool,
+    /// Skip Redis and sockperf (no ratios).
+    #[arg(long)]
+    no_baselines: bool,
+    /// Directory for JSON and PNG results.
+    #[arg(long, default_value = DEFAULT_RESULTS_DIR)]
+    out: PathBuf,
+}
+
+pub fn run(b: BenchCommand) -> Result<()> {
+    match b {
+        BenchCommand::Io(a) => io(a),
+    }
+}
+
+fn io(a: IoArgs) -> Result<()> {
+    let bin = std::env::current_exe().context("locating the farcache binary")?;
+    let mut o = IoBenchOptions::new(bin, a.quick);
+    o.ops = a.ops.iter().map(|s| parse_op(s)).collect::<Result<_>>()?;
+    o.sizes = a
+        .sizes
+        .iter()
+        .map(|s| parse_size(s).map(|v| v as usize).map_err(anyhow::Error::msg))
+        .collect::<Result<_>>()?;
+    o.dists = a.dist.iter().map(|s| parse_dist(s)).collect::<Result<_>>()?;
+    o.c = a.connections;
+    o.s = a.server_threads;
+    o.b = a.batch;
+    o.q = a.queue_depth;
+    o.servers = a.servers;
+    o.records = a.records;
+    if let Some(s) = a.seconds {
+        if !(s.is_finite() && s > 0.0) {
+            bail!("--seconds must be positive");
+        }
+        o.duration = Duration::from_secs_f64(s);
+    }
+    o.baselines = !a.no_baselines;
+
+    let report = run_io_bench(&o)?;
+    print_table(&report);
+    let json = write_json(&report, &a.out)?;
+    println!("results: {}", json.display());
+    match write_chart(&report, &a.out) {
+        Ok(png) => println!("chart:   {}", png.display()),
+        Err(e) => eprintln!("chart not written: {e}"),
+    }
+    match report.all_targets_met() {
+        Some(true) => println!("all targets met"),
+        Some(false) => println!("some targets NOT met (see the target column)"),
+        None => {}
+    }
+    Ok(())
+}
+
+fn parse_op(s: &str) -> Result<IoOp> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "read" | "get" => Ok(IoOp::Read),
+        "write" | "set" => Ok(IoOp::Write),
+        other => bail!("unknown op `{other}` (read, write)"),
+    }
+}
+
+fn parse_dist(s: &str) -> Result<KeyDistribution> {
+    let s = s.trim().to_ascii_lowercase();
+    match s.as_str() {
+        "uniform" => Ok(KeyDistribution::Uniform),
+        "zipf" => Ok(KeyDistribution::ZIPF),
+        _ => match s.strip_prefix("zipf:") {
+            Some(t) => {
+                let theta: f64 = t.parse().with_context(|| format!("bad zipf theta `{t}`"))?;
+                if !(theta.is_finite() && theta > 0.0) {
+                    bail!("zipf theta must be positive");
+                }
+                Ok(KeyDistribution::Zipf { theta })
+            }
+            None => bail!("unknown distribution `{s}` (uniform, zipf, zipf:THETA)"),
+        },
+    }
 }

@@ -32,6 +32,9 @@ pub struct Args {
     /// Largest frame accepted or sent.
     #[arg(long, default_value = "64MiB", value_parser = parse_size)]
     max_frame: u64,
+    /// Busy-poll window in µs after serving before a worker sleeps (0 = never spin).
+    #[arg(long, default_value_t = 50)]
+    busy_poll_us: u64,
     /// Write the bound address to this file once listening.
     #[arg(long)]
     addr_file: Option<PathBuf>,
@@ -44,6 +47,7 @@ pub fn run(a: Args) -> Result<()> {
     c.manager = a.manager;
     c.price_class = a.price_class;
     c.price_per_gib_hour = a.price;
+    c.busy_poll = std::time::Duration::from_micros(a.busy_poll_us);
     c.max_frame = u32::try_from(a.max_frame).context("--max-frame must be below 4GiB")?;
     let h = Server::start(c)?;
     super::write_addr_file(a.addr_file.as_deref(), &h.addr().to_string())?;

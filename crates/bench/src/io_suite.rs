@@ -1,0 +1,364 @@
+//! `farcache bench io`: baselines, a process cluster, every (op, size,
+//! distribution, c, s, b, q) combination, rows with ratios and targets.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use farcache_client::ClientConfig;
+use farcache_testkit::{ClusterOptions, ProcessCluster};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::baseline::redis::{RedisBaselineOpts, redis_baseline};
+use crate::baseline::sockperf::{SockperfOpts, sockperf_baseline};
+use crate::error::{BenchError, Result};
+use crate::io::{IoOp, IoOutcome, IoSpec, run_latency, run_throughput_threads};
+use crate::report::{BenchReport, BenchRow};
+use crate::tools::{Tool, ensure_tools};
+use crate::workload::KeyDistribution;
+
+/// Region size of the benchmark cluster: small enough to spread a cache over
+/// several servers, large enough that few ops straddle regions.
+const BENCH_REGION: u64 = 64 << 20;
+
+/// Throughput needed vs Redis's best pipelined figure (8 B records).
+pub const TARGET_THROUGHPUT_RATIO: f64 = 10.0;
+/// Unbatched read p50 allowed vs the raw TCP round trip.
+pub const TARGET_LATENCY_RATIO: f64 = 1.2;
+/// 4 KiB read bandwidth needed vs sockperf's loopback stream.
+pub const TARGET_BANDWIDTH_RATIO: f64 = 0.7;
+
+/// What `bench io` runs.
+#[derive(Debug, Clone)]
+pub struct IoBenchOptions {
+    /// The `farcache` binary used to start the manager and servers.
+    pub bin: PathBuf,
+    pub ops: Vec<IoOp>,
+    pub sizes: Vec<usize>,
+    pub dists: Vec<KeyDistribution>,
+    /// Client connections per server (= application threads driving load).
+    pub c: Vec<usize>,
+    /// Server worker threads.
+    pub s: Vec<usize>,
+    /// Ops per batch.
+    pub b: Vec<usize>,
+    /// Batches in flight per connection.
+    pub q: Vec<usize>,
+    /// Server processes in the cluster.
+    pub servers: usize,
+    /// Records per run; `None` = the Redis keyspace, so both systems address
+    /// the same number of keys.
+    pub records: Option<u64>,
+    pub duration: Duration,
+    /// Samples per unbatched latency run.
+    pub latency_samples: u64,
+    /// Measure Redis and sockperf in the same run.
+    pub baselines: bool,
+    pub quick: bool,
+}
+
+impl IoBenchOptions {
+    /// The issue's grid: 8 B–4 KiB, uniform and Zipf(0.99), reads and writes,
+    /// c = s = 1, b = 1024, q = 4.
+    pub fn new(bin: impl Into<PathBuf>, quick: bool) -> Self {
+        Self {
+            bin: bin.into(),
+            ops: vec![IoOp::Read, IoOp::Write],
+            sizes: vec![8, 64, 1024, 4096],
+            dists: vec![KeyDistribution::Uniform, KeyDistribution::ZIPF],
+            c: vec![1],
+            s: vec![1],
+            b: vec![1024],
+            q: vec![4],
+            servers: 1,
+            records: None,
+            duration: Duration::from_millis(if quick { 1000 } else { 3000 }),
+            latency_samples: if quick { 20_000 } else { 100_000 },
+            baselines: true,
+            quick,
+        }
+    }
+
+    fn validate(&self) -> Result<()> {
+        let empty = [
+            ("ops", self.ops.is_empty()),
+            ("sizes", self.sizes.is_empty()),
+            ("distributions", self.dists.is_empty()),
+            ("c", self.c.is_empty()),
+            ("s", self.s.is_empty()),
+            ("b", self.b.is_empty()),
+            ("q", self.q.is_empty()),
+        ];
+        if let Some((what, _)) = empty.iter().find(|(_, e)| *e) {
+            return Err(BenchError::InvalidArgument(format!("no {what} given")));
+        }
+        let zero = [&self.sizes, &self.c, &self.s, &self.b, &self.q];
+        if zero.iter().any(|v| v.contains(&0)) || self.servers == 0 {
+            return Err(BenchError::InvalidArgument(
+                "sizes, c, s, b, q and servers must be ≥ 1".into(),
+            ));
+        }
+        if self.sizes.iter().any(|&s| s as u64 > u64::from(farcache_proto::MAX_OP_BYTES)) {
+            return Err(BenchError::InvalidArgument(format!(
+                "record size above the per-op limit of {} bytes",
+                farcache_proto::MAX_OP_BYTES
+            )));
+        }
+        Ok(())
+    }
+
+    fn redis_opts(&self, size: usize) -> RedisBaselineOpts {
+        RedisBaselineOpts::new(size, self.quick)
+    }
+
+    fn records(&self) -> u64 {
+        self.records
+            .unwrap_or_else(|| self.redis_opts(8).keyspace)
+            .max(1)
+    }
+}
+
+fn progress(len: u64) -> ProgressBar {
+    let pb = if std::env::var_os("CI").is_some() {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(len)
+    };
+    if let Ok(style) = ProgressStyle::with_template("{prefix:>10} [{bar:30}] {pos}/{len} {msg}") {
+        pb.set_style(style.progress_chars("=> "));
+    }
+    pb
+}
+
+/// Runs the whole benchmark and returns the report (not yet printed or saved).
+pub fn run_io_bench(opts: &IoBenchOptions) -> Result<BenchReport> {
+    opts.validate()?;
+    let mut report = BenchReport::new("io");
+    if opts.baselines {
+        ensure_tools(&[Tool::RedisServer, Tool::RedisBenchmark, Tool::Sockperf, Tool::DejaVuFont])?;
+        let pb = progress(opts.sizes.len() as u64 + 1);
+        pb.set_prefix("baselines");
+        pb.set_message("sockperf ping-pong + stream");
+        report.baselines.sockperf = Some(sockperf_baseline(&SockperfOpts::new(opts.quick))?);
+        pb.inc(1);
+        for &size in &opts.sizes {
+            pb.set_message(format!("redis-benchmark GET/SET {size} B"));
+            report
+                .baselines
+                .redis
+                .push(redis_baseline(&opts.redis_opts(size))?);
+            pb.inc(1);
+        }
+        pb.finish_and_clear();
+        report.rows.extend(report.baselines.rows());
+    }
+
+    let records = opts.records();
+    let capacity = records * opts.sizes.iter().copied().max().unwrap_or(8) as u64;
+    let capacity = capacity.div_ceil(BENCH_REGION).max(1) * BENCH_REGION;
+    let regions_per_server = (capacity / BENCH_REGION).div_ceil(opts.servers as u64);
+    let server_memory = (regions_per_server + 1) * BENCH_REGION;
+
+    let grid = opts.ops.len()
+        * opts.sizes.len()
+        * opts.dists.len()
+        * opts.c.len()
+        * opts.b.len()
+        * opts.q.len();
+    let per_s = grid + opts.sizes.len() * opts.c.len();
+    let pb = progress((per_s * opts.s.len()) as u64);
+    pb.set_prefix("farcache");
+    for &s in &opts.s {
+        pb.set_message(format!("starting {} server(s), s = {s}", opts.servers));
+        let cluster = ProcessCluster::start(
+            &opts.bin,
+            &ClusterOptions::default()
+                .servers(opts.servers)
+                .server_threads(s)
+                .server_memory(server_memory)
+                .region_size(BENCH_REGION),
+        )
+        .map_err(|e| BenchError::Cluster(e.to_string()))?;
+        for &c in &opts.c {
+            for &b in &opts.b {
+                for &q in &opts.q {
+                    let client = cluster
+                        .client_with(ClientConfig::new("").connections(c).batch_size(b).queue_depth(q))
+                        .map_err(|e| BenchError::Cluster(e.to_string()))?;
+                    let cache = client
+                        .create("bench-io", capacity)
+                        .map_err(|e| BenchError::Cluster(e.to_string()))?;
+                    prefill(&cache, capacity)?;
+                    for &op in &opts.ops {
+                        for &size in &opts.sizes {
+                            for &dist in &opts.dists {
+                                pb.set_message(format!(
+                                    "{} {size} B {dist} c={c} s={s} b={b} q={q}",
+                                    op.name()
+                                ));
+                                let spec = IoSpec {
+                                    op,
+                                    record_size: size,
+                                    dist,
+                                    records,
+                                    batch: b,
+                                    depth: q,
+                                    duration: opts.duration,
+                                };
+                                let out = run_throughput_threads(&cache, &spec, c)?;
+                                report.rows.push(throughput_row(&report, &spec, &out, c, s));
+                                pb.inc(1);
+                            }
+                        }
+                    }
+                    // Unbatched latency depends on neither b nor q: run it once per (c, s).
+                    if b == opts.b[0] && q == opts.q[0] {
+                        for &size in &opts.sizes {
+                            pb.set_message(format!("unbatched read {size} B c={c} s={s}"));
+                            let out = run_latency(&cache, IoOp::Read, size, records, opts.latency_samples)?;
+                            report.rows.push(latency_row(&report, size, &out, c, s));
+                            pb.inc(1);
+                        }
+                    }
+                    client
+                        .delete("bench-io")
+                        .map_err(|e| BenchError::Cluster(e.to_string()))?;
+                }
+            }
+        }
+        drop(cluster);
+    }
+    pb.finish_and_clear();
+    Ok(report)
+}
+
+/// Touches every page once so first-touch page faults are not measured.
+fn prefill(cache: &farcache_client::Cache, capacity: u64) -> Result<()> {
+    const CHUNK: u64 = 1 << 20;
+    let buf = vec![0x11u8; CHUNK as usize];
+    let mut batch = cache.batch();
+    let mut pending = Vec::new();
+    let mut addr = 0;
+    while addr < capacity {
+        let n = CHUNK.min(capacity - addr);
+        batch.write(addr, &buf[..n as usize]);
+        addr += n;
+        if batch.len() == 16 || addr == capacity {
+            pending.push(std::mem::replace(&mut batch, cache.batch()).submit());
+        }
+        if pending.len() >= 4 {
+            check_prefill(pending.remove(0))?;
+        }
+    }
+    for t in pending {
+        check_prefill(t)?;
+    }
+    Ok(())
+}
+
+fn check_prefill(t: farcache_client::Ticket) -> Result<()> {
+    match t.wait().first_error() {
+        Some(e) => Err(BenchError::Cluster(format!("prefill failed: {e}"))),
+        None => Ok(()),
+    }
+}
+
+fn base_row(name: String, op: &str, size: usize, dist: String, c: usize, s: usize) -> BenchRow {
+    BenchRow {
+        name,
+        system: "farcache".into(),
+        op: op.into(),
+        record_size: size,
+        distribution: dist,
+        c: Some(c),
+        s: Some(s),
+        ..BenchRow::default()
+    }
+}
+
+fn throughput_row(report: &BenchReport, spec: &IoSpec, out: &IoOutcome, c: usize, s: usize) -> BenchRow {
+    let size = spec.record_size;
+    let mut row = BenchRow {
+        b: Some(spec.batch),
+        q: Some(spec.depth),
+        mops: out.mops,
+        p50_us: out.latency.p50_us,
+        p99_us: out.latency.p99_us,
+        p999_us: out.latency.p999_us,
+        ..base_row(
+            format!("farcache {} {size}B {}", spec.op.name(), spec.dist),
+            spec.op.name(),
+            size,
+            spec.dist.to_string(),
+            c,
+            s,
+        )
+    };
+    if out.errors > 0 {
+        row.name.push_str(&format!(" ({} errors)", out.errors));
+    }
+    let issue_shape = c == 1 && s == 1 && out.errors == 0;
+    if let Some(redis) = report.baselines.redis_for(size) {
+        let (label, mops) = match spec.op {
+            IoOp::Read => (redis.best_get.label(), redis.best_get_mops()),
+            IoOp::Write => (redis.best_set.label(), redis.best_set_mops()),
+        };
+        row = row.with_redis_baseline(label, mops);
+        if size == 8 && issue_shape && spec.dist == KeyDistribution::Uniform {
+            let met = row.ratio_vs_redis.is_some_and(|r| r >= TARGET_THROUGHPUT_RATIO);
+            row = row.with_target(format!(">= {TARGET_THROUGHPUT_RATIO}x redis best"), met);
+        }
+    }
+    if let Some(sp) = &report.baselines.sockperf {
+        let gbps = out.bytes_per_sec * 8.0 / 1e9;
+        row = row.with_bandwidth(gbps, sp.throughput.gbps);
+        if size == 4096 && spec.op == IoOp::Read && issue_shape && spec.dist == KeyDistribution::Uniform {
+            let met = row
+                .bandwidth_ratio_vs_sockperf
+                .is_some_and(|r| r >= TARGET_BANDWIDTH_RATIO);
+            row = row.with_target(
+                format!(">= {:.0}% sockperf bw", TARGET_BANDWIDTH_RATIO * 100.0),
+                met,
+            );
+        }
+    }
+    row
+}
+
+fn latency_row(report: &BenchReport, size: usize, out: &IoOutcome, c: usize, s: usize) -> BenchRow {
+    let mut row = BenchRow {
+        b: Some(1),
+        q: Some(1),
+        mops: out.mops,
+        p50_us: out.latency.p50_us,
+        p99_us: out.latency.p99_us,
+        p999_us: out.latency.p999_us,
+        ..base_row(
+            format!("farcache unbatched read {size}B"),
+            "read",
+            size,
+            "uniform".into(),
+            c,
+            s,
+        )
+    };
+    if let Some(rtt) = report.baselines.raw_rtt_p50_us() {
+        row = row.with_latency_baseline(rtt);
+    }
+    if let Some(redis) = report.baselines.redis_for(size) {
+        row.baseline = Some(format!(
+            "redis unpipelined GET p50 {:.1}us",
+            redis.unpipelined_get_p50_us()
+        ));
+        if size == 8 && c == 1 && s == 1 && out.errors == 0 {
+            let met = row
+                .latency_ratio_vs_raw_tcp
+                .is_some_and(|r| r <= TARGET_LATENCY_RATIO)
+                && out.latency.p50_us < redis.unpipelined_get_p50_us();
+            row = row.with_target(
+                format!("p50 <= {TARGET_LATENCY_RATIO}x RTT, < redis"),
+                met,
+            );
+        }
+    }
+    row
+}

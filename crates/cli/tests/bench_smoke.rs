@@ -1,0 +1,82 @@
+//! `farcache bench io` end to end: baselines measured, farcache rows carry ratios and
+//! targets, JSON and PNG written. Needs redis-server, redis-benchmark and sockperf
+//! (`scripts/test.sh` installs them).
+
+use std::process::Command;
+
+#[test]
+fn bench_io_writes_rows_with_ratios() {
+    let out = tempfile::tempdir().expect("tempdir");
+    let run = Command::new(env!("CARGO_BIN_EXE_farcache"))
+        .args(["bench", "io", "--quick", "--sizes", "8,4KiB", "--dist", "uniform"])
+        .args(["--seconds", "0.3", "--records", "4096", "--out"])
+        .arg(out.path())
+        .env("CI", "true")
+        .output()
+        .expect("run farcache bench io");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "bench failed: {}\n{stdout}\n{}",
+        run.status,
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(stdout.contains("farcache read 8B uniform"), "{stdout}");
+
+    let latest = out.path().join("io-latest.json");
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&latest).expect("io-latest.json")).expect("json");
+    let rows = json["rows"].as_array().expect("rows");
+    let row = |name: &str| {
+        rows.iter()
+            .find(|r| r["name"].as_str() == Some(name))
+            .unwrap_or_else(|| panic!("no row {name:?} in {rows:#?}"))
+    };
+    for system in ["redis", "sockperf", "farcache"] {
+        assert!(rows.iter().any(|r| r["system"] == system), "no {system} rows");
+    }
+
+    let read8 = row("farcache read 8B uniform");
+    let mops = read8["mops"].as_f64().expect("mops");
+    assert!(mops > 0.0, "{read8}");
+    let base = read8["baseline_mops"].as_f64().expect("baseline_mops");
+    let ratio = read8["ratio_vs_redis"].as_f64().expect("ratio_vs_redis");
+    assert!((ratio - mops / base).abs() < 1e-9 * ratio.max(1.0), "{read8}");
+    assert!(read8["meets_target"].is_boolean(), "8 B read carries the 10x target");
+    assert_eq!(read8["c"], 1);
+    assert_eq!(read8["b"], 1024);
+
+    let lat = row("farcache unbatched read 8B");
+    assert!(lat["p50_us"].as_f64().is_some_and(|v| v > 0.0), "{lat}");
+    assert!(lat["latency_ratio_vs_raw_tcp"].as_f64().is_some_and(|v| v > 0.0), "{lat}");
+    assert!(lat["meets_target"].is_boolean());
+
+    let big = row("farcache read 4096B uniform");
+    assert!(big["bandwidth_ratio_vs_sockperf"].as_f64().is_some_and(|v| v > 0.0), "{big}");
+
+    let pngs = std::fs::read_dir(out.path())
+        .expect("read out dir")
+        .filter_map(Result::ok)
+        .filter(|e| e.path().extension().is_some_and(|x| x == "png"))
+        .count();
+    assert!(pngs >= 1, "no chart written");
+}
+
+#[test]
+fn bench_io_rejects_bad_arguments() {
+    for args in [
+        &["bench", "io", "--sizes", "0"][..],
+        &["bench", "io", "--ops", "delete"],
+        &["bench", "io", "--dist", "pareto"],
+        &["bench", "io", "-b", "0", "--no-baselines"],
+    ] {
+        let run = Command::new(env!("CARGO_BIN_EXE_farcache"))
+            .args(args)
+            .output()
+            .expect("run farcache");
+        assert!(!run.status.success(), "{args:?} should fail");
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+        assert!(!err.trim().is_empty(), "{args:?}: no error message");
+    }
+}

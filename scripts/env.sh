@@ -1,0 +1,29 @@
+# Sourced by the other scripts: makes sure a Rust toolchain and the Debian packages the
+# tests and benchmarks use are present. Safe to run again; does nothing when all is there.
+set -euo pipefail
+
+need_pkgs=()
+command -v redis-server >/dev/null 2>&1 || need_pkgs+=(redis-server)
+command -v redis-benchmark >/dev/null 2>&1 || need_pkgs+=(redis-tools)
+command -v sockperf >/dev/null 2>&1 || need_pkgs+=(sockperf)
+[ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_pkgs+=(fonts-dejavu-core)
+if [ "${#need_pkgs[@]}" -gt 0 ] && [ "${FARCACHE_SKIP_APT:-}" != 1 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing ${need_pkgs[*]} (apt)" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -q "${need_pkgs[@]}" >/dev/null 2>&1 \
+      || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q "${need_pkgs[@]}" >/dev/null; }
+  else
+    echo "note: ${need_pkgs[*]} missing; install them (sudo apt-get install -y ${need_pkgs[*]}) for benchmarks" >&2
+  fi
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  if [ -x "$HOME/.cargo/bin/cargo" ]; then
+    export PATH="$HOME/.cargo/bin:$PATH"
+  else
+    echo "installing Rust (rustup, minimal profile)" >&2
+    curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
+    export PATH="$HOME/.cargo/bin:$PATH"
+  fi
+fi
