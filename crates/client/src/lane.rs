@@ -420,7 +420,7 @@ impl LaneInner {
             };
             match info {
                 Ok(info) => {
-                    part.redirects += 1;
+                    part.redirects = part.redirects.saturating_add(1);
                     let server = info
                         .regions
                         .get(info.region_of(part.addr))

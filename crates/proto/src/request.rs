@@ -91,7 +91,12 @@ impl RequestEncoder {
             } => {
                 out.extend_from_slice(&cache.to_le_bytes());
                 out.extend_from_slice(&addr.to_le_bytes());
-                let name = &proc_name.as_bytes()[..proc_name.len().min(u8::MAX as usize)];
+                // Cut at a char boundary so the name stays valid UTF-8.
+                let mut end = proc_name.len().min(crate::op::MAX_PROC_NAME);
+                while !proc_name.is_char_boundary(end) {
+                    end -= 1;
+                }
+                let name = &proc_name.as_bytes()[..end];
                 out.push(name.len() as u8);
                 out.extend_from_slice(name);
                 out.extend_from_slice(&(args.len() as u32).to_le_bytes());

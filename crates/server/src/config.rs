@@ -21,6 +21,8 @@ pub struct ServerConfig {
     /// After serving, a worker polls without sleeping for this long before it blocks:
     /// a request arriving in the window skips a thread wake-up (several µs).
     pub busy_poll: std::time::Duration,
+    /// Serve Prometheus text metrics over HTTP here.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl ServerConfig {
@@ -37,6 +39,7 @@ impl ServerConfig {
             max_frame: farcache_proto::MAX_FRAME_DEFAULT,
             max_pending_write: 8 << 20,
             busy_poll: std::time::Duration::from_micros(50),
+            metrics_listen: None,
         }
     }
 }

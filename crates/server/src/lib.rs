@@ -5,7 +5,7 @@
 //! buffers and frame handling; [`worker`] is a thread's event loop (each worker owns
 //! its connections and runs every request to completion in place); [`acceptor`] hands
 //! new connections to workers; [`manager_link`] registers and heartbeats; [`metrics`]
-//! counts ops.
+//! counts ops and [`metrics_http`] serves them to Prometheus.
 
 mod acceptor;
 pub mod config;
@@ -15,6 +15,7 @@ pub mod error;
 mod exec;
 mod manager_link;
 pub mod metrics;
+mod metrics_http;
 mod region;
 mod server;
 pub mod store;

@@ -51,6 +51,7 @@ pub struct Server;
 
 pub struct ServerHandle {
     addr: SocketAddr,
+    metrics_addr: Option<SocketAddr>,
     shared: Arc<Shared>,
     wakers: Vec<Arc<Waker>>,
     threads: Vec<JoinHandle<()>>,
@@ -113,6 +114,20 @@ impl Server {
                 .name("fc-acceptor".into())
                 .spawn(move || crate::acceptor::run(poll, listener, inboxes, sh))?,
         );
+        let mut metrics_addr = None;
+        if let Some(at) = shared.config.metrics_listen {
+            let l = crate::metrics_http::bind(at).map_err(|source| ServerError::Bind {
+                addr: at.to_string(),
+                source,
+            })?;
+            metrics_addr = l.local_addr().ok();
+            let sh = shared.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("fc-metrics".into())
+                    .spawn(move || crate::metrics_http::run(l, sh))?,
+            );
+        }
         if let Some(manager) = shared.config.manager.clone() {
             let sh = shared.clone();
             threads.push(
@@ -124,6 +139,7 @@ impl Server {
         info!(%addr, threads = shared.config.threads, memory = shared.config.memory, "server listening");
         Ok(ServerHandle {
             addr,
+            metrics_addr,
             shared,
             wakers,
             threads,
@@ -134,6 +150,11 @@ impl Server {
 impl ServerHandle {
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Where `--metrics-listen` bound, if set.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
     }
 
     /// 0 until the manager has assigned an id.

@@ -255,8 +255,8 @@ pub fn run(a: Args) -> Result<()> {
     });
 
     println!(
-        "\n{:<8} {:>12} {:>8} {:>14}  {}",
-        "phase", "work", "secs", "rate", "notes"
+        "\n{:<8} {:>12} {:>8} {:>14}  notes",
+        "phase", "work", "secs", "rate"
     );
     for r in &rows {
         println!(

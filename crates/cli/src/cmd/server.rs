@@ -21,7 +21,8 @@ pub struct Args {
     /// Memory this server may promise to regions.
     #[arg(long, default_value = "1GiB", value_parser = parse_size)]
     memory: u64,
-    /// Manager address; without it the server waits for a manager to place regions.
+    /// Manager to register with. Without it the server is never given regions (the
+    /// manager places regions only on registered servers); useful for protocol tests.
     #[arg(long)]
     manager: Option<String>,
     #[arg(long, default_value = "on-demand")]
@@ -35,6 +36,9 @@ pub struct Args {
     /// Busy-poll window in µs after serving before a worker sleeps (0 = never spin).
     #[arg(long, default_value_t = 50)]
     busy_poll_us: u64,
+    /// Serve Prometheus metrics over HTTP on this address (e.g. 127.0.0.1:9401).
+    #[arg(long)]
+    metrics_listen: Option<SocketAddr>,
     /// Write the bound address to this file once listening.
     #[arg(long)]
     addr_file: Option<PathBuf>,
@@ -47,11 +51,15 @@ pub fn run(a: Args) -> Result<()> {
     c.manager = a.manager;
     c.price_class = a.price_class;
     c.price_per_gib_hour = a.price;
+    c.metrics_listen = a.metrics_listen;
     c.busy_poll = std::time::Duration::from_micros(a.busy_poll_us);
     c.max_frame = u32::try_from(a.max_frame).context("--max-frame must be below 4GiB")?;
     let h = Server::start(c)?;
     super::write_addr_file(a.addr_file.as_deref(), &h.addr().to_string())?;
     println!("farcache server listening on {}", h.addr());
+    if let Some(m) = h.metrics_addr() {
+        println!("metrics: http://{m}/metrics");
+    }
     h.join();
     Ok(())
 }
