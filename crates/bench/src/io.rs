@@ -58,7 +58,11 @@ fn addresses(spec: &IoSpec, seed: u64) -> crate::Result<Vec<u64>> {
 
 /// `threads` application threads, each mapped to its own client connection
 /// lane, each running [`run_throughput`]; results are summed.
-pub fn run_throughput_threads(cache: &Cache, spec: &IoSpec, threads: usize) -> crate::Result<IoOutcome> {
+pub fn run_throughput_threads(
+    cache: &Cache,
+    spec: &IoSpec,
+    threads: usize,
+) -> crate::Result<IoOutcome> {
     if threads <= 1 {
         return run_throughput(cache, spec);
     }
@@ -70,7 +74,11 @@ pub fn run_throughput_threads(cache: &Cache, spec: &IoSpec, threads: usize) -> c
             })
             .collect();
         hs.into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(crate::BenchError::Cluster("load thread panicked".into()))))
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(crate::BenchError::Cluster("load thread panicked".into()))
+                })
+            })
             .collect()
     });
     let mut hist = LatencyHistogram::new();
@@ -97,7 +105,11 @@ pub fn run_throughput(cache: &Cache, spec: &IoSpec) -> crate::Result<IoOutcome> 
     run_one(cache, spec, 42).map(|(o, _)| o)
 }
 
-fn run_one(cache: &Cache, spec: &IoSpec, seed: u64) -> crate::Result<(IoOutcome, LatencyHistogram)> {
+fn run_one(
+    cache: &Cache,
+    spec: &IoSpec,
+    seed: u64,
+) -> crate::Result<(IoOutcome, LatencyHistogram)> {
     let addrs = addresses(spec, seed)?;
     let payload = vec![0xA5u8; spec.record_size];
     let mut hist = LatencyHistogram::new();
@@ -162,7 +174,13 @@ fn run_one(cache: &Cache, spec: &IoSpec, seed: u64) -> crate::Result<(IoOutcome,
 }
 
 /// One op at a time (`b = 1, q = 1`): the latency floor of the data path.
-pub fn run_latency(cache: &Cache, op: IoOp, record_size: usize, records: u64, n: u64) -> crate::Result<IoOutcome> {
+pub fn run_latency(
+    cache: &Cache,
+    op: IoOp,
+    record_size: usize,
+    records: u64,
+    n: u64,
+) -> crate::Result<IoOutcome> {
     let spec = IoSpec {
         op,
         record_size,

@@ -97,7 +97,11 @@ impl IoBenchOptions {
                 "sizes, c, s, b, q and servers must be ≥ 1".into(),
             ));
         }
-        if self.sizes.iter().any(|&s| s as u64 > u64::from(farcache_proto::MAX_OP_BYTES)) {
+        if self
+            .sizes
+            .iter()
+            .any(|&s| s as u64 > u64::from(farcache_proto::MAX_OP_BYTES))
+        {
             return Err(BenchError::InvalidArgument(format!(
                 "record size above the per-op limit of {} bytes",
                 farcache_proto::MAX_OP_BYTES
@@ -186,7 +190,12 @@ pub fn run_io_bench(opts: &IoBenchOptions) -> Result<BenchReport> {
             for &b in &opts.b {
                 for &q in &opts.q {
                     let client = cluster
-                        .client_with(ClientConfig::new("").connections(c).batch_size(b).queue_depth(q))
+                        .client_with(
+                            ClientConfig::new("")
+                                .connections(c)
+                                .batch_size(b)
+                                .queue_depth(q),
+                        )
                         .map_err(|e| BenchError::Cluster(e.to_string()))?;
                     let cache = client
                         .create("bench-io", capacity)
@@ -218,7 +227,13 @@ pub fn run_io_bench(opts: &IoBenchOptions) -> Result<BenchReport> {
                     if b == opts.b[0] && q == opts.q[0] && c == opts.c[0] {
                         for &size in &opts.sizes {
                             pb.set_message(format!("unbatched read {size} B c={c} s={s}"));
-                            let out = run_latency(&cache, IoOp::Read, size, records, opts.latency_samples)?;
+                            let out = run_latency(
+                                &cache,
+                                IoOp::Read,
+                                size,
+                                records,
+                                opts.latency_samples,
+                            )?;
                             // One thread, one op at a time: whatever `c`, one connection is used.
                             report.rows.push(latency_row(&report, size, &out, 1, s));
                             pb.inc(1);
@@ -280,7 +295,13 @@ fn base_row(name: String, op: &str, size: usize, dist: String, c: usize, s: usiz
     }
 }
 
-fn throughput_row(report: &BenchReport, spec: &IoSpec, out: &IoOutcome, c: usize, s: usize) -> BenchRow {
+fn throughput_row(
+    report: &BenchReport,
+    spec: &IoSpec,
+    out: &IoOutcome,
+    c: usize,
+    s: usize,
+) -> BenchRow {
     let size = spec.record_size;
     let mut row = BenchRow {
         b: Some(spec.batch),
@@ -311,14 +332,21 @@ fn throughput_row(report: &BenchReport, spec: &IoSpec, out: &IoOutcome, c: usize
         };
         row = row.with_redis_baseline(label, mops);
         if size == 8 && issue_shape && spec.dist == KeyDistribution::Uniform {
-            let met = clean && row.ratio_vs_redis.is_some_and(|r| r >= TARGET_THROUGHPUT_RATIO);
+            let met = clean
+                && row
+                    .ratio_vs_redis
+                    .is_some_and(|r| r >= TARGET_THROUGHPUT_RATIO);
             row = row.with_target(format!(">= {TARGET_THROUGHPUT_RATIO}x redis best"), met);
         }
     }
     if let Some(sp) = &report.baselines.sockperf {
         let gbps = out.bytes_per_sec * 8.0 / 1e9;
         row = row.with_bandwidth(gbps, sp.throughput.gbps);
-        if size == 4096 && spec.op == IoOp::Read && issue_shape && spec.dist == KeyDistribution::Uniform {
+        if size == 4096
+            && spec.op == IoOp::Read
+            && issue_shape
+            && spec.dist == KeyDistribution::Uniform
+        {
             let met = clean
                 && row
                     .bandwidth_ratio_vs_sockperf
@@ -360,13 +388,10 @@ fn latency_row(report: &BenchReport, size: usize, out: &IoOutcome, c: usize, s: 
         if size == 8 && s == 1 {
             let met = out.errors == 0
                 && row
-                .latency_ratio_vs_raw_tcp
-                .is_some_and(|r| r <= TARGET_LATENCY_RATIO)
+                    .latency_ratio_vs_raw_tcp
+                    .is_some_and(|r| r <= TARGET_LATENCY_RATIO)
                 && out.latency.p50_us < redis.unpipelined_get_p50_us();
-            row = row.with_target(
-                format!("p50 <= {TARGET_LATENCY_RATIO}x RTT, < redis"),
-                met,
-            );
+            row = row.with_target(format!("p50 <= {TARGET_LATENCY_RATIO}x RTT, < redis"), met);
         }
     }
     row

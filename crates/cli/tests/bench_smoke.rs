@@ -8,7 +8,9 @@ use std::process::Command;
 fn bench_io_writes_rows_with_ratios() {
     let out = tempfile::tempdir().expect("tempdir");
     let run = Command::new(env!("CARGO_BIN_EXE_farcache"))
-        .args(["bench", "io", "--quick", "--sizes", "8,4KiB", "--dist", "uniform"])
+        .args([
+            "bench", "io", "--quick", "--sizes", "8,4KiB", "--dist", "uniform",
+        ])
         .args(["--seconds", "0.3", "--records", "4096", "--out"])
         .arg(out.path())
         .env("CI", "true")
@@ -33,7 +35,10 @@ fn bench_io_writes_rows_with_ratios() {
             .unwrap_or_else(|| panic!("no row {name:?} in {rows:#?}"))
     };
     for system in ["redis", "sockperf", "farcache"] {
-        assert!(rows.iter().any(|r| r["system"] == system), "no {system} rows");
+        assert!(
+            rows.iter().any(|r| r["system"] == system),
+            "no {system} rows"
+        );
     }
 
     let read8 = row("farcache read 8B uniform");
@@ -41,18 +46,34 @@ fn bench_io_writes_rows_with_ratios() {
     assert!(mops > 0.0, "{read8}");
     let base = read8["baseline_mops"].as_f64().expect("baseline_mops");
     let ratio = read8["ratio_vs_redis"].as_f64().expect("ratio_vs_redis");
-    assert!((ratio - mops / base).abs() < 1e-9 * ratio.max(1.0), "{read8}");
-    assert!(read8["meets_target"].is_boolean(), "8 B read carries the 10x target");
+    assert!(
+        (ratio - mops / base).abs() < 1e-9 * ratio.max(1.0),
+        "{read8}"
+    );
+    assert!(
+        read8["meets_target"].is_boolean(),
+        "8 B read carries the 10x target"
+    );
     assert_eq!(read8["c"], 1);
     assert_eq!(read8["b"], 1024);
 
     let lat = row("farcache unbatched read 8B");
     assert!(lat["p50_us"].as_f64().is_some_and(|v| v > 0.0), "{lat}");
-    assert!(lat["latency_ratio_vs_raw_tcp"].as_f64().is_some_and(|v| v > 0.0), "{lat}");
+    assert!(
+        lat["latency_ratio_vs_raw_tcp"]
+            .as_f64()
+            .is_some_and(|v| v > 0.0),
+        "{lat}"
+    );
     assert!(lat["meets_target"].is_boolean());
 
     let big = row("farcache read 4096B uniform");
-    assert!(big["bandwidth_ratio_vs_sockperf"].as_f64().is_some_and(|v| v > 0.0), "{big}");
+    assert!(
+        big["bandwidth_ratio_vs_sockperf"]
+            .as_f64()
+            .is_some_and(|v| v > 0.0),
+        "{big}"
+    );
 
     let pngs = std::fs::read_dir(out.path())
         .expect("read out dir")

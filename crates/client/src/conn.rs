@@ -10,9 +10,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use farcache_proto::blocking::handshake;
 use farcache_proto::control::CacheInfo;
-use farcache_proto::{
-    FrameHeader, FrameKind, HEADER_LEN, Op, RequestEncoder, Role, ServerId,
-};
+use farcache_proto::{FrameHeader, FrameKind, HEADER_LEN, Op, RequestEncoder, Role, ServerId};
 use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
 

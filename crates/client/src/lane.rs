@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use farcache_proto::control::CacheInfo;
-use farcache_proto::response::ReplyBody;
 use farcache_proto::op::MAX_OP_BYTES;
+use farcache_proto::response::ReplyBody;
 use farcache_proto::{Op, ResponseDecoder, ServerId, Status};
 use mio::{Events, Poll, Token};
 use parking_lot::Mutex;
@@ -19,8 +19,8 @@ use crate::batch::{Batch, BatchOp, Kind, OpOutput, OpResult};
 use crate::cache::CacheShared;
 use crate::config::ClientConfig;
 use crate::conn::{Append, InFlight, ServerConn};
-use crate::idmap::IdMap;
 use crate::error::OpError;
+use crate::idmap::IdMap;
 use crate::routing::{Part, split};
 use crate::ticket::Ticket;
 
@@ -163,6 +163,13 @@ impl LaneInner {
                 self.fail_op(key, i, e);
                 continue;
             }
+            if op.len == 0 {
+                // An empty range inside the cache: nothing to ask any server.
+                let slot = &mut self.tickets[key].slots[i];
+                slot.pending = 1;
+                part_done(&mut self.tickets, key, i);
+                continue;
+            }
             let region = info.region_of(op.addr);
             let region_end = (region as u64 + 1) * info.region_size;
             if op.len > 0 && op.addr + op.len <= region_end && op.len <= u64::from(MAX_OP_BYTES) {
@@ -209,9 +216,10 @@ impl LaneInner {
     fn route(&mut self, part: PartRef, server: ServerId, info: &Arc<CacheInfo>) {
         let (b, q) = (self.cfg.batch_size, self.cfg.queue_depth);
         loop {
-            let checked = self.conns.get(&server).is_some_and(|c| {
-                c.checked.as_ref().is_some_and(|i| Arc::ptr_eq(i, info))
-            });
+            let checked = self
+                .conns
+                .get(&server)
+                .is_some_and(|c| c.checked.as_ref().is_some_and(|i| Arc::ptr_eq(i, info)));
             if !checked {
                 if let Err(e) = self.ensure_conn(server, info) {
                     return self.fail_part(part, e);
@@ -301,7 +309,13 @@ impl LaneInner {
         {
             return Err(e.clone());
         }
-        match ServerConn::connect(server, addr, self.cfg.connect_timeout, self.poll.registry(), Token(server as usize)) {
+        match ServerConn::connect(
+            server,
+            addr,
+            self.cfg.connect_timeout,
+            self.poll.registry(),
+            Token(server as usize),
+        ) {
             Ok(c) => {
                 self.failed.remove(&server);
                 self.conns.insert(server, c);
@@ -405,6 +419,7 @@ impl LaneInner {
                 continue;
             };
             let cache = t.cache.clone();
+            let op = t.ops[part.op as usize];
             if u32::from(part.redirects) >= self.cfg.max_redirects {
                 self.fail_part(part, OpError::Redirects(part.redirects.into()));
                 continue;
@@ -419,6 +434,15 @@ impl LaneInner {
                 }
             };
             match info {
+                Ok(info) if part.addr + u64::from(part.len) > info.capacity => {
+                    // The cache shrank under this handle.
+                    let e = OpError::OutOfRange {
+                        addr: op.addr,
+                        len: op.len,
+                        capacity: info.capacity,
+                    };
+                    self.fail_part(part, e);
+                }
                 Ok(info) => {
                     part.redirects = part.redirects.saturating_add(1);
                     let server = info
@@ -582,7 +606,11 @@ fn complete_frame(
                     _ => "response ended early".into(),
                 };
                 let rest = std::iter::once(part).chain(parts).collect();
-                conn.inflight.push_front(InFlight { seq, parts: rest, sent });
+                conn.inflight.push_front(InFlight {
+                    seq,
+                    parts: rest,
+                    sent,
+                });
                 return Err(protocol(reason));
             }
         };

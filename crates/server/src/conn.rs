@@ -16,6 +16,12 @@ use crate::metrics::Tally;
 use crate::server::Shared;
 
 const MIN_READ: usize = 64 << 10;
+/// Most a partial frame grows the receive buffer by before more of it arrives.
+const GROW_STEP: usize = 1 << 20;
+/// Receive buffers above this size shrink back once empty.
+const RETAIN_RBUF: usize = 32 << 20;
+/// Largest Hello payload accepted (the real one is a few bytes).
+const MAX_HELLO: u32 = 256;
 
 pub struct Conn {
     pub stream: TcpStream,
@@ -107,8 +113,18 @@ impl Conn {
                 Ok(None) => break,
                 Err(e) => return self.fatal(sh, &e),
             };
+            if self.role.is_none() && (hdr.kind != FrameKind::Hello || hdr.len > MAX_HELLO) {
+                let e = DecodeError::BadHello(format!(
+                    "{:?} frame of {} bytes before the handshake (a Hello of at most {MAX_HELLO} bytes comes first)",
+                    hdr.kind, hdr.len
+                ));
+                return self.fatal(sh, &e);
+            }
             if avail.len() < hdr.frame_len() {
-                self.make_room(hdr.frame_len() - (self.rlen - self.rpos));
+                // Grow with the bytes that actually arrive, not with the length a peer
+                // announces: a 16-byte header must not commit 64 MiB.
+                let missing = hdr.frame_len() - (self.rlen - self.rpos);
+                self.make_room(missing.min(GROW_STEP));
                 break;
             }
             let start = self.rpos + farcache_proto::HEADER_LEN;
@@ -125,6 +141,11 @@ impl Conn {
         if self.rpos == self.rlen {
             self.rpos = 0;
             self.rlen = 0;
+            if self.rbuf.len() > RETAIN_RBUF {
+                // A big frame is done: give its memory back.
+                self.rbuf.truncate(MIN_READ * 2);
+                self.rbuf.shrink_to_fit();
+            }
         }
     }
 

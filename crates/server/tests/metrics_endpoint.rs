@@ -10,8 +10,10 @@ use farcache_server::{Server, ServerConfig};
 
 fn scrape(addr: SocketAddr) -> String {
     let mut s = TcpStream::connect(addr).expect("connect metrics");
-    s.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").expect("send");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("send");
     let mut out = String::new();
     s.read_to_string(&mut out).expect("read");
     assert!(out.starts_with("HTTP/1.1 200 OK"), "{out}");
@@ -35,14 +37,22 @@ fn metrics_count_ops_errors_and_protocol_violations() {
     assert_eq!(value(&before, "farcache_ops_total{op=\"ping\"}"), 0);
 
     let mut s = TcpStream::connect(server.addr()).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
     handshake(&mut s, Role::Client, 7).expect("handshake");
     let mut out = Vec::new();
     let mut enc = RequestEncoder::begin(&mut out, 1);
     enc.push(&mut out, &Op::Ping);
     enc.push(&mut out, &Op::Ping);
     // No cache 99 here: counted as a read error.
-    enc.push(&mut out, &Op::Read { cache: 99, addr: 0, len: 8 });
+    enc.push(
+        &mut out,
+        &Op::Read {
+            cache: 99,
+            addr: 0,
+            len: 8,
+        },
+    );
     enc.finish(&mut out);
     s.write_all(&out).expect("send batch");
     let (hdr, payload) = read_frame(&mut s, 1 << 20).expect("response");

@@ -149,6 +149,16 @@ impl ProcessCluster {
         })?)
     }
 
+    /// OS process id of server `i`, while it runs (for tests that stop or signal it).
+    pub fn server_pid(&self, i: usize) -> Option<u32> {
+        self.servers.get(i)?.as_ref().map(Child::id)
+    }
+
+    /// OS process id of the manager, while it runs.
+    pub fn manager_pid(&self) -> Option<u32> {
+        self.manager.as_ref().map(Child::id)
+    }
+
     /// SIGKILLs server `i` (no chance to say goodbye) and reaps it.
     pub fn kill_server(&mut self, i: usize) -> Result<(), TestkitError> {
         if let Some(mut c) = self.servers.get_mut(i).and_then(Option::take) {

@@ -73,9 +73,17 @@ fn io(a: IoArgs) -> Result<()> {
     o.sizes = a
         .sizes
         .iter()
-        .map(|s| parse_size(s).map(|v| v as usize).map_err(anyhow::Error::msg))
+        .map(|s| {
+            parse_size(s)
+                .map(|v| v as usize)
+                .map_err(anyhow::Error::msg)
+        })
         .collect::<Result<_>>()?;
-    o.dists = a.dist.iter().map(|s| parse_dist(s)).collect::<Result<_>>()?;
+    o.dists = a
+        .dist
+        .iter()
+        .map(|s| parse_dist(s))
+        .collect::<Result<_>>()?;
     o.c = a.connections;
     o.s = a.server_threads;
     o.b = a.batch;

@@ -54,8 +54,9 @@ pub fn run(a: Args) -> Result<()> {
     );
     std::thread::sleep(Duration::from_millis(200));
     for i in 0..a.servers {
-        let port = u16::try_from(usize::from(a.port) + 1 + i)
-            .map_err(|_| anyhow::anyhow!("--port {} leaves no room for {} servers", a.port, a.servers))?;
+        let port = u16::try_from(usize::from(a.port) + 1 + i).map_err(|_| {
+            anyhow::anyhow!("--port {} leaves no room for {} servers", a.port, a.servers)
+        })?;
         let listen = format!("127.0.0.1:{port}");
         kids.0.push(
             Command::new(&exe)

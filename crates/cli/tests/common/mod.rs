@@ -1,0 +1,170 @@
+//! Helpers shared by the cluster integration tests.
+//!
+//! Each test binary uses a different subset, hence the `dead_code` allowance.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread::Thread;
+use std::time::{Duration, Instant};
+
+use farcache_client::{ClientError, OpError, OpOutput, OpResult};
+
+/// Path of the `farcache` binary built for these tests.
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_farcache")
+}
+
+struct FlagWaker {
+    thread: Thread,
+    woken: AtomicBool,
+}
+
+impl Wake for FlagWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::Release);
+        self.thread.unpark();
+    }
+}
+
+/// A minimal executor: polls `f` on this thread and only polls again after its waker
+/// fired. A future that stays pending without waking its waker for `lost_wakeup`
+/// fails the test (so a lost wake-up is reported, not hidden by re-polling).
+pub fn block_on<F: Future>(f: F, lost_wakeup: Duration) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    let flag = Arc::new(FlagWaker {
+        thread: std::thread::current(),
+        woken: AtomicBool::new(false),
+    });
+    let waker = Waker::from(flag.clone());
+    let mut cx = Context::from_waker(&waker);
+    loop {
+        flag.woken.store(false, Ordering::Release);
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        let deadline = Instant::now() + lost_wakeup;
+        while !flag.woken.load(Ordering::Acquire) {
+            let now = Instant::now();
+            assert!(
+                now < deadline,
+                "future pending and its waker not woken within {lost_wakeup:?}"
+            );
+            std::thread::park_timeout(deadline - now);
+        }
+    }
+}
+
+/// Runs `f` on a helper thread and fails the test if it takes longer than `limit`
+/// (the thread is left behind; the test fails rather than hangs).
+pub fn within<T: Send + 'static>(
+    what: &str,
+    limit: Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name(format!("within:{what}"))
+        .spawn(move || {
+            let _ = tx.send(f());
+        })
+        .expect("spawn helper thread");
+    match rx.recv_timeout(limit) {
+        Ok(v) => v,
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("{what}: did not finish within {limit:?}")
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            panic!("{what}: helper thread panicked")
+        }
+    }
+}
+
+/// Polls `f` every `every` until it returns `Some`, failing after `limit`.
+pub fn eventually<T>(
+    what: &str,
+    limit: Duration,
+    every: Duration,
+    mut f: impl FnMut() -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: condition not reached within {limit:?}"
+        );
+        std::thread::sleep(every);
+    }
+}
+
+/// A blocking call's result in the shape of a batch op result, so both API styles are
+/// checked the same way. Anything but a per-op error is a test failure.
+pub fn as_op_result<T>(r: Result<T, ClientError>, ok: impl FnOnce(T) -> OpOutput) -> OpResult {
+    match r {
+        Ok(v) => Ok(ok(v)),
+        Err(ClientError::Op(e)) => Err(e),
+        Err(other) => panic!("expected an op result, got the call error {other}"),
+    }
+}
+
+/// Deterministic bytes for a seed (splitmix64), so large payloads cost no strategy work.
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len + 8);
+    let mut x = seed;
+    while out.len() < len {
+        x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = x;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        out.extend_from_slice(&z.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// Describes where two byte strings differ, without dumping them.
+pub fn diff(actual: &[u8], expected: &[u8]) -> Option<String> {
+    if actual == expected {
+        return None;
+    }
+    if actual.len() != expected.len() {
+        return Some(format!(
+            "length {} but {} expected",
+            actual.len(),
+            expected.len()
+        ));
+    }
+    let first = actual
+        .iter()
+        .zip(expected)
+        .position(|(a, b)| a != b)
+        .unwrap_or(0);
+    let last = actual
+        .iter()
+        .zip(expected)
+        .rposition(|(a, b)| a != b)
+        .unwrap_or(first);
+    let show = |b: &[u8]| b[first..(first + 16).min(b.len())].to_vec();
+    Some(format!(
+        "bytes differ in [{first}, {}] of {}: got {:02x?}.. expected {:02x?}..",
+        last,
+        actual.len(),
+        show(actual),
+        show(expected)
+    ))
+}
+
+/// True for the errors a client reports when a server is gone or silent.
+pub fn is_unavailable(e: &OpError, server: u32) -> bool {
+    matches!(e, OpError::ServerUnavailable { server: s, .. } | OpError::Timeout { server: s, .. } if *s == server)
+}

@@ -1,0 +1,360 @@
+//! Server failure with real processes: a cache spans three `farcache server` processes;
+//! one is SIGKILLed (or SIGSTOPped). Ops on its regions must fail with a clear error
+//! in bounded time, ops on the other servers' regions keep working, and the manager
+//! marks the server dead.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{bin, block_on, diff, eventually, is_unavailable, pattern, within};
+use farcache_client::{Cache, CacheInfo, Client, ClientConfig, ClientError, OpError, OpOutput};
+use farcache_proto::ServerId;
+use farcache_proto::control::ServerState;
+use farcache_testkit::{ClusterOptions, ProcessCluster};
+
+const REGION: u64 = 64 << 10;
+const NREG: u64 = 6;
+const CAPACITY: u64 = NREG * REGION;
+/// Generous bound for "fails fast": well above the client timeouts used here, far
+/// below "hangs".
+const FAIL_WITHIN: Duration = Duration::from_secs(15);
+/// Bound on any single call, so a hang fails the test instead of stalling it.
+const CALL_LIMIT: Duration = Duration::from_secs(30);
+
+fn start_cluster() -> ProcessCluster {
+    let opts = ClusterOptions::default()
+        .servers(3)
+        .region_size(REGION)
+        .server_memory(16 << 20);
+    ProcessCluster::start(bin(), &opts).expect("start process cluster")
+}
+
+fn client(cluster: &ProcessCluster, op_timeout: Duration) -> Client {
+    cluster
+        .client_with(ClientConfig::new("").op_timeout(op_timeout))
+        .expect("client")
+}
+
+/// Server id of the process started as server `i`.
+fn server_id_of(cluster: &ProcessCluster, info: &CacheInfo, i: usize) -> ServerId {
+    let addr = cluster.server_addr(i);
+    info.servers
+        .iter()
+        .find(|s| s.addr == addr)
+        .unwrap_or_else(|| panic!("server {i} ({addr}) holds no region: {info:?}"))
+        .id
+}
+
+fn regions_of(info: &CacheInfo, id: ServerId) -> Vec<u64> {
+    (0..info.regions.len() as u64)
+        .filter(|&r| info.regions[r as usize] == id)
+        .collect()
+}
+
+fn state_of(client: &Client, id: ServerId) -> Option<ServerState> {
+    client
+        .status()
+        .ok()?
+        .servers
+        .iter()
+        .find(|s| s.id == id)
+        .map(|s| s.state)
+}
+
+/// Runs a cache call on a helper thread, bounded by `CALL_LIMIT`, and times it.
+fn timed<T: Send + 'static>(
+    what: &str,
+    cache: &Cache,
+    f: impl FnOnce(&Cache) -> T + Send + 'static,
+) -> (T, Duration) {
+    let cache = cache.clone();
+    let t0 = Instant::now();
+    let r = within(what, CALL_LIMIT, move || f(&cache));
+    (r, t0.elapsed())
+}
+
+/// The op failed because server `id` is unavailable (or timed out), quickly enough.
+fn assert_fails_fast<T: std::fmt::Debug>(
+    what: &str,
+    r: Result<T, ClientError>,
+    took: Duration,
+    id: ServerId,
+) {
+    match &r {
+        Err(ClientError::Op(e)) if is_unavailable(e, id) => {
+            // The message names the server so an operator can act on it.
+            let text = e.to_string();
+            assert!(text.contains(&format!("server {id}")), "{what}: '{text}'");
+        }
+        other => panic!("{what}: expected server {id} unavailable, got {other:?}"),
+    }
+    assert!(took < FAIL_WITHIN, "{what}: failing took {took:?}");
+}
+
+fn assert_region_data(cache: &Cache, image: &[u8], region: u64, what: &str) {
+    let got = cache
+        .read(region * REGION, REGION)
+        .unwrap_or_else(|e| panic!("{what}: read of live region {region} failed: {e}"));
+    let a = (region * REGION) as usize;
+    if let Some(d) = diff(&got, &image[a..a + REGION as usize]) {
+        panic!("{what}: region {region}: {d}");
+    }
+}
+
+#[test]
+fn killed_server_fails_fast_and_the_rest_keeps_working() {
+    let mut cluster = start_cluster();
+    let client = client(&cluster, Duration::from_secs(3));
+    let cache = client.create("spread", CAPACITY).unwrap();
+    let info = cache.info();
+    let victim = server_id_of(&cluster, &info, 1);
+    let dead_regions = regions_of(&info, victim);
+    let live_regions: Vec<u64> = (0..NREG).filter(|r| !dead_regions.contains(r)).collect();
+    assert!(
+        !dead_regions.is_empty() && live_regions.len() >= 2,
+        "{info:?}"
+    );
+    for i in 0..3 {
+        server_id_of(&cluster, &info, i); // every server holds a region
+    }
+    let mut image = pattern(11, CAPACITY as usize);
+    cache.write(0, &image).unwrap();
+    assert_eq!(&cache.read(0, CAPACITY).unwrap()[..], &image[..]);
+    // A second, idle handle opened before the kill.
+    let other_client = client_for_later(&cluster);
+    let other = other_client.open("spread").unwrap();
+
+    cluster.kill_server(1).unwrap();
+
+    for &r in &dead_regions {
+        let addr = r * REGION + 100;
+        let (res, took) = timed("read", &cache, move |c| c.read(addr, 64));
+        assert_fails_fast(&format!("read of dead region {r}"), res, took, victim);
+        let (res, took) = timed("write", &cache, move |c| c.write(addr, b"lost"));
+        assert_fails_fast(&format!("write to dead region {r}"), res, took, victim);
+        let (res, took) = timed("fetch_add", &cache, move |c| c.fetch_add(addr - 4, 1));
+        assert_fails_fast(&format!("fetch_add on dead region {r}"), res, took, victim);
+        let (res, took) = timed("cas", &cache, move |c| c.cas(addr - 4, 0, 1));
+        assert_fails_fast(&format!("cas on dead region {r}"), res, took, victim);
+        let (res, took) = timed("read_async", &cache, move |c| {
+            block_on(c.read_async(addr, 8), CALL_LIMIT)
+        });
+        assert_fails_fast(
+            &format!("awaited read of dead region {r}"),
+            res,
+            took,
+            victim,
+        );
+        let (res, took) = timed("idle handle", &other, move |c| c.read(addr, 8));
+        assert_fails_fast(&format!("idle handle, dead region {r}"), res, took, victim);
+    }
+    // Failing again and again stays fast (reconnect attempts are refused, not hung).
+    let r = dead_regions[0];
+    let (all_failed, took) = timed("repeated", &cache, move |c| {
+        (0..20).all(|_| {
+            matches!(c.read(r * REGION, 8), Err(ClientError::Op(e)) if is_unavailable(&e, victim))
+        })
+    });
+    assert!(all_failed, "every repeated op on the dead server fails");
+    assert!(took < FAIL_WITHIN, "20 failing ops took {took:?}");
+
+    // Live regions: old data intact, new writes land.
+    for &r in &live_regions {
+        assert_region_data(&cache, &image, r, "after kill");
+        let data = pattern(r, 5000);
+        let at = r * REGION + 777;
+        cache.write(at, &data).unwrap();
+        image[at as usize..at as usize + data.len()].copy_from_slice(&data);
+        assert_region_data(&cache, &image, r, "after kill and write");
+        assert_region_data(&other, &image, r, "idle handle after kill");
+    }
+    // A batch over every region: exactly the dead server's ops fail.
+    let mut b = cache.batch();
+    for r in 0..NREG {
+        b.read(r * REGION, REGION);
+    }
+    let (results, took) = timed("batch", &cache, move |_| b.run());
+    assert!(took < FAIL_WITHIN, "batch took {took:?}");
+    for r in 0..NREG {
+        let res = results.get(r as usize).unwrap();
+        if dead_regions.contains(&r) {
+            assert!(
+                matches!(res, Err(e) if is_unavailable(e, victim)),
+                "region {r}: {res:?}"
+            );
+        } else {
+            let a = (r * REGION) as usize;
+            assert_eq!(
+                res,
+                &Ok(OpOutput::Data(
+                    image[a..a + REGION as usize].to_vec().into()
+                )),
+                "region {r}"
+            );
+        }
+    }
+    // An op spanning a live and the dead region fails as a whole.
+    let dead = dead_regions[0];
+    let span_at = if dead > 0 {
+        dead * REGION - 10
+    } else {
+        REGION - 10
+    };
+    let (res, took) = timed("spanning", &cache, move |c| c.read(span_at, 20));
+    assert_fails_fast("spanning read", res, took, victim);
+
+    // A client connected after the kill sees the same.
+    let late = client_for_later(&cluster).open("spread").unwrap();
+    for &r in &live_regions {
+        assert_region_data(&late, &image, r, "new client");
+    }
+    let (res, took) = timed("new client", &late, move |c| c.read(dead * REGION, 8));
+    assert_fails_fast("new client, dead region", res, took, victim);
+
+    // The manager notices the missing heartbeats.
+    eventually(
+        "manager marks the killed server dead",
+        Duration::from_secs(15),
+        Duration::from_millis(50),
+        || (state_of(&client, victim) == Some(ServerState::Dead)).then_some(()),
+    );
+    let status = client.status().unwrap();
+    for s in &status.servers {
+        if s.id != victim {
+            assert_eq!(s.state, ServerState::Alive, "{s:?}");
+        }
+    }
+    // New caches are placed on live servers only.
+    let fresh = client.create("after-death", 4 * REGION).unwrap();
+    assert!(
+        !fresh.info().regions.contains(&victim),
+        "placed on a dead server: {:?}",
+        fresh.info().regions
+    );
+    fresh.write(0, &pattern(5, (4 * REGION) as usize)).unwrap();
+    assert_eq!(
+        &fresh.read(0, 4 * REGION).unwrap()[..],
+        &pattern(5, (4 * REGION) as usize)[..]
+    );
+    // The live part of the old cache still works after the server was declared dead.
+    for &r in &live_regions {
+        assert_region_data(&cache, &image, r, "after dead");
+    }
+}
+
+fn client_for_later(cluster: &ProcessCluster) -> Client {
+    client(cluster, Duration::from_secs(3))
+}
+
+/// True when every thread of `pid` is in the stopped state (`T` in /proc).
+fn all_threads_stopped(pid: libc::pid_t) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    let mut any = false;
+    for t in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(t.path().join("stat")) else {
+            return false;
+        };
+        // The state follows the parenthesised command name, which may contain spaces.
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next());
+        if state != Some("T") {
+            return false;
+        }
+        any = true;
+    }
+    any
+}
+
+/// A stopped (hung, not dead) server: ops time out after `op_timeout`; after SIGCONT
+/// the server is alive again and its regions serve the data they held.
+#[test]
+fn hung_server_times_out_and_recovers() {
+    let cluster = start_cluster();
+    let op_timeout = Duration::from_secs(1);
+    let client = client(&cluster, op_timeout);
+    let cache = client.create("hung", CAPACITY).unwrap();
+    let info = cache.info();
+    let victim = server_id_of(&cluster, &info, 2);
+    let stopped = regions_of(&info, victim);
+    let image = pattern(23, CAPACITY as usize);
+    cache.write(0, &image).unwrap();
+    let pid = cluster.server_pid(2).expect("server 2 runs") as libc::pid_t;
+
+    // SAFETY: plain syscall on our own child process.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    // Stopping is asynchronous: a busy machine may let a worker thread serve a little
+    // longer. Wait until every thread of the server is stopped.
+    eventually(
+        "every server thread stopped",
+        Duration::from_secs(10),
+        Duration::from_millis(5),
+        || all_threads_stopped(pid).then_some(()),
+    );
+    let r = stopped[0];
+    let (res, took) = timed("read from a stopped server", &cache, move |c| {
+        c.read(r * REGION, 8)
+    });
+    match &res {
+        Err(ClientError::Op(OpError::Timeout {
+            server, timeout_ms, ..
+        })) => {
+            assert_eq!(*server, victim);
+            assert_eq!(*timeout_ms, 1000);
+        }
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    assert!(
+        took >= op_timeout && took < op_timeout + Duration::from_secs(5),
+        "timeout after {took:?}"
+    );
+    // Meanwhile the other servers answer promptly.
+    for rr in (0..NREG).filter(|x| !stopped.contains(x)) {
+        let (res, took) = timed("live read", &cache, move |c| c.read(rr * REGION, 16));
+        let a = (rr * REGION) as usize;
+        assert_eq!(&res.unwrap()[..], &image[a..a + 16]);
+        assert!(
+            took < Duration::from_secs(2),
+            "live region {rr} took {took:?}"
+        );
+    }
+    // A fresh connection to a stopped server fails too (the handshake gets no answer).
+    let (res, took) = timed("second read from a stopped server", &cache, move |c| {
+        c.read(r * REGION + 8, 8)
+    });
+    assert_fails_fast("second read", res, took, victim);
+    eventually(
+        "manager marks the stopped server dead",
+        Duration::from_secs(15),
+        Duration::from_millis(50),
+        || (state_of(&client, victim) == Some(ServerState::Dead)).then_some(()),
+    );
+
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    eventually(
+        "the resumed server is alive again",
+        Duration::from_secs(15),
+        Duration::from_millis(50),
+        || (state_of(&client, victim) == Some(ServerState::Alive)).then_some(()),
+    );
+    // Its regions serve their old data again (the client reconnects by itself).
+    let cache2 = cache.clone();
+    let got = eventually(
+        "ops on the resumed server succeed",
+        Duration::from_secs(15),
+        Duration::from_millis(100),
+        || {
+            within("read", CALL_LIMIT, {
+                let c = cache2.clone();
+                move || c.read(0, CAPACITY).ok()
+            })
+        },
+    );
+    if let Some(d) = diff(&got, &image) {
+        panic!("data after resume: {d}");
+    }
+}
