@@ -20,6 +20,20 @@ use crate::workload::KeyDistribution;
 /// several servers, large enough that few ops straddle regions.
 const BENCH_REGION: u64 = 64 << 20;
 
+/// `b` value meaning "pick per record size" (see [`batch_for`]).
+pub const AUTO_BATCH: usize = 0;
+
+/// The batch size used for `size`-byte records: `b` itself, or for [`AUTO_BATCH`] about
+/// 1 MiB of payload per batch, between 16 and 1024 ops (Redy sizes batches by bytes, not
+/// ops: a 4 MiB frame of 4 KiB reads only adds queueing).
+pub fn batch_for(b: usize, size: usize) -> usize {
+    if b == AUTO_BATCH {
+        ((1usize << 20) / size.max(1)).clamp(16, 1024)
+    } else {
+        b
+    }
+}
+
 /// Throughput needed vs Redis's best pipelined figure (8 B records).
 pub const TARGET_THROUGHPUT_RATIO: f64 = 10.0;
 /// Unbatched read p50 allowed vs the raw TCP round trip.
@@ -39,7 +53,7 @@ pub struct IoBenchOptions {
     pub c: Vec<usize>,
     /// Server worker threads.
     pub s: Vec<usize>,
-    /// Ops per batch.
+    /// Ops per batch ([`AUTO_BATCH`] = by record size).
     pub b: Vec<usize>,
     /// Batches in flight per connection.
     pub q: Vec<usize>,
@@ -67,7 +81,7 @@ impl IoBenchOptions {
             dists: vec![KeyDistribution::Uniform, KeyDistribution::ZIPF],
             c: vec![1],
             s: vec![1],
-            b: vec![1024],
+            b: vec![AUTO_BATCH],
             q: vec![4],
             servers: 1,
             records: None,
@@ -91,10 +105,10 @@ impl IoBenchOptions {
         if let Some((what, _)) = empty.iter().find(|(_, e)| *e) {
             return Err(BenchError::InvalidArgument(format!("no {what} given")));
         }
-        let zero = [&self.sizes, &self.c, &self.s, &self.b, &self.q];
+        let zero = [&self.sizes, &self.c, &self.s, &self.q];
         if zero.iter().any(|v| v.contains(&0)) || self.servers == 0 {
             return Err(BenchError::InvalidArgument(
-                "sizes, c, s, b, q and servers must be ≥ 1".into(),
+                "sizes, c, s, q and servers must be ≥ 1".into(),
             ));
         }
         if self
@@ -193,7 +207,7 @@ pub fn run_io_bench(opts: &IoBenchOptions) -> Result<BenchReport> {
                         .client_with(
                             ClientConfig::new("")
                                 .connections(c)
-                                .batch_size(b)
+                                .batch_size(if b == AUTO_BATCH { 1024 } else { b })
                                 .queue_depth(q),
                         )
                         .map_err(|e| BenchError::Cluster(e.to_string()))?;
@@ -205,15 +219,16 @@ pub fn run_io_bench(opts: &IoBenchOptions) -> Result<BenchReport> {
                         for &size in &opts.sizes {
                             for &dist in &opts.dists {
                                 pb.set_message(format!(
-                                    "{} {size} B {dist} c={c} s={s} b={b} q={q}",
-                                    op.name()
+                                    "{} {size} B {dist} c={c} s={s} b={} q={q}",
+                                    op.name(),
+                                    batch_for(b, size)
                                 ));
                                 let spec = IoSpec {
                                     op,
                                     record_size: size,
                                     dist,
                                     records,
-                                    batch: b,
+                                    batch: batch_for(b, size),
                                     depth: q,
                                     duration: opts.duration,
                                 };

@@ -20,7 +20,7 @@ use crate::cache::CacheShared;
 use crate::config::ClientConfig;
 use crate::conn::{Append, InFlight, ServerConn};
 use crate::error::OpError;
-use crate::idmap::IdMap;
+use crate::idmap::{ConnTable, IdMap};
 use crate::routing::{Part, split};
 use crate::ticket::Ticket;
 
@@ -70,7 +70,7 @@ pub(crate) struct LaneInner {
     cfg: ClientConfig,
     poll: Poll,
     events: Events,
-    conns: IdMap<ServerConn>,
+    conns: ConnTable<ServerConn>,
     failed: IdMap<(Instant, OpError)>,
     tickets: Slab<TicketState>,
     next_id: u64,
@@ -86,7 +86,7 @@ impl Lane {
                 cfg,
                 poll: Poll::new()?,
                 events: Events::with_capacity(64),
-                conns: IdMap::default(),
+                conns: ConnTable::default(),
                 failed: IdMap::default(),
                 tickets: Slab::new(),
                 next_id: 1,
@@ -332,12 +332,12 @@ impl LaneInner {
     fn seal_and_flush(&mut self) {
         let q = self.cfg.queue_depth;
         let mut broken = Vec::new();
-        for (id, c) in &mut self.conns {
+        for (id, c) in self.conns.iter_mut() {
             if c.has_open() {
                 c.seal(q);
             }
             if let Err(e) = c.flush() {
-                broken.push((*id, c.unavailable(&e.to_string())));
+                broken.push((id, c.unavailable(&e.to_string())));
             }
         }
         for (id, e) in broken {
@@ -394,11 +394,11 @@ impl LaneInner {
             })
             .map(|(id, c)| {
                 let e = OpError::Timeout {
-                    server: *id,
+                    server: id,
                     addr: c.addr.clone(),
                     timeout_ms: self.cfg.op_timeout.as_millis() as u64,
                 };
-                (*id, e)
+                (id, e)
             })
             .collect();
         for (id, e) in late {

@@ -12,7 +12,7 @@
 use crate::DecodeError;
 use crate::frame::{FrameHeader, FrameKind, HEADER_LEN};
 use crate::op::{Op, OpCode};
-use crate::wire::Cursor;
+use crate::wire::{Cursor, le_u32, le_u64};
 
 /// Builds one request frame in place at the end of a caller-owned buffer, so a client can
 /// keep appending ops without copying.
@@ -53,20 +53,35 @@ impl RequestEncoder {
         out.len() - self.start - HEADER_LEN
     }
 
+    #[inline]
     pub fn push(&mut self, out: &mut Vec<u8>, op: &Op<'_>) {
-        out.push(op.code() as u8);
+        // READ and WRITE share a fixed 17-byte head, written with one copy.
+        let head = |code: OpCode, cache: u32, addr: u64, len: u32| {
+            let mut h = [0u8; 17];
+            h[0] = code as u8;
+            h[1..5].copy_from_slice(&cache.to_le_bytes());
+            h[5..13].copy_from_slice(&addr.to_le_bytes());
+            h[13..17].copy_from_slice(&len.to_le_bytes());
+            h
+        };
         match *op {
             Op::Read { cache, addr, len } => {
-                out.extend_from_slice(&cache.to_le_bytes());
-                out.extend_from_slice(&addr.to_le_bytes());
-                out.extend_from_slice(&len.to_le_bytes());
+                out.extend_from_slice(&head(OpCode::Read, cache, addr, len));
+                self.count += 1;
+                return;
             }
             Op::Write { cache, addr, data } => {
-                out.extend_from_slice(&cache.to_le_bytes());
-                out.extend_from_slice(&addr.to_le_bytes());
-                out.extend_from_slice(&(data.len() as u32).to_le_bytes());
+                out.reserve(17 + data.len());
+                out.extend_from_slice(&head(OpCode::Write, cache, addr, data.len() as u32));
                 out.extend_from_slice(data);
+                self.count += 1;
+                return;
             }
+            _ => {}
+        }
+        out.push(op.code() as u8);
+        match *op {
+            Op::Read { .. } | Op::Write { .. } => {}
             Op::Cas {
                 cache,
                 addr,
@@ -165,6 +180,32 @@ impl<'a> RequestDecoder<'a> {
         Ok(())
     }
 
+    /// READ and WRITE are almost every op: parse their fixed 17-byte head with one
+    /// bounds check. Anything else, or too few bytes, takes the general path.
+    #[inline]
+    fn decode_fast(&mut self) -> Option<Op<'a>> {
+        const HEAD: usize = 17;
+        let r = self.cur.rest();
+        if r.len() < HEAD {
+            return None;
+        }
+        let (cache, addr, len) = (le_u32(r, 1), le_u64(r, 5), le_u32(r, 13));
+        match r[0] {
+            x if x == OpCode::Read as u8 => {
+                self.cur.advance(HEAD);
+                Some(Op::Read { cache, addr, len })
+            }
+            x if x == OpCode::Write as u8 && r.len() - HEAD >= len as usize => {
+                let data = &r[HEAD..HEAD + len as usize];
+                self.cur.advance(HEAD + len as usize);
+                Some(Op::Write { cache, addr, data })
+            }
+            _ => None,
+        }
+    }
+
+    /// Every op kind, with full checks (the fast path above covers the common ones).
+    #[inline(never)]
     fn decode_one(&mut self) -> Result<Op<'a>, DecodeError> {
         let c = &mut self.cur;
         let code = OpCode::from_u8(c.u8("opcode")?)?;
@@ -217,11 +258,15 @@ impl<'a> RequestDecoder<'a> {
 impl<'a> Iterator for RequestDecoder<'a> {
     type Item = Result<Op<'a>, DecodeError>;
 
+    #[inline]
     fn next(&mut self) -> Option<Self::Item> {
         if self.seen == self.declared {
             return None;
         }
         self.seen += 1;
+        if let Some(op) = self.decode_fast() {
+            return Some(Ok(op));
+        }
         let r = self.decode_one();
         if r.is_err() {
             // Stop at the first error: nothing after it can be trusted.

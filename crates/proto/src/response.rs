@@ -13,7 +13,7 @@ use crate::DecodeError;
 use crate::frame::{FrameHeader, FrameKind, HEADER_LEN};
 use crate::op::OpCode;
 use crate::status::Status;
-use crate::wire::Cursor;
+use crate::wire::{Cursor, le_u32};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReplyBody<'a> {
@@ -78,8 +78,10 @@ impl ResponseEncoder {
         len: usize,
         fill: impl FnOnce(&mut [u8]),
     ) {
-        out.extend_from_slice(&[op as u8, Status::Ok as u8]);
-        out.extend_from_slice(&(len as u32).to_le_bytes());
+        let mut head = [op as u8, Status::Ok as u8, 0, 0, 0, 0];
+        head[2..].copy_from_slice(&(len as u32).to_le_bytes());
+        out.reserve(head.len() + len);
+        out.extend_from_slice(&head);
         let at = out.len();
         out.resize(at + len, 0);
         fill(&mut out[at..]);
@@ -144,6 +146,38 @@ impl<'a> ResponseDecoder<'a> {
         Ok(())
     }
 
+    /// Successful READ and WRITE replies, the common case, with one bounds check.
+    #[inline]
+    fn decode_fast(&mut self) -> Option<Reply<'a>> {
+        let r = self.cur.rest();
+        if r.len() < 2 || r[1] != Status::Ok as u8 {
+            return None;
+        }
+        match r[0] {
+            x if x == OpCode::Write as u8 => {
+                self.cur.advance(2);
+                Some(Reply {
+                    op: OpCode::Write,
+                    status: Status::Ok,
+                    body: ReplyBody::None,
+                })
+            }
+            x if x == OpCode::Read as u8 && r.len() >= 6 => {
+                let len = le_u32(r, 2) as usize;
+                let data = r.get(6..6 + len)?;
+                self.cur.advance(6 + len);
+                Some(Reply {
+                    op: OpCode::Read,
+                    status: Status::Ok,
+                    body: ReplyBody::Data(data),
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// Every op kind, with full checks (the fast path above covers the common ones).
+    #[inline(never)]
     fn decode_one(&mut self) -> Result<Reply<'a>, DecodeError> {
         let c = &mut self.cur;
         let op = OpCode::from_u8(c.u8("reply opcode")?)?;
@@ -169,11 +203,15 @@ impl<'a> ResponseDecoder<'a> {
 impl<'a> Iterator for ResponseDecoder<'a> {
     type Item = Result<Reply<'a>, DecodeError>;
 
+    #[inline]
     fn next(&mut self) -> Option<Self::Item> {
         if self.seen == self.declared {
             return None;
         }
         self.seen += 1;
+        if let Some(r) = self.decode_fast() {
+            return Some(Ok(r));
+        }
         let r = self.decode_one();
         if r.is_err() {
             self.declared = self.seen;

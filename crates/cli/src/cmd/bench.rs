@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use farcache_bench::io::IoOp;
-use farcache_bench::io_suite::{IoBenchOptions, run_io_bench};
+use farcache_bench::io_suite::{AUTO_BATCH, IoBenchOptions, run_io_bench};
 use farcache_bench::workload::KeyDistribution;
 use farcache_bench::{DEFAULT_RESULTS_DIR, print_table, write_chart, write_json};
 
@@ -34,8 +34,8 @@ pub struct IoArgs {
     /// Server worker threads; a list sweeps (one cluster per value).
     #[arg(short = 's', long, value_delimiter = ',', default_value = "1")]
     server_threads: Vec<usize>,
-    /// Ops per batch; a list sweeps.
-    #[arg(short = 'b', long, value_delimiter = ',', default_value = "1024")]
+    /// Ops per batch; `auto` = about 1 MiB of records per batch (16..=1024 ops); a list sweeps.
+    #[arg(short = 'b', long, value_delimiter = ',', default_value = "auto", value_parser = parse_batch)]
     batch: Vec<usize>,
     /// Batches in flight per connection; a list sweeps.
     #[arg(short = 'q', long, value_delimiter = ',', default_value = "4")]
@@ -112,6 +112,18 @@ fn io(a: IoArgs) -> Result<()> {
         None => {}
     }
     Ok(())
+}
+
+fn parse_batch(s: &str) -> Result<usize, String> {
+    match s.trim() {
+        "auto" => Ok(AUTO_BATCH),
+        n => match n.parse::<usize>() {
+            Ok(0) | Err(_) => Err(format!(
+                "`{n}` is not a batch size (a positive number or `auto`)"
+            )),
+            Ok(v) => Ok(v),
+        },
+    }
 }
 
 fn parse_op(s: &str) -> Result<IoOp> {
