@@ -48,6 +48,19 @@ pub struct IoOutcome {
     pub latency: LatencySummary,
 }
 
+impl IoOutcome {
+    fn new(ops: u64, errors: u64, secs: f64, record_size: usize, hist: &LatencyHistogram) -> Self {
+        Self {
+            ops,
+            errors,
+            secs,
+            mops: ops as f64 / secs / 1e6,
+            bytes_per_sec: ops as f64 * record_size as f64 / secs,
+            latency: hist.summary(),
+        }
+    }
+}
+
 /// Addresses are drawn before the clock starts so the generator's cost (Zipf
 /// sampling is ~50 ns) is not charged to the cache.
 fn addresses(spec: &IoSpec, seed: u64) -> crate::Result<Vec<u64>> {
@@ -90,14 +103,7 @@ pub fn run_throughput_threads(
         secs = secs.max(o.secs);
         hist.merge(&h);
     }
-    Ok(IoOutcome {
-        ops,
-        errors,
-        secs,
-        mops: ops as f64 / secs / 1e6,
-        bytes_per_sec: ops as f64 * spec.record_size as f64 / secs,
-        latency: hist.summary(),
-    })
+    Ok(IoOutcome::new(ops, errors, secs, spec.record_size, &hist))
 }
 
 /// Keeps `depth` batches of `batch` ops in flight for `duration`.
@@ -160,17 +166,7 @@ fn run_one(
         complete(t0, n, t, &mut hist);
     }
     let secs = start.elapsed().as_secs_f64();
-    Ok((
-        IoOutcome {
-            ops,
-            errors,
-            secs,
-            mops: ops as f64 / secs / 1e6,
-            bytes_per_sec: ops as f64 * spec.record_size as f64 / secs,
-            latency: hist.summary(),
-        },
-        hist,
-    ))
+    Ok((IoOutcome::new(ops, errors, secs, spec.record_size, &hist), hist))
 }
 
 /// One op at a time (`b = 1, q = 1`): the latency floor of the data path.
