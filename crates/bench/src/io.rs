@@ -166,7 +166,10 @@ fn run_one(
         complete(t0, n, t, &mut hist);
     }
     let secs = start.elapsed().as_secs_f64();
-    Ok((IoOutcome::new(ops, errors, secs, spec.record_size, &hist), hist))
+    Ok((
+        IoOutcome::new(ops, errors, secs, spec.record_size, &hist),
+        hist,
+    ))
 }
 
 /// One op at a time (`b = 1, q = 1`): the latency floor of the data path.

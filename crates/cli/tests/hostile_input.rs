@@ -609,7 +609,7 @@ fn bad_addresses_get_per_op_statuses_and_the_connection_lives_on() {
             OutOfRange,
             TooLarge,
             NoSuchCache,
-            Unsupported,
+            NoSuchProc,
             Ok,
             Ok,
             Ok

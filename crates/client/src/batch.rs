@@ -14,6 +14,8 @@ pub(crate) enum Kind {
     Write,
     Cas,
     FetchAdd,
+    /// A stored procedure: name then args in the data buffer (`a` = name length).
+    Execute,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -115,6 +117,23 @@ impl Batch {
             len: 8,
             data_off: 0,
             a: delta,
+            b: 0,
+        })
+    }
+
+    /// Runs stored procedure `proc` at the server holding `addr` with `args`; the
+    /// result is its output bytes. A procedure that needs data held by another server
+    /// continues there transparently (each hop is one more server round trip).
+    pub fn execute(&mut self, proc: &str, addr: u64, args: &[u8]) -> usize {
+        let data_off = self.data.len();
+        self.data.extend_from_slice(proc.as_bytes());
+        self.data.extend_from_slice(args);
+        self.push(BatchOp {
+            kind: Kind::Execute,
+            addr,
+            len: args.len() as u64,
+            data_off,
+            a: proc.len() as u64,
             b: 0,
         })
     }

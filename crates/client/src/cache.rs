@@ -168,6 +168,17 @@ impl Cache {
         self.fetch_add_async(addr, delta).wait()
     }
 
+    /// Runs stored procedure `proc` next to `addr`; see [`Batch::execute`].
+    pub fn execute(&self, proc: &str, addr: u64, args: &[u8]) -> Result<Bytes, ClientError> {
+        self.execute_async(proc, addr, args).wait()
+    }
+
+    pub fn execute_async(&self, proc: &str, addr: u64, args: &[u8]) -> OpFuture<Bytes> {
+        let mut b = self.batch();
+        b.execute(proc, addr, args);
+        OpFuture::new(b.submit(), as_bytes)
+    }
+
     pub fn read_async(&self, addr: u64, len: u64) -> OpFuture<Bytes> {
         let mut b = self.batch();
         b.read(addr, len);

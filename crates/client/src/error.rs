@@ -55,4 +55,10 @@ pub enum OpError {
     Misaligned(u64),
     #[error("protocol violation by server {server}: {reason}")]
     Protocol { server: u32, reason: String },
+    /// A stored procedure failed (bad arguments, out-of-range reads, …).
+    #[error("procedure failed: {0}")]
+    Procedure(String),
+    /// A procedure kept moving between servers beyond the hop limit.
+    #[error("procedure still running after {0} server hops")]
+    Hops(u32),
 }

@@ -23,9 +23,14 @@ use crate::error::OpError;
 use crate::idmap::{ConnTable, IdMap};
 use crate::routing::{Part, split};
 use crate::ticket::Ticket;
+use farcache_sproc::outcome;
 
 /// How long a failed connection attempt is remembered before trying again.
 const REDIAL_AFTER: Duration = Duration::from_millis(200);
+/// Most servers one procedure invocation may visit before it is failed.
+const MAX_HOPS: u32 = 4096;
+/// Reply-size guess for an EXECUTE when packing frames (the server enforces the limit).
+const EXECUTE_REPLY_GUESS: usize = 64;
 /// Longest a driver blocks in poll before re-checking deadlines.
 const MAX_POLL: Duration = Duration::from_millis(100);
 
@@ -55,6 +60,8 @@ pub(crate) struct TicketState {
     /// Assembly buffers of reads split into several parts, by op index (rare, so kept
     /// out of the per-op slot).
     assembly: IdMap<Vec<u8>>,
+    /// Procedure invocations that moved on: op index → (state to resume with, hops).
+    continuations: IdMap<(Vec<u8>, u32)>,
     remaining: usize,
     waker: Option<Waker>,
     abandoned: bool,
@@ -75,6 +82,8 @@ pub(crate) struct LaneInner {
     tickets: Slab<TicketState>,
     next_id: u64,
     retries: Vec<PartRef>,
+    /// Procedure parts to send on to the server their continuation names.
+    hops: Vec<PartRef>,
     in_retry: bool,
     scratch: Vec<Part>,
 }
@@ -91,6 +100,7 @@ impl Lane {
                 tickets: Slab::new(),
                 next_id: 1,
                 retries: Vec::new(),
+                hops: Vec::new(),
                 in_retry: false,
                 scratch: Vec::new(),
             }),
@@ -140,12 +150,17 @@ impl LaneInner {
             data,
             slots,
             assembly: IdMap::default(),
+            continuations: IdMap::default(),
             remaining: n,
             waker: None,
             abandoned: false,
         });
         for i in 0..n {
             let op = self.tickets[key].ops[i];
+            if op.kind == Kind::Execute {
+                self.submit_execute(key, i, op, &info);
+                continue;
+            }
             if matches!(op.kind, Kind::Cas | Kind::FetchAdd) && !op.addr.is_multiple_of(8) {
                 self.fail_op(key, i, OpError::Misaligned(op.addr));
                 continue;
@@ -213,6 +228,64 @@ impl LaneInner {
         (key, id)
     }
 
+    fn submit_execute(&mut self, key: usize, i: usize, op: BatchOp, info: &Arc<CacheInfo>) {
+        if op.a > farcache_proto::op::MAX_PROC_NAME as u64 {
+            let e = OpError::Procedure(format!(
+                "procedure name longer than {} bytes",
+                farcache_proto::op::MAX_PROC_NAME
+            ));
+            return self.fail_op(key, i, e);
+        }
+        if op.addr >= info.capacity {
+            let e = OpError::OutOfRange {
+                addr: op.addr,
+                len: 1,
+                capacity: info.capacity,
+            };
+            return self.fail_op(key, i, e);
+        }
+        self.tickets[key].slots[i].pending = 1;
+        let part = PartRef {
+            key: key as u32,
+            op: i as u32,
+            op_off: 0,
+            addr: op.addr,
+            len: 0,
+            redirects: 0,
+        };
+        let server = info
+            .regions
+            .get(info.region_of(op.addr))
+            .copied()
+            .unwrap_or(0);
+        self.route(part, server, info);
+    }
+
+    /// Sends procedure parts on to where their continuations point.
+    fn process_hops(&mut self) {
+        for part in std::mem::take(&mut self.hops) {
+            let Some(t) = self.tickets.get(part.key as usize) else {
+                continue;
+            };
+            let info = t.cache.info();
+            if part.addr >= info.capacity {
+                let e = OpError::OutOfRange {
+                    addr: part.addr,
+                    len: 1,
+                    capacity: info.capacity,
+                };
+                self.fail_part(part, e);
+                continue;
+            }
+            let server = info
+                .regions
+                .get(info.region_of(part.addr))
+                .copied()
+                .unwrap_or(0);
+            self.route(part, server, &info);
+        }
+    }
+
     fn route(&mut self, part: PartRef, server: ServerId, info: &Arc<CacheInfo>) {
         let (b, q) = (self.cfg.batch_size, self.cfg.queue_depth);
         loop {
@@ -272,6 +345,24 @@ impl LaneInner {
                     },
                     10,
                 ),
+                Kind::Execute => {
+                    let name_end = op.data_off + op.a as usize;
+                    let proc_name =
+                        std::str::from_utf8(&t.data[op.data_off..name_end]).unwrap_or("");
+                    let args = match t.continuations.get(&part.op) {
+                        Some((state, _)) => state.as_slice(),
+                        None => &t.data[name_end..name_end + op.len as usize],
+                    };
+                    (
+                        Op::Execute {
+                            cache: info.id,
+                            addr: part.addr,
+                            proc_name,
+                            args,
+                        },
+                        EXECUTE_REPLY_GUESS,
+                    )
+                }
             };
             match conn.append(part, &wire, reply_len, b, q) {
                 Append::Queued => return,
@@ -371,13 +462,14 @@ impl LaneInner {
                 conns,
                 tickets,
                 retries,
+                hops,
                 ..
             } = self;
             let Some(conn) = conns.get_mut(&server) else {
                 continue;
             };
             let r = conn.read_ready(|conn, fl, payload| {
-                complete_frame(conn, tickets, retries, fl, payload)
+                complete_frame(conn, tickets, retries, hops, fl, payload)
             });
             let r = r.and_then(|()| conn.flush().map_err(|e| conn.unavailable(&e.to_string())));
             if let Err(e) = r {
@@ -403,6 +495,11 @@ impl LaneInner {
             .collect();
         for (id, e) in late {
             self.fail_conn(id, e);
+        }
+        if !self.in_retry && !self.hops.is_empty() {
+            self.in_retry = true;
+            self.process_hops();
+            self.in_retry = false;
         }
         if !self.in_retry && !self.retries.is_empty() {
             self.in_retry = true;
@@ -544,7 +641,7 @@ impl LaneInner {
 
     /// Nothing can make progress for this ticket: fail what is left instead of hanging.
     pub fn stuck(&self) -> bool {
-        self.retries.is_empty() && self.conns.values().all(ServerConn::idle)
+        self.retries.is_empty() && self.hops.is_empty() && self.conns.values().all(ServerConn::idle)
     }
 
     pub fn fail_pending(&mut self, key: usize, id: u64) {
@@ -575,6 +672,7 @@ fn complete_frame(
     conn: &mut ServerConn,
     tickets: &mut Slab<TicketState>,
     retries: &mut Vec<PartRef>,
+    hops: &mut Vec<PartRef>,
     fl: InFlight,
     payload: Bytes,
 ) -> Result<(), OpError> {
@@ -628,6 +726,33 @@ fn complete_frame(
                 }
             }
             (Status::Ok, Kind::Write, ReplyBody::None) => {}
+            (Status::Ok, Kind::Execute, ReplyBody::Data(d)) => match outcome::decode(d) {
+                Ok(outcome::Reply::Done(r)) => {
+                    slot.result = Some(Ok(OpOutput::Data(payload.slice_ref(r))));
+                }
+                Ok(outcome::Reply::Failed(m)) => op_error(slot, OpError::Procedure(m.into())),
+                Ok(outcome::Reply::Continue { addr, state }) => {
+                    let entry = t.continuations.entry(part.op).or_insert((Vec::new(), 0));
+                    if entry.1 < MAX_HOPS {
+                        entry.0.clear();
+                        entry.0.extend_from_slice(state);
+                        entry.1 += 1;
+                        let mut next = part;
+                        next.addr = addr;
+                        next.redirects = 0;
+                        hops.push(next);
+                        continue;
+                    }
+                    op_error(slot, OpError::Hops(entry.1));
+                }
+                Err(e) => op_error(
+                    slot,
+                    OpError::Protocol {
+                        server: conn.server,
+                        reason: e.to_string(),
+                    },
+                ),
+            },
             (Status::Ok, Kind::Cas | Kind::FetchAdd, ReplyBody::Value(v)) => {
                 slot.result = Some(Ok(OpOutput::Value(v)))
             }

@@ -22,6 +22,8 @@ pub enum Status {
     NoMemory = 7,
     /// A bug or an unexpected condition on the server.
     Internal = 8,
+    /// EXECUTE named a procedure this server has not loaded.
+    NoSuchProc = 9,
 }
 
 impl Status {
@@ -36,6 +38,7 @@ impl Status {
             6 => Self::Unsupported,
             7 => Self::NoMemory,
             8 => Self::Internal,
+            9 => Self::NoSuchProc,
             other => return Err(DecodeError::UnknownStatus(other)),
         })
     }
@@ -51,6 +54,7 @@ impl Status {
             Self::Unsupported => "unsupported op",
             Self::NoMemory => "out of memory",
             Self::Internal => "internal server error",
+            Self::NoSuchProc => "no such procedure",
         }
     }
 }

@@ -170,7 +170,7 @@ enum OwnedReply {
     },
 }
 
-const FAILURES: [Status; 7] = [
+const FAILURES: [Status; 8] = [
     Status::OutOfRange,
     Status::NoSuchCache,
     Status::TooLarge,
@@ -178,6 +178,7 @@ const FAILURES: [Status; 7] = [
     Status::Unsupported,
     Status::NoMemory,
     Status::Internal,
+    Status::NoSuchProc,
 ];
 
 impl OwnedReply {

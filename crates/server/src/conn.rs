@@ -183,6 +183,7 @@ impl Conn {
                     &mut self.wbuf,
                     sh.config.max_frame as usize,
                     &mut tally,
+                    &sh.procs,
                 );
                 sh.metrics.publish(&tally);
                 r

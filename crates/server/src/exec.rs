@@ -3,6 +3,8 @@
 use farcache_proto::op::MAX_OP_BYTES;
 use farcache_proto::{CacheId, DecodeError, Op, OpCode, RequestDecoder, ResponseEncoder, Status};
 
+use farcache_sproc::Registry;
+
 use crate::metrics::Tally;
 use crate::region::Region;
 use crate::store::{CacheRegions, StoreMap};
@@ -82,10 +84,12 @@ pub fn execute_batch(
     out: &mut Vec<u8>,
     max_frame: usize,
     tally: &mut Tally,
+    procs: &Registry,
 ) -> Result<(), DecodeError> {
     RequestDecoder::validate(payload)?;
     let mut enc = ResponseEncoder::begin(out, seq);
     let mut look = Lookup { map, last: None };
+    let mut body = Vec::new();
     for op in RequestDecoder::new(payload)? {
         let op = op?;
         let code = op.code();
@@ -135,8 +139,27 @@ pub fn execute_batch(
                 Ok((r, off)) => enc.value(out, code, r.fetch_add(off, delta)),
                 Err(m) => miss(out, &mut enc, code, m),
             },
-            // Stored procedures arrive with their own issue; the op is reserved now.
-            Op::Execute { .. } => enc.status(out, code, Status::Unsupported),
+            Op::Execute {
+                cache,
+                addr,
+                proc_name,
+                args,
+            } => match look.find(cache, addr, 1) {
+                Err(m) => miss(out, &mut enc, code, m),
+                Ok(_) => match look.cache(cache) {
+                    None => enc.status(out, code, Status::NoSuchCache),
+                    Some(c) => {
+                        body.clear();
+                        match crate::sproc_exec::run(procs, c, proc_name, addr, args, &mut body) {
+                            Err(_) => enc.status(out, code, Status::NoSuchProc),
+                            Ok(()) if enc.payload_len(out) + 6 + body.len() > max_frame => {
+                                enc.status(out, code, Status::TooLarge)
+                            }
+                            Ok(()) => enc.data(out, code, &body),
+                        }
+                    }
+                },
+            },
             Op::Ping => enc.status(out, code, Status::Ok),
         }
         let ok = out.get(before + 1) == Some(&(Status::Ok as u8));
@@ -172,6 +195,7 @@ mod tests {
             &mut out,
             1 << 20,
             &mut Tally::default(),
+            &Registry::default(),
         )
         .unwrap();
         out

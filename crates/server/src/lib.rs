@@ -18,6 +18,7 @@ pub mod metrics;
 mod metrics_http;
 mod region;
 mod server;
+mod sproc_exec;
 pub mod store;
 mod worker;
 

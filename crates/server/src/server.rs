@@ -24,6 +24,8 @@ pub struct Shared {
     pub advertise: String,
     pub store: RegionStore,
     pub metrics: Metrics,
+    /// Stored procedures this server can run (the built-ins for now).
+    pub procs: farcache_sproc::Registry,
     pub shutdown: AtomicBool,
     server_id: AtomicU32,
     nap: (Mutex<()>, Condvar),
@@ -74,6 +76,7 @@ impl Server {
         let shared = Arc::new(Shared {
             store: RegionStore::new(config.memory),
             metrics: Metrics::default(),
+            procs: farcache_sproc::Registry::with_builtins(),
             shutdown: AtomicBool::new(false),
             server_id: AtomicU32::new(0),
             nap: (Mutex::new(()), Condvar::new()),

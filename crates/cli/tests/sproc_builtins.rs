@@ -1,0 +1,283 @@
+//! Built-in stored procedures on a 3-server cluster, checked against the same
+//! computation done at the client; invocations hop between servers through their
+//! continuations.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use farcache_client::{Cache, ClientConfig, ClientError, OpError};
+use farcache_proto::Status;
+use farcache_sproc::builtin::{AggFn, Aggregate, Chase, Cmp, Gather, KHop, NULL, Scan};
+use farcache_sproc::memory::VecMemory;
+use farcache_sproc::{Outcome, Registry};
+use farcache_testkit::{ClusterOptions, LocalCluster};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+const REGION: u64 = 64 << 10;
+const REGIONS: u64 = 12;
+
+fn cluster() -> (LocalCluster, Cache, Vec<u8>) {
+    let opts = ClusterOptions::default()
+        .servers(3)
+        .region_size(REGION)
+        .server_memory(8 << 20);
+    let cluster = LocalCluster::start(&opts).expect("cluster");
+    let client = cluster
+        .client_with(ClientConfig::new("").op_timeout(Duration::from_secs(10)))
+        .expect("client");
+    let cache = client
+        .create_with_region_size("sprocs", REGIONS * REGION, Some(REGION))
+        .expect("create");
+    let owners: HashSet<u32> = cache.info().regions.iter().copied().collect();
+    assert_eq!(owners.len(), 3, "cache must span all three servers");
+    let mut rng = StdRng::seed_from_u64(7);
+    let mut model = vec![0u8; (REGIONS * REGION) as usize];
+    rng.fill(&mut model[..]);
+    for (i, chunk) in model.chunks(REGION as usize).enumerate() {
+        cache.write(i as u64 * REGION, chunk).expect("fill");
+    }
+    (cluster, cache, model)
+}
+
+fn u64_at(b: &[u8], a: u64) -> u64 {
+    u64::from_le_bytes(b[a as usize..a as usize + 8].try_into().expect("8 bytes"))
+}
+
+/// The same procedure run at the client over a full local copy (every region local).
+fn run_locally(model: &[u8], name: &str, addr: u64, args: Vec<u8>) -> Vec<u8> {
+    let local = vec![true; REGIONS as usize];
+    let mem = VecMemory {
+        bytes: model,
+        region_size: REGION,
+        local: &local,
+    };
+    let reg = Registry::with_builtins();
+    match reg.get(name).expect("builtin").run(&mem, addr, &args) {
+        Ok(Outcome::Done(r)) => r,
+        other => panic!("local run of {name}: {other:?}"),
+    }
+}
+
+#[test]
+fn builtins_match_client_side_computation() {
+    let (cluster, cache, mut model) = cluster();
+    let mut rng = StdRng::seed_from_u64(11);
+
+    // aggregate: every function, ranges that cross servers.
+    for _ in 0..40 {
+        let base = rng.gen_range(0..(REGIONS - 1) * REGION) / 8 * 8;
+        let stride = 8 * rng.gen_range(1..64u32);
+        let n =
+            rng.gen_range(0..=((REGIONS * REGION - base - 8) / u64::from(stride)).min(5000)) as u32;
+        let vals: Vec<u64> = (0..n)
+            .map(|i| u64_at(&model, base + u64::from(i * stride)))
+            .collect();
+        for (f, want) in [
+            (
+                AggFn::Sum,
+                vals.iter().fold(0u64, |a, v| a.wrapping_add(*v)),
+            ),
+            (AggFn::Min, vals.iter().copied().min().unwrap_or(u64::MAX)),
+            (AggFn::Max, vals.iter().copied().max().unwrap_or(0)),
+            (
+                AggFn::Count,
+                vals.iter().filter(|v| **v != 0).count() as u64,
+            ),
+        ] {
+            let r = cache
+                .execute(Aggregate::NAME, base, &Aggregate::args(f, base, n, stride))
+                .expect("aggregate");
+            assert_eq!(
+                Aggregate::result(&r).expect("decode"),
+                want,
+                "{f:?} base {base} n {n}"
+            );
+        }
+    }
+
+    // chase: a 64-node chain through random slots on all servers.
+    let slots = (REGIONS * REGION / 32) as usize;
+    let mut nodes: Vec<u64> = (0..slots).map(|s| s as u64 * 32).collect();
+    for i in (1..nodes.len()).rev() {
+        nodes.swap(i, rng.gen_range(0..=i));
+    }
+    nodes.truncate(64);
+    let mut b = cache.batch();
+    for (i, &n) in nodes.iter().enumerate() {
+        let next = nodes.get(i + 1).copied().unwrap_or(NULL);
+        b.write(n + 16, &next.to_le_bytes());
+        model[(n + 16) as usize..(n + 24) as usize].copy_from_slice(&next.to_le_bytes());
+    }
+    assert!(b.run().first_error().is_none());
+    let spread: HashSet<u32> = nodes
+        .iter()
+        .map(|n| cache.info().regions[(n / REGION) as usize])
+        .collect();
+    assert_eq!(spread.len(), 3);
+    for hops in [0u32, 1, 5, 63, 64, 100] {
+        let r = cache
+            .execute(Chase::NAME, nodes[0], &Chase::args(nodes[0], 16, hops))
+            .expect("chase");
+        let want = if (hops as usize) < nodes.len() {
+            (nodes[hops as usize], hops)
+        } else {
+            (NULL, nodes.len() as u32)
+        };
+        assert_eq!(Chase::result(&r).expect("decode"), want, "hops {hops}");
+    }
+
+    // gather: ranges on every server, each inside one region.
+    let ranges: Vec<(u64, u32)> = (0..50)
+        .map(|_| {
+            let a = rng.gen_range(0..REGIONS * REGION - 100);
+            let l = rng.gen_range(0..100u32).min((REGION - a % REGION) as u32);
+            (a, l)
+        })
+        .collect();
+    let r = cache
+        .execute(Gather::NAME, ranges[0].0, &Gather::args(&ranges))
+        .expect("gather");
+    let want: Vec<u8> = ranges
+        .iter()
+        .flat_map(|&(a, l)| model[a as usize..(a + u64::from(l)) as usize].to_vec())
+        .collect();
+    assert_eq!(&r[..], &want[..]);
+
+    // scan: 48-byte rows over the whole cache.
+    let rows = (REGIONS * REGION / 64) as u32;
+    for cmp in [Cmp::Lt, Cmp::Ge, Cmp::Ne] {
+        let c = u64::MAX / 3;
+        let args = Scan::args(0, rows, 64, 8, cmp, c, 40);
+        let r = cache.execute(Scan::NAME, 0, &args).expect("scan");
+        let (mut count, mut sum) = (0u64, 0u64);
+        for i in 0..u64::from(rows) {
+            if cmp.test(u64_at(&model, i * 64 + 8), c) {
+                count += 1;
+                sum = sum.wrapping_add(u64_at(&model, i * 64 + 40));
+            }
+        }
+        assert_eq!(Scan::result(&r).expect("decode"), (count, sum), "{cmp:?}");
+        assert_eq!(&r[..], &run_locally(&model, Scan::NAME, 0, args)[..]);
+    }
+
+    // khop: a random graph in CSR layout spread over the cache.
+    let n = 2000u32;
+    let vbase = 0u64;
+    let ebase = REGION * 2 + 4;
+    let mut adj: Vec<Vec<u32>> = vec![Vec::new(); n as usize];
+    for _ in 0..12_000 {
+        // Skewed sources, like a power-law graph.
+        let a = (rng.gen_range(0f64..1.0).powi(3) * f64::from(n)) as u32;
+        adj[a as usize].push(rng.gen_range(0..n));
+    }
+    let mut b = cache.batch();
+    let mut e = 0u64;
+    let mut edges = Vec::new();
+    for (v, list) in adj.iter().enumerate() {
+        let mut entry = e.to_le_bytes().to_vec();
+        entry.extend_from_slice(&(list.len() as u32).to_le_bytes());
+        b.write(vbase + 16 * v as u64, &entry);
+        model[(vbase + 16 * v as u64) as usize..][..12].copy_from_slice(&entry);
+        for &u in list {
+            edges.extend_from_slice(&u.to_le_bytes());
+        }
+        e += list.len() as u64;
+    }
+    b.write(ebase, &edges);
+    model[ebase as usize..ebase as usize + edges.len()].copy_from_slice(&edges);
+    assert!(b.run().first_error().is_none());
+    for (src, k) in [(0u32, 1u8), (0, 2), (3, 3), (1999, 2)] {
+        let mut seen = HashSet::from([src]);
+        let mut frontier = vec![src];
+        for _ in 0..k {
+            let mut next = Vec::new();
+            for v in frontier {
+                for &u in &adj[v as usize] {
+                    if seen.insert(u) {
+                        next.push(u);
+                    }
+                }
+            }
+            frontier = next;
+        }
+        let at = vbase + 16 * u64::from(src);
+        let r = cache
+            .execute(KHop::NAME, at, &KHop::args(vbase, ebase, n, src, k))
+            .expect("khop");
+        assert_eq!(
+            KHop::result(&r).expect("decode"),
+            seen.len() as u64 - 1,
+            "src {src} k {k}"
+        );
+    }
+    drop(cache);
+    cluster.shutdown();
+}
+
+#[test]
+fn procedure_errors_are_clear_and_the_cluster_keeps_serving() {
+    let (cluster, cache, model) = cluster();
+    let status = |r: Result<_, ClientError>| match r {
+        Err(ClientError::Op(e)) => e,
+        other => panic!("expected an op error, got {other:?}"),
+    };
+    assert!(matches!(
+        status(cache.execute("no-such-proc", 0, b"")),
+        OpError::Status(Status::NoSuchProc)
+    ));
+    match status(cache.execute(Aggregate::NAME, 0, b"xx")) {
+        OpError::Procedure(m) => assert!(m.contains("aggregate"), "{m}"),
+        e => panic!("{e}"),
+    }
+    // Reading past the end of the cache is an error, not a hang or a hop.
+    let end = REGIONS * REGION;
+    match status(cache.execute(
+        Aggregate::NAME,
+        end - 16,
+        &Aggregate::args(AggFn::Sum, end - 16, 4, 8),
+    )) {
+        OpError::Procedure(m) => assert!(m.contains("outside the cache"), "{m}"),
+        e => panic!("{e}"),
+    }
+    assert!(matches!(
+        status(cache.execute(Aggregate::NAME, end, b"")),
+        OpError::OutOfRange { .. }
+    ));
+    // A record that straddles two servers' regions needs DFlow: a clear error.
+    let regions = cache.info().regions.clone();
+    let boundary = (1..REGIONS as usize)
+        .find(|&r| regions[r] != regions[r - 1])
+        .expect("a server boundary") as u64
+        * REGION;
+    let rows = Scan::args(boundary - 8, 1, 16, 0, Cmp::Ge, 0, 8);
+    match status(cache.execute(Scan::NAME, boundary - 8, &rows)) {
+        OpError::Procedure(m) => assert!(m.contains("DFlow"), "{m}"),
+        e => panic!("{e}"),
+    }
+    // Batches mix I/O and procedures; a write before an execute is seen by it.
+    let mut b = cache.batch();
+    b.write(8, &5u64.to_le_bytes());
+    b.write(REGION * 7, &6u64.to_le_bytes());
+    let agg = b.execute(
+        Aggregate::NAME,
+        8,
+        &Aggregate::args(AggFn::Max, 8, 2, (REGION * 7 - 8) as u32),
+    );
+    let rd = b.read(16, 8);
+    let res = b.run();
+    let want = 6; // max of the two values just written
+    assert_eq!(
+        Aggregate::result(res.data(agg).expect("agg")).expect("decode"),
+        want
+    );
+    assert_eq!(&res.data(rd).expect("read")[..], &model[16..24]);
+    // Async form.
+    let f = cache.execute_async(Chase::NAME, 0, &Chase::args(0, 0, 0));
+    assert_eq!(
+        Chase::result(&f.wait().expect("chase")).expect("decode"),
+        (0, 0)
+    );
+    drop(cache);
+    cluster.shutdown();
+}

@@ -1,0 +1,105 @@
+//! `aggregate`: sum / min / max / count-non-zero of `n` u64 records `stride` bytes apart.
+
+use crate::args::{ArgReader, ArgWriter};
+use crate::{Memory, Outcome, Procedure, SprocError};
+
+const NAME: &str = "aggregate";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum AggFn {
+    Sum = 0,
+    Min = 1,
+    Max = 2,
+    /// Records whose value is not zero.
+    Count = 3,
+}
+
+impl AggFn {
+    fn from_u8(v: u8) -> Result<Self, SprocError> {
+        Ok(match v {
+            0 => Self::Sum,
+            1 => Self::Min,
+            2 => Self::Max,
+            3 => Self::Count,
+            _ => return Err(SprocError::bad(NAME, format!("unknown function {v}"))),
+        })
+    }
+
+    fn init(self) -> u64 {
+        match self {
+            Self::Min => u64::MAX,
+            _ => 0,
+        }
+    }
+
+    fn fold(self, acc: u64, v: u64) -> u64 {
+        match self {
+            Self::Sum => acc.wrapping_add(v),
+            Self::Min => acc.min(v),
+            Self::Max => acc.max(v),
+            Self::Count => acc + u64::from(v != 0),
+        }
+    }
+}
+
+pub struct Aggregate;
+
+impl Aggregate {
+    pub const NAME: &'static str = NAME;
+
+    /// Invoke at `base`: the little-endian u64 records at `base + i * stride`, `i < n`.
+    pub fn args(f: AggFn, base: u64, n: u32, stride: u32) -> Vec<u8> {
+        state(f, base, n, stride, 0, f.init())
+    }
+
+    /// The result: the aggregate as a u64 (`u64::MAX` for the min of no records).
+    pub fn result(bytes: &[u8]) -> Result<u64, SprocError> {
+        let mut r = ArgReader::new(NAME, bytes);
+        let v = r.u64("result")?;
+        r.end()?;
+        Ok(v)
+    }
+}
+
+fn state(f: AggFn, base: u64, n: u32, stride: u32, i: u32, acc: u64) -> Vec<u8> {
+    ArgWriter::default()
+        .u8(f as u8)
+        .u64(base)
+        .u32(n)
+        .u32(stride)
+        .u32(i)
+        .u64(acc)
+        .finish()
+}
+
+impl Procedure for Aggregate {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn run(&self, mem: &dyn Memory, _addr: u64, args: &[u8]) -> Result<Outcome, SprocError> {
+        let mut r = ArgReader::new(NAME, args);
+        let f = AggFn::from_u8(r.u8("function")?)?;
+        let base = r.u64("base")?;
+        let n = r.u32("n")?;
+        let stride = r.u32("stride")?;
+        let mut i = r.u32("index")?;
+        let mut acc = r.u64("accumulator")?;
+        r.end()?;
+        if stride < 8 && n > 1 {
+            return Err(SprocError::bad(NAME, "stride below the 8-byte record"));
+        }
+        while i < n {
+            let at = super::element(NAME, base, i.into(), stride.into())?;
+            match mem.read_u64(at) {
+                Ok(v) => acc = f.fold(acc, v),
+                Err(m) => {
+                    return super::on_miss(NAME, m, at, 8, || state(f, base, n, stride, i, acc));
+                }
+            }
+            i += 1;
+        }
+        Ok(Outcome::Done(acc.to_le_bytes().to_vec()))
+    }
+}

@@ -1,0 +1,65 @@
+//! `gather`: reads a list of (address, length) ranges and returns them concatenated.
+
+use crate::args::{ArgReader, ArgWriter};
+use crate::procedure::MAX_OUTPUT;
+use crate::{Memory, Outcome, Procedure, SprocError};
+
+const NAME: &str = "gather";
+
+pub struct Gather;
+
+impl Gather {
+    pub const NAME: &'static str = NAME;
+
+    /// Invoke at the first range's address.
+    pub fn args(ranges: &[(u64, u32)]) -> Vec<u8> {
+        state(ranges, 0, &[])
+    }
+}
+
+fn state(ranges: &[(u64, u32)], next: u32, out: &[u8]) -> Vec<u8> {
+    let mut w = ArgWriter::default().u32(ranges.len() as u32).u32(next);
+    for &(a, l) in ranges {
+        w = w.u64(a).u32(l);
+    }
+    w.bytes(out).finish()
+}
+
+impl Procedure for Gather {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn run(&self, mem: &dyn Memory, _addr: u64, args: &[u8]) -> Result<Outcome, SprocError> {
+        let mut r = ArgReader::new(NAME, args);
+        let count = r.u32("count")? as usize;
+        let next = r.u32("next")? as usize;
+        if count.saturating_mul(12) > args.len() || next > count {
+            return Err(SprocError::bad(NAME, "range list does not match its count"));
+        }
+        let mut ranges = Vec::with_capacity(count);
+        let mut total = 0usize;
+        for _ in 0..count {
+            let a = r.u64("address")?;
+            let l = r.u32("length")?;
+            total = total.saturating_add(l as usize);
+            ranges.push((a, l));
+        }
+        if total > MAX_OUTPUT {
+            return Err(SprocError::TooLarge {
+                proc: NAME,
+                limit: MAX_OUTPUT,
+            });
+        }
+        let mut out = r.rest().to_vec();
+        for (j, &(a, l)) in ranges.iter().enumerate().skip(next) {
+            let at = out.len();
+            out.resize(at + l as usize, 0);
+            if let Err(m) = mem.read(a, &mut out[at..]) {
+                out.truncate(at);
+                return super::on_miss(NAME, m, a, l.into(), || state(&ranges, j as u32, &out));
+            }
+        }
+        Ok(Outcome::Done(out))
+    }
+}

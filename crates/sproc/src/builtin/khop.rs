@@ -1,0 +1,198 @@
+//! `khop`: how many distinct vertices lie within `k` hops of a source, over a graph in
+//! CSR layout: vertex `v`'s entry at `vbase + 16 v` is (`first edge index` u64,
+//! `degree` u32, padding u32); the edge list at `ebase` is u32 vertex ids.
+//!
+//! The breadth-first search keeps its whole state (visited set, frontier, position in
+//! the current adjacency list) in the continuation, so it can move to whichever server
+//! holds the next vertex entry or edge.
+
+use std::collections::HashSet;
+
+use crate::args::{ArgReader, ArgWriter};
+use crate::procedure::MAX_OUTPUT;
+use crate::{Memory, Outcome, Procedure, SprocError};
+
+const NAME: &str = "khop";
+pub const VERTEX_ENTRY: u64 = 16;
+
+pub struct KHop;
+
+#[derive(Debug, Clone, Default)]
+struct Bfs {
+    vbase: u64,
+    ebase: u64,
+    vertices: u32,
+    k: u8,
+    depth: u8,
+    /// Adjacency list being walked: (vertex, first edge, degree, next edge).
+    cur: Option<(u32, u64, u32, u32)>,
+    visited: Vec<u32>,
+    frontier: Vec<u32>,
+    next: Vec<u32>,
+}
+
+impl KHop {
+    pub const NAME: &'static str = NAME;
+
+    /// Invoke at `vbase + 16 * source`.
+    pub fn args(vbase: u64, ebase: u64, vertices: u32, source: u32, k: u8) -> Vec<u8> {
+        Bfs {
+            vbase,
+            ebase,
+            vertices,
+            k,
+            visited: vec![source],
+            frontier: vec![source],
+            ..Bfs::default()
+        }
+        .encode()
+    }
+
+    /// The result: vertices within `k` hops, the source excluded.
+    pub fn result(bytes: &[u8]) -> Result<u64, SprocError> {
+        let mut r = ArgReader::new(NAME, bytes);
+        let v = r.u64("count")?;
+        r.end()?;
+        Ok(v)
+    }
+}
+
+fn list(w: ArgWriter, v: &[u32]) -> ArgWriter {
+    v.iter().fold(w.u32(v.len() as u32), |w, &x| w.u32(x))
+}
+
+fn read_list(r: &mut ArgReader<'_>, what: &str, limit: u32) -> Result<Vec<u32>, SprocError> {
+    let n = r.u32(what)?;
+    if n as usize > MAX_OUTPUT / 4 {
+        return Err(SprocError::bad(NAME, format!("{what} list too long")));
+    }
+    (0..n)
+        .map(|_| {
+            let v = r.u32(what)?;
+            if v >= limit {
+                return Err(SprocError::bad(NAME, format!("vertex {v} ≥ {limit}")));
+            }
+            Ok(v)
+        })
+        .collect()
+}
+
+impl Bfs {
+    fn encode(&self) -> Vec<u8> {
+        let (flag, (v, s, d, j)) = match self.cur {
+            Some(c) => (1, c),
+            None => (0, (0, 0, 0, 0)),
+        };
+        let w = ArgWriter::default()
+            .u64(self.vbase)
+            .u64(self.ebase)
+            .u32(self.vertices)
+            .u8(self.k)
+            .u8(self.depth)
+            .u8(flag)
+            .u32(v)
+            .u64(s)
+            .u32(d)
+            .u32(j);
+        let w = list(w, &self.visited);
+        let w = list(w, &self.frontier);
+        list(w, &self.next).finish()
+    }
+
+    fn decode(args: &[u8]) -> Result<Self, SprocError> {
+        let mut r = ArgReader::new(NAME, args);
+        let vbase = r.u64("vbase")?;
+        let ebase = r.u64("ebase")?;
+        let vertices = r.u32("vertices")?;
+        let k = r.u8("k")?;
+        let depth = r.u8("depth")?;
+        let flag = r.u8("cursor flag")?;
+        let cur = (
+            r.u32("vertex")?,
+            r.u64("first edge")?,
+            r.u32("degree")?,
+            r.u32("edge")?,
+        );
+        let b = Bfs {
+            vbase,
+            ebase,
+            vertices,
+            k,
+            depth,
+            cur: (flag == 1).then_some(cur),
+            visited: read_list(&mut r, "visited", vertices)?,
+            frontier: read_list(&mut r, "frontier", vertices)?,
+            next: read_list(&mut r, "next", vertices)?,
+        };
+        r.end()?;
+        Ok(b)
+    }
+}
+
+impl Procedure for KHop {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn run(&self, mem: &dyn Memory, _addr: u64, args: &[u8]) -> Result<Outcome, SprocError> {
+        let mut b = Bfs::decode(args)?;
+        let mut seen: HashSet<u32> = b.visited.iter().copied().collect();
+        loop {
+            if let Some((v, first, degree, mut j)) = b.cur {
+                while j < degree {
+                    let idx = first.checked_add(j.into()).ok_or_else(|| {
+                        SprocError::bad(NAME, format!("edge index overflow at vertex {v}"))
+                    })?;
+                    let at = super::element(NAME, b.ebase, idx, 4)?;
+                    match mem.read_u32(at) {
+                        Ok(u) if u >= b.vertices => {
+                            return Err(SprocError::bad(NAME, format!("edge to vertex {u}")));
+                        }
+                        Ok(u) => {
+                            if seen.insert(u) {
+                                b.visited.push(u);
+                                b.next.push(u);
+                            }
+                        }
+                        Err(m) => {
+                            b.cur = Some((v, first, degree, j));
+                            return super::on_miss(NAME, m, at, 4, || b.encode());
+                        }
+                    }
+                    j += 1;
+                }
+                b.cur = None;
+                continue;
+            }
+            if b.depth >= b.k {
+                break;
+            }
+            let Some(&v) = b.frontier.last() else {
+                if b.next.is_empty() {
+                    break;
+                }
+                b.frontier = std::mem::take(&mut b.next);
+                b.depth += 1;
+                continue;
+            };
+            let at = super::element(NAME, b.vbase, v.into(), VERTEX_ENTRY)?;
+            let mut e = [0u8; 12];
+            if let Err(m) = mem.read(at, &mut e) {
+                return super::on_miss(NAME, m, at, 12, || b.encode());
+            }
+            b.frontier.pop();
+            let (mut f, mut d) = ([0u8; 8], [0u8; 4]);
+            f.copy_from_slice(&e[..8]);
+            d.copy_from_slice(&e[8..]);
+            b.cur = Some((v, u64::from_le_bytes(f), u32::from_le_bytes(d), 0));
+            if b.visited.len() * 4 > MAX_OUTPUT {
+                return Err(SprocError::TooLarge {
+                    proc: NAME,
+                    limit: MAX_OUTPUT,
+                });
+            }
+        }
+        let within = b.visited.len().saturating_sub(1) as u64;
+        Ok(Outcome::Done(within.to_le_bytes().to_vec()))
+    }
+}

@@ -1,0 +1,58 @@
+//! Procedures compiled into every server, one file each.
+
+mod aggregate;
+mod chase;
+mod gather;
+mod khop;
+mod scan;
+
+use std::sync::Arc;
+
+pub use aggregate::{AggFn, Aggregate};
+pub use chase::{Chase, NULL};
+pub use gather::Gather;
+pub use khop::KHop;
+pub use scan::{Cmp, Scan};
+
+use crate::memory::Miss;
+use crate::{Outcome, Procedure, SprocError};
+
+pub fn all() -> Vec<Arc<dyn Procedure>> {
+    vec![
+        Arc::new(Gather),
+        Arc::new(Aggregate),
+        Arc::new(Chase),
+        Arc::new(Scan),
+        Arc::new(KHop),
+    ]
+}
+
+/// `base + index * size`, or an out-of-range error when that overflows (hostile args).
+fn element(proc: &'static str, base: u64, index: u64, size: u64) -> Result<u64, SprocError> {
+    index
+        .checked_mul(size)
+        .and_then(|o| base.checked_add(o))
+        .ok_or(SprocError::OutOfRange {
+            proc,
+            addr: base,
+            len: size,
+        })
+}
+
+/// The common answer to a read that missed: continue at the owner, or fail when the
+/// range is not in the cache at all.
+fn on_miss(
+    proc: &'static str,
+    m: Miss,
+    addr: u64,
+    len: u64,
+    state: impl FnOnce() -> Vec<u8>,
+) -> Result<Outcome, SprocError> {
+    match m {
+        Miss::Remote => Ok(Outcome::Continue {
+            addr,
+            state: state(),
+        }),
+        Miss::OutOfRange => Err(SprocError::OutOfRange { proc, addr, len }),
+    }
+}

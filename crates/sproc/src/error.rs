@@ -1,0 +1,27 @@
+//! Errors a procedure invocation can end with. They reach the caller as text, so each
+//! says what was wrong with which input.
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SprocError {
+    #[error("bad arguments for {proc}: {reason}")]
+    BadArgs { proc: &'static str, reason: String },
+    #[error("{proc} read [{addr}, {addr}+{len}) outside the cache")]
+    OutOfRange {
+        proc: &'static str,
+        addr: u64,
+        len: u64,
+    },
+    #[error("{proc} result exceeds {limit} bytes")]
+    TooLarge { proc: &'static str, limit: usize },
+    #[error("malformed procedure reply: {0}")]
+    Reply(String),
+}
+
+impl SprocError {
+    pub(crate) fn bad(proc: &'static str, reason: impl Into<String>) -> Self {
+        Self::BadArgs {
+            proc,
+            reason: reason.into(),
+        }
+    }
+}

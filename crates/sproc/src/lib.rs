@@ -1,0 +1,26 @@
+//! Stored procedures that run next to the data.
+//!
+//! A procedure is invoked at a cache address (`EXECUTE(cache, addr, name, args)`) on the
+//! server that holds it. It reads cache memory through [`Memory`], which only serves
+//! bytes this server holds. When it needs bytes held elsewhere it does not block: it
+//! returns [`Outcome::Continue`] with the address it needs and its whole state encoded
+//! as new `args`. Whoever routes the invocation (today the client library; a server
+//! hand-off later) re-invokes the same procedure with that state at the owner of that
+//! address. Because a procedure's state is always plain bytes, an invocation can stop
+//! and resume on any server (FFlow), or return what it has to the caller.
+//!
+//! Layout: [`memory`] (what a procedure may read), [`outcome`] (the reply codec),
+//! [`procedure`] (the trait and registry), [`args`] (little-endian helpers),
+//! [`builtin`] (gather, aggregate, pointer chase, scan-filter-aggregate, k-hop count).
+
+pub mod args;
+pub mod builtin;
+pub mod error;
+pub mod memory;
+pub mod outcome;
+pub mod procedure;
+
+pub use error::SprocError;
+pub use memory::{Memory, Miss};
+pub use outcome::Outcome;
+pub use procedure::{Procedure, Registry};
