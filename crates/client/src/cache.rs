@@ -121,6 +121,24 @@ impl Cache {
         self.shared.refresh()
     }
 
+    /// Registers a WebAssembly procedure (binary or text format) under `name` on every
+    /// server of this cache, and on servers the cache grows onto later. Each server
+    /// compiles it once, now; code that does not compile or lacks the procedure ABI is
+    /// refused with the compiler's message. Call it with [`Cache::execute`].
+    pub fn register(&self, name: &str, code: &[u8]) -> Result<(), ClientError> {
+        let req = ControlRequest::RegisterProc {
+            cache: self.name(),
+            proc_name: name.to_string(),
+            code: code.to_vec(),
+        };
+        match self.shared.client.manager.call(&req)? {
+            ControlResponse::Ok => Ok(()),
+            other => Err(ClientError::InvalidArgument(format!(
+                "unexpected manager reply: {other:?}"
+            ))),
+        }
+    }
+
     /// Grows or shrinks this cache.
     pub fn reshape(&self, capacity: u64) -> Result<(), ClientError> {
         let name = self.name();

@@ -33,6 +33,16 @@ pub struct CacheRecord {
     pub region_size: u64,
     pub epoch: u64,
     pub regions: Vec<ServerId>,
+    /// Stored procedures registered on this cache (loaded on every server holding it).
+    #[serde(default)]
+    pub procs: Vec<ProcDef>,
+}
+
+/// A registered procedure's code, kept so servers that join the cache later get it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProcDef {
+    pub name: String,
+    pub code: Vec<u8>,
 }
 
 #[derive(Debug, Clone)]
@@ -298,6 +308,7 @@ mod tests {
             region_size: R,
             epoch: 1,
             regions,
+            procs: Vec::new(),
         }
     }
 

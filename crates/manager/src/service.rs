@@ -7,21 +7,24 @@
 
 use std::time::{Duration, Instant};
 
+use farcache_proto::blocking::RpcError;
 use farcache_proto::control::{
     CacheInfo, ClusterStatus, ControlErrorCode, ControlRequest, ControlResponse, ServerState,
 };
 use farcache_proto::{CacheId, ServerId};
 use parking_lot::Mutex;
 
-use crate::catalogue::{CacheRecord, Catalogue, Seen, ServerRecord};
+use crate::catalogue::{CacheRecord, Catalogue, ProcDef, Seen, ServerRecord};
 use crate::config::{ManagerConfig, REGION_ALIGN};
 use crate::error::Reject;
 use crate::placement;
-use crate::server_link::ServerLinks;
+use crate::server_link::{LinkError, ServerLinks};
 use crate::store::{Store, Write};
 
 /// Longest cache name, so names stay printable in status tables and logs.
 pub const MAX_NAME_CHARS: usize = 128;
+/// Largest procedure module accepted.
+pub const MAX_PROC_CODE: usize = 16 << 20;
 /// Most regions one cache may have; bounds the work (and memory) one request can cause.
 pub const MAX_REGIONS: u64 = 1 << 20;
 /// Timeout for each connect, read and write to a cache server.
@@ -134,6 +137,14 @@ impl Service {
                 self.delete(&name).map(|()| ControlResponse::Ok)
             }
             ControlRequest::Status => Ok(ControlResponse::Status(self.status())),
+            ControlRequest::RegisterProc {
+                cache,
+                proc_name,
+                code,
+            } => self
+                .register_proc(&cache, &proc_name, code)
+                .map(|()| ControlResponse::Ok),
+            ControlRequest::LoadProc { .. } => Err(server_only("LoadProc")),
             ControlRequest::AllocRegion { .. } => Err(server_only("AllocRegion")),
             ControlRequest::FreeRegion { .. } => Err(server_only("FreeRegion")),
             ControlRequest::DropCache { .. } => Err(server_only("DropCache")),
@@ -269,6 +280,7 @@ impl Service {
             region_size,
             epoch: 1,
             regions: plan.iter().map(|t| t.server).collect(),
+            procs: Vec::new(),
         };
         let mut st = self.state.lock();
         if let Err(e) = st.commit(&[Write::Cache(&record)]) {
@@ -306,6 +318,12 @@ impl Service {
 
         let old = record.regions.len();
         self.alloc_all(record.id, old, &grow, record.region_size, capacity)?;
+        if !record.procs.is_empty()
+            && let Err(e) = self.load_procs(record.id, &grow, &record.procs)
+        {
+            self.free_regions(record.id, old, &grow);
+            return Err(e);
+        }
         let keep = old - shrink.len();
 
         let previous = record.clone();
@@ -361,6 +379,81 @@ impl Service {
             self.best_effort(t, &req, "drop cache");
         }
         tracing::info!(cache = record.id, name, "cache deleted");
+        Ok(())
+    }
+
+    /// Loads a procedure on every server of `cache`, then records it so servers that
+    /// receive regions of the cache later get it too. Nothing is recorded if a server
+    /// refuses the code (it does not compile, or breaks the procedure ABI).
+    fn register_proc(&self, cache: &str, proc_name: &str, code: Vec<u8>) -> Result<(), Reject> {
+        if proc_name.is_empty() || proc_name.len() > farcache_proto::op::MAX_PROC_NAME {
+            return Err(Reject::invalid(format!(
+                "procedure names have 1 to {} bytes",
+                farcache_proto::op::MAX_PROC_NAME
+            )));
+        }
+        if code.is_empty() || code.len() > MAX_PROC_CODE {
+            return Err(Reject::invalid(format!(
+                "procedure code must have 1 to {MAX_PROC_CODE} bytes"
+            )));
+        }
+        let _changes = self.changes.lock();
+        let (mut record, holders) = {
+            let st = self.state.lock();
+            let record = st
+                .catalogue
+                .cache_by_name(cache)
+                .ok_or_else(|| Reject::not_found(cache))?
+                .clone();
+            let mut ids = record.regions.clone();
+            ids.sort_unstable();
+            ids.dedup();
+            let holders = self.targets(&st.catalogue, &ids);
+            (record, holders)
+        };
+        let def = ProcDef {
+            name: proc_name.to_string(),
+            code,
+        };
+        self.load_procs(record.id, &holders, std::slice::from_ref(&def))?;
+        record.procs.retain(|p| p.name != def.name);
+        record.procs.push(def);
+        let mut st = self.state.lock();
+        st.commit(&[Write::Cache(&record)])?;
+        st.catalogue.insert_cache(record.clone());
+        tracing::info!(cache = record.id, proc_name, "procedure registered");
+        Ok(())
+    }
+
+    /// Sends `procs` to every live server in `targets`.
+    fn load_procs(
+        &self,
+        cache: CacheId,
+        targets: &[Target],
+        procs: &[ProcDef],
+    ) -> Result<(), Reject> {
+        for t in targets {
+            if t.state == ServerState::Dead {
+                continue;
+            }
+            for p in procs {
+                let req = ControlRequest::LoadProc {
+                    cache,
+                    proc_name: p.name.clone(),
+                    code: p.code.clone(),
+                };
+                if let Err(e) = self.links.call(t.server, &t.addr, &req) {
+                    let why = format!(
+                        "server {} ({}) refused procedure {}: {e}",
+                        t.server, t.addr, p.name
+                    );
+                    return Err(match e {
+                        LinkError::Rpc(RpcError::Remote { .. }) => Reject::invalid(why),
+                        _ => Reject::unavailable(why),
+                    });
+                }
+            }
+        }
         Ok(())
     }
 

@@ -143,6 +143,7 @@ mod tests {
             region_size: 4096,
             epoch: 2,
             regions: vec![3],
+            procs: Vec::new(),
         };
         let (a, b) = (cache(1, "a"), cache(2, "b"));
         {

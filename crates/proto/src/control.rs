@@ -148,6 +148,13 @@ pub enum ControlRequest {
     DeleteCache {
         name: String,
     },
+    /// Loads a stored procedure (WebAssembly, binary or text) on every server of a cache,
+    /// now and whenever the cache grows onto another server.
+    RegisterProc {
+        cache: String,
+        proc_name: String,
+        code: Vec<u8>,
+    },
     Status,
     // manager -> server
     AllocRegion {
@@ -164,6 +171,12 @@ pub enum ControlRequest {
     },
     DropCache {
         cache: CacheId,
+    },
+    /// Compile and keep a procedure for one cache.
+    LoadProc {
+        cache: CacheId,
+        proc_name: String,
+        code: Vec<u8>,
     },
     // anyone -> server
     ServerStats,

@@ -47,8 +47,25 @@ pub fn handle(sh: &Shared, role: Role, req: ControlRequest) -> ControlResponse {
                 return forbidden("DropCache");
             }
             let dropped = sh.store.drop_cache(cache);
+            sh.procs.drop_cache(cache);
             info!(cache, dropped, "cache dropped");
             ControlResponse::Ok
+        }
+        ControlRequest::LoadProc {
+            cache,
+            proc_name,
+            code,
+        } => {
+            if role != Role::Manager {
+                return forbidden("LoadProc");
+            }
+            match sh.procs.load(cache, &proc_name, &code) {
+                Ok(()) => {
+                    info!(cache, proc_name, bytes = code.len(), "procedure loaded");
+                    ControlResponse::Ok
+                }
+                Err(e) => ControlResponse::error(ControlErrorCode::InvalidArgument, e.to_string()),
+            }
         }
         ControlRequest::ServerStats => ControlResponse::Stats(stats(sh)),
         other => ControlResponse::error(

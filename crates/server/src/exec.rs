@@ -3,7 +3,7 @@
 use farcache_proto::op::MAX_OP_BYTES;
 use farcache_proto::{CacheId, DecodeError, Op, OpCode, RequestDecoder, ResponseEncoder, Status};
 
-use farcache_sproc::Registry;
+use crate::procs::ProcTable;
 
 use crate::metrics::Tally;
 use crate::region::Region;
@@ -84,7 +84,7 @@ pub fn execute_batch(
     out: &mut Vec<u8>,
     max_frame: usize,
     tally: &mut Tally,
-    procs: &Registry,
+    procs: &ProcTable,
 ) -> Result<(), DecodeError> {
     RequestDecoder::validate(payload)?;
     let mut enc = ResponseEncoder::begin(out, seq);
@@ -150,7 +150,15 @@ pub fn execute_batch(
                     None => enc.status(out, code, Status::NoSuchCache),
                     Some(c) => {
                         body.clear();
-                        match crate::sproc_exec::run(procs, c, proc_name, addr, args, &mut body) {
+                        let p = procs.get(cache, proc_name);
+                        match crate::sproc_exec::run(
+                            p.as_deref(),
+                            c,
+                            proc_name,
+                            addr,
+                            args,
+                            &mut body,
+                        ) {
                             Err(_) => enc.status(out, code, Status::NoSuchProc),
                             Ok(()) if enc.payload_len(out) + 6 + body.len() > max_frame => {
                                 enc.status(out, code, Status::TooLarge)
@@ -195,7 +203,7 @@ mod tests {
             &mut out,
             1 << 20,
             &mut Tally::default(),
-            &Registry::default(),
+            &ProcTable::default(),
         )
         .unwrap();
         out

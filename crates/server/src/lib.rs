@@ -16,6 +16,7 @@ mod exec;
 mod manager_link;
 pub mod metrics;
 mod metrics_http;
+mod procs;
 mod region;
 mod server;
 mod sproc_exec;

@@ -24,8 +24,8 @@ pub struct Shared {
     pub advertise: String,
     pub store: RegionStore,
     pub metrics: Metrics,
-    /// Stored procedures this server can run (the built-ins for now).
-    pub procs: farcache_sproc::Registry,
+    /// Stored procedures this server can run.
+    pub procs: crate::procs::ProcTable,
     pub shutdown: AtomicBool,
     server_id: AtomicU32,
     nap: (Mutex<()>, Condvar),
@@ -76,7 +76,7 @@ impl Server {
         let shared = Arc::new(Shared {
             store: RegionStore::new(config.memory),
             metrics: Metrics::default(),
-            procs: farcache_sproc::Registry::with_builtins(),
+            procs: crate::procs::ProcTable::default(),
             shutdown: AtomicBool::new(false),
             server_id: AtomicU32::new(0),
             nap: (Mutex::new(()), Condvar::new()),

@@ -6,7 +6,7 @@
 //! at the owner of that address.
 
 use farcache_sproc::outcome::{TAG_CONTINUE, TAG_DONE, encode_failure};
-use farcache_sproc::{Memory, Miss, Outcome, Registry, SprocError};
+use farcache_sproc::{Memory, Miss, Outcome, Procedure, SprocError};
 
 use crate::store::CacheRegions;
 
@@ -45,14 +45,14 @@ impl CacheMemory<'_> {
 
 /// Runs `proc` at `addr` and appends the reply body (see `farcache_sproc::outcome`).
 pub(crate) fn run(
-    procs: &Registry,
+    p: Option<&dyn Procedure>,
     c: &CacheRegions,
     proc: &str,
     addr: u64,
     args: &[u8],
     body: &mut Vec<u8>,
 ) -> Result<(), NoSuchProc> {
-    let p = procs.get(proc).ok_or(NoSuchProc)?;
+    let p = p.ok_or(NoSuchProc)?;
     let mem = CacheMemory { c };
     match p.run(&mem, addr, args) {
         Ok(Outcome::Done(r)) => {

@@ -15,6 +15,12 @@ pub enum SprocError {
     TooLarge { proc: &'static str, limit: usize },
     #[error("malformed procedure reply: {0}")]
     Reply(String),
+    /// The code given at registration is not a usable module.
+    #[error("cannot load procedure: {0}")]
+    Compile(String),
+    /// A sandboxed procedure trapped, ran out of fuel or broke the ABI.
+    #[error("procedure {proc} {reason}")]
+    Trapped { proc: String, reason: String },
 }
 
 impl SprocError {

@@ -19,6 +19,7 @@ pub mod error;
 pub mod memory;
 pub mod outcome;
 pub mod procedure;
+pub mod wasm;
 
 pub use error::SprocError;
 pub use memory::{Memory, Miss};

@@ -9,7 +9,7 @@ use crate::{Memory, Outcome, SprocError};
 pub const MAX_OUTPUT: usize = 1 << 20;
 
 pub trait Procedure: Send + Sync {
-    fn name(&self) -> &'static str;
+    fn name(&self) -> &str;
 
     /// Runs the invocation routed to `addr` with `args` (the caller's, or a state this
     /// procedure returned in [`Outcome::Continue`]) until it finishes or needs bytes

@@ -74,7 +74,7 @@ fn state(f: AggFn, base: u64, n: u32, stride: u32, i: u32, acc: u64) -> Vec<u8> 
 }
 
 impl Procedure for Aggregate {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         NAME
     }
 

@@ -40,7 +40,7 @@ fn state(next_off: u32, remaining: u32, cur: u64, followed: u32) -> Vec<u8> {
 }
 
 impl Procedure for Chase {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         NAME
     }
 

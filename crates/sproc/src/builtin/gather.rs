@@ -26,7 +26,7 @@ fn state(ranges: &[(u64, u32)], next: u32, out: &[u8]) -> Vec<u8> {
 }
 
 impl Procedure for Gather {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         NAME
     }
 

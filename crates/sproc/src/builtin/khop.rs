@@ -130,7 +130,7 @@ impl Bfs {
 }
 
 impl Procedure for KHop {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         NAME
     }
 

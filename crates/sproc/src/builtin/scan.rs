@@ -114,7 +114,7 @@ fn column(row: &[u8], off: u32) -> u64 {
 }
 
 impl Procedure for Scan {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         NAME
     }
 

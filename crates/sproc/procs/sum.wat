@@ -1,0 +1,42 @@
+;; sum: adds `n` little-endian u64 records 8 bytes apart, starting at `base`.
+;; args (24 bytes): base u64, n u32, next index u32, partial sum u64.
+;; When a record is held by another server it saves its state and continues there.
+(module
+  (import "farcache" "read" (func $read (param i64 i32 i32) (result i32)))
+  (import "farcache" "output" (func $output (param i32 i32)))
+  (import "farcache" "continue_at" (func $continue_at (param i64)))
+  (memory (export "memory") 1)
+  (global $bump (mut i32) (i32.const 1024))
+  (func (export "alloc") (param $n i32) (result i32)
+    (local $p i32)
+    (local.set $p (global.get $bump))
+    (global.set $bump (i32.add (global.get $bump) (local.get $n)))
+    (local.get $p))
+  (func (export "run") (param $addr i64) (param $args i32) (param $len i32) (result i32)
+    (local $base i64) (local $n i32) (local $i i32) (local $acc i64) (local $at i64)
+    (if (i32.ne (local.get $len) (i32.const 24)) (then unreachable))
+    (local.set $base (i64.load (local.get $args)))
+    (local.set $n (i32.load offset=8 (local.get $args)))
+    (local.set $i (i32.load offset=12 (local.get $args)))
+    (local.set $acc (i64.load offset=16 (local.get $args)))
+    (block $done
+      (loop $next
+        (br_if $done (i32.ge_u (local.get $i) (local.get $n)))
+        (local.set $at
+          (i64.add (local.get $base)
+                   (i64.mul (i64.extend_i32_u (local.get $i)) (i64.const 8))))
+        (if (i32.eq (call $read (local.get $at) (i32.const 8) (i32.const 0)) (i32.const 1))
+          (then
+            (i64.store (i32.const 64) (local.get $base))
+            (i32.store (i32.const 72) (local.get $n))
+            (i32.store (i32.const 76) (local.get $i))
+            (i64.store (i32.const 80) (local.get $acc))
+            (call $output (i32.const 64) (i32.const 24))
+            (call $continue_at (local.get $at))
+            (return (i32.const 1))))
+        (local.set $acc (i64.add (local.get $acc) (i64.load (i32.const 0))))
+        (local.set $i (i32.add (local.get $i) (i32.const 1)))
+        (br $next)))
+    (i64.store (i32.const 0) (local.get $acc))
+    (call $output (i32.const 0) (i32.const 8))
+    (i32.const 0)))

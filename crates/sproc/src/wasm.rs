@@ -1,0 +1,260 @@
+//! WebAssembly procedures: user code compiled once at registration (wasmtime,
+//! Cranelift) and run sandboxed per invocation — a fuel budget bounds its time, a
+//! store limiter bounds its memory, and a trap ends only that invocation.
+//!
+//! Guest ABI (module `farcache`, all integers little-endian):
+//!
+//! | export / import | signature | meaning |
+//! |---|---|---|
+//! | export `memory` | memory | the guest's linear memory |
+//! | export `alloc` | `(len i32) -> i32` | room for `len` bytes of arguments |
+//! | export `run` | `(addr i64, args i32, args_len i32) -> i32` | 0 = done, 1 = continue |
+//! | import `read` | `(addr i64, len i32, dst i32) -> i32` | copy cache bytes to `dst`: 0 = ok, 1 = held by another server |
+//! | import `output` | `(ptr i32, len i32)` | the result (done) or the saved state (continue) |
+//! | import `continue_at` | `(addr i64)` | where a continuation resumes |
+//!
+//! A read outside the cache ends the invocation with an error. On `1` from `read` a
+//! procedure saves what it needs with `output`, names the address with
+//! `continue_at` and returns 1; it is called again at the owner with that state as
+//! its arguments.
+
+use wasmtime::{
+    Caller, Config, Engine, InstanceAllocationStrategy, InstancePre, Linker, Module,
+    PoolingAllocationConfig, Store, StoreLimits, StoreLimitsBuilder, Trap,
+};
+
+use crate::procedure::MAX_OUTPUT;
+use crate::{Memory, Miss, Outcome, Procedure, SprocError};
+
+/// Limits every invocation runs under.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Wasm instructions (roughly) one invocation may execute.
+    pub fuel: u64,
+    /// Largest linear memory a guest may grow to.
+    pub memory: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            fuel: 50_000_000,
+            memory: 16 << 20,
+        }
+    }
+}
+
+/// Compiles modules; one per server, shared by every worker thread.
+#[derive(Clone)]
+pub struct WasmRuntime {
+    engine: Engine,
+    limits: Limits,
+}
+
+impl WasmRuntime {
+    pub fn new(limits: Limits) -> Result<Self, SprocError> {
+        let mut cfg = Config::new();
+        cfg.consume_fuel(true);
+        // Small reservations: many small guests, not a few 4 GiB ones.
+        cfg.memory_reservation(limits.memory as u64);
+        cfg.memory_guard_size(64 << 10);
+        let mut pool = PoolingAllocationConfig::default();
+        pool.total_memories(256)
+            .total_core_instances(256)
+            .total_tables(256)
+            .max_memory_size(limits.memory);
+        let mut pooled = cfg.clone();
+        pooled.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        // The pool reserves its address space up front; hosts that refuse get the
+        // on-demand allocator (slower instantiation, same limits).
+        let engine = match Engine::new(&pooled) {
+            Ok(e) => e,
+            Err(_) => Engine::new(&cfg).map_err(|e| SprocError::Compile(e.to_string()))?,
+        };
+        Ok(Self { engine, limits })
+    }
+
+    /// Compiles `code` (binary WebAssembly or text) into a procedure named `name`.
+    pub fn compile(&self, name: &str, code: &[u8]) -> Result<WasmProcedure, SprocError> {
+        let module = Module::new(&self.engine, code)
+            .map_err(|e| SprocError::Compile(format!("{name}: {e:#}")))?;
+        let mut linker: Linker<Host> = Linker::new(&self.engine);
+        let link = |e: wasmtime::Error| SprocError::Compile(format!("{name}: {e:#}"));
+        linker
+            .func_wrap("farcache", "read", host_read)
+            .map_err(link)?;
+        linker
+            .func_wrap("farcache", "output", host_output)
+            .map_err(link)?;
+        linker
+            .func_wrap(
+                "farcache",
+                "continue_at",
+                |mut c: Caller<'_, Host>, addr: i64| {
+                    c.data_mut().resume_at = Some(addr as u64);
+                },
+            )
+            .map_err(link)?;
+        for export in ["memory", "alloc", "run"] {
+            if module.get_export(export).is_none() {
+                return Err(SprocError::Compile(format!(
+                    "{name}: the module does not export `{export}`"
+                )));
+            }
+        }
+        let pre = linker.instantiate_pre(&module).map_err(link)?;
+        Ok(WasmProcedure {
+            name: name.to_string(),
+            pre,
+            engine: self.engine.clone(),
+            limits: self.limits,
+        })
+    }
+}
+
+/// Per-invocation host state.
+struct Host {
+    /// The memory of the invocation in progress (see `WasmProcedure::run`).
+    mem: *const (dyn Memory + 'static),
+    out: Vec<u8>,
+    resume_at: Option<u64>,
+    limits: StoreLimits,
+}
+
+fn guest_memory(c: &mut Caller<'_, Host>) -> Result<wasmtime::Memory, wasmtime::Error> {
+    c.get_export("memory")
+        .and_then(|e| e.into_memory())
+        .ok_or_else(|| wasmtime::Error::msg("module exports no memory"))
+}
+
+fn host_read(
+    mut c: Caller<'_, Host>,
+    addr: i64,
+    len: i32,
+    dst: i32,
+) -> Result<i32, wasmtime::Error> {
+    let mem = guest_memory(&mut c)?;
+    let (len, dst) = (len as u32 as usize, dst as u32 as usize);
+    let cache = c.data().mem;
+    let buf = mem
+        .data_mut(&mut c)
+        .get_mut(dst..dst.saturating_add(len))
+        .ok_or_else(|| wasmtime::Error::msg("read destination outside guest memory"))?;
+    // SAFETY: `mem` points at the `&dyn Memory` borrowed by `WasmProcedure::run` for the
+    // whole call; the store (and so this host function) cannot outlive that call.
+    let cache = unsafe { &*cache };
+    match cache.read(addr as u64, buf) {
+        Ok(()) => Ok(0),
+        Err(Miss::Remote) => Ok(1),
+        Err(Miss::OutOfRange) => Err(wasmtime::Error::msg(format!(
+            "read [{}, {}+{len}) outside the cache",
+            addr as u64, addr as u64
+        ))),
+    }
+}
+
+fn host_output(mut c: Caller<'_, Host>, ptr: i32, len: i32) -> Result<(), wasmtime::Error> {
+    let mem = guest_memory(&mut c)?;
+    let (ptr, len) = (ptr as u32 as usize, len as u32 as usize);
+    if len > MAX_OUTPUT {
+        return Err(wasmtime::Error::msg(format!(
+            "output above {MAX_OUTPUT} bytes"
+        )));
+    }
+    let bytes = mem
+        .data(&c)
+        .get(ptr..ptr.saturating_add(len))
+        .ok_or_else(|| wasmtime::Error::msg("output outside guest memory"))?
+        .to_vec();
+    c.data_mut().out = bytes;
+    Ok(())
+}
+
+pub struct WasmProcedure {
+    name: String,
+    pre: InstancePre<Host>,
+    engine: Engine,
+    limits: Limits,
+}
+
+impl WasmProcedure {
+    fn trapped(&self, e: &wasmtime::Error) -> SprocError {
+        let reason = match e.downcast_ref::<Trap>() {
+            Some(Trap::OutOfFuel) => format!("exceeded its time limit ({} fuel)", self.limits.fuel),
+            Some(t) => format!("trapped: {t}"),
+            None => format!("{e:#}"),
+        };
+        SprocError::Trapped {
+            proc: self.name.clone(),
+            reason,
+        }
+    }
+}
+
+impl Procedure for WasmProcedure {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn run(&self, mem: &dyn Memory, addr: u64, args: &[u8]) -> Result<Outcome, SprocError> {
+        let short: *const (dyn Memory + '_) = mem;
+        // SAFETY: only the lifetime is erased; the store holding this pointer is dropped
+        // at the end of this function, before `mem`'s borrow ends.
+        let mem_ptr: *const (dyn Memory + 'static) = unsafe { std::mem::transmute(short) };
+        let host = Host {
+            mem: mem_ptr,
+            out: Vec::new(),
+            resume_at: None,
+            limits: StoreLimitsBuilder::new()
+                .memory_size(self.limits.memory)
+                .trap_on_grow_failure(true)
+                .build(),
+        };
+        let mut store = Store::new(&self.engine, host);
+        store.limiter(|h| &mut h.limits);
+        store
+            .set_fuel(self.limits.fuel)
+            .map_err(|e| self.trapped(&e))?;
+        let inst = self
+            .pre
+            .instantiate(&mut store)
+            .map_err(|e| self.trapped(&e))?;
+        let alloc = inst
+            .get_typed_func::<i32, i32>(&mut store, "alloc")
+            .map_err(|e| self.trapped(&e))?;
+        let run = inst
+            .get_typed_func::<(i64, i32, i32), i32>(&mut store, "run")
+            .map_err(|e| self.trapped(&e))?;
+        let len = i32::try_from(args.len()).map_err(|_| SprocError::TooLarge {
+            proc: "wasm",
+            limit: i32::MAX as usize,
+        })?;
+        let ptr = alloc.call(&mut store, len).map_err(|e| self.trapped(&e))?;
+        let gmem = inst
+            .get_memory(&mut store, "memory")
+            .ok_or_else(|| self.trapped(&wasmtime::Error::msg("no memory export")))?;
+        gmem.write(&mut store, ptr as u32 as usize, args)
+            .map_err(|_| {
+                self.trapped(&wasmtime::Error::msg("alloc returned memory out of bounds"))
+            })?;
+        let code = run
+            .call(&mut store, (addr as i64, ptr, len))
+            .map_err(|e| self.trapped(&e))?;
+        let host = store.into_data();
+        match (code, host.resume_at) {
+            (0, _) => Ok(Outcome::Done(host.out)),
+            (1, Some(at)) => Ok(Outcome::Continue {
+                addr: at,
+                state: host.out,
+            }),
+            (1, None) => Err(SprocError::Trapped {
+                proc: self.name.clone(),
+                reason: "returned 1 (continue) without continue_at".into(),
+            }),
+            (c, _) => Err(SprocError::Trapped {
+                proc: self.name.clone(),
+                reason: format!("returned {c} (0 = done, 1 = continue)"),
+            }),
+        }
+    }
+}
