@@ -6,13 +6,13 @@ use std::sync::Arc;
 
 use farcache_proto::CacheId;
 use farcache_sproc::wasm::{Limits, WasmRuntime};
-use farcache_sproc::{Procedure, Registry, SprocError};
+use farcache_sproc::builtin;
+use farcache_sproc::{Procedure, SprocError};
 use parking_lot::RwLock;
 
 type PerCache = HashMap<CacheId, HashMap<String, Arc<dyn Procedure>>>;
 
 pub struct ProcTable {
-    builtins: Registry,
     runtime: Option<WasmRuntime>,
     loaded: RwLock<PerCache>,
 }
@@ -29,7 +29,6 @@ impl ProcTable {
             .inspect_err(|e| tracing::warn!("WebAssembly procedures disabled: {e}"))
             .ok();
         Self {
-            builtins: Registry::with_builtins(),
             runtime,
             loaded: RwLock::new(HashMap::new()),
         }
@@ -37,7 +36,7 @@ impl ProcTable {
 
     /// Compiles `code` and makes it callable as `name` on `cache` (replacing an older one).
     pub fn load(&self, cache: CacheId, name: &str, code: &[u8]) -> Result<(), SprocError> {
-        if self.builtins.get(name).is_some() {
+        if builtin::by_name(name).is_some() {
             return Err(SprocError::Compile(format!(
                 "{name} is a built-in procedure; pick another name"
             )));
@@ -55,14 +54,32 @@ impl ProcTable {
         Ok(())
     }
 
-    pub fn get(&self, cache: CacheId, name: &str) -> Option<Arc<dyn Procedure>> {
-        if let Some(p) = self.builtins.get(name) {
-            return Some(p.clone());
+    pub fn get(&self, cache: CacheId, name: &str) -> Option<ProcRef> {
+        if let Some(p) = builtin::by_name(name) {
+            return Some(ProcRef::Builtin(p));
         }
-        self.loaded.read().get(&cache)?.get(name).cloned()
+        let p = self.loaded.read().get(&cache)?.get(name).cloned()?;
+        Some(ProcRef::Loaded(p))
     }
 
     pub fn drop_cache(&self, cache: CacheId) {
         self.loaded.write().remove(&cache);
+    }
+}
+
+/// A procedure found for one EXECUTE: built-ins are static, loaded ones shared.
+pub enum ProcRef {
+    Builtin(&'static dyn Procedure),
+    Loaded(Arc<dyn Procedure>),
+}
+
+impl std::ops::Deref for ProcRef {
+    type Target = dyn Procedure;
+
+    fn deref(&self) -> &Self::Target {
+        match self {
+            Self::Builtin(p) => *p,
+            Self::Loaded(p) => &**p,
+        }
     }
 }

@@ -17,6 +17,18 @@ pub use scan::{Cmp, Scan};
 use crate::memory::Miss;
 use crate::{Outcome, Procedure, SprocError};
 
+/// A built-in by name, without allocation or hashing (looked up once per EXECUTE).
+pub fn by_name(name: &str) -> Option<&'static dyn Procedure> {
+    Some(match name {
+        Gather::NAME => &Gather,
+        Aggregate::NAME => &Aggregate,
+        Chase::NAME => &Chase,
+        Scan::NAME => &Scan,
+        KHop::NAME => &KHop,
+        _ => return None,
+    })
+}
+
 pub fn all() -> Vec<Arc<dyn Procedure>> {
     vec![
         Arc::new(Gather),
