@@ -122,12 +122,17 @@ fn run_one(
     let mut inflight: VecDeque<(Instant, usize, Ticket)> = VecDeque::with_capacity(spec.depth + 1);
     let mut next = 0usize;
     let (mut ops, mut errors) = (0u64, 0u64);
-    let mut complete = |t0: Instant, n: usize, t: Ticket, hist: &mut LatencyHistogram| {
-        let r = t.wait();
-        hist.record_n(t0.elapsed().as_nanos() as u64, n as u64);
-        errors += r.iter().filter(|x| x.is_err()).count() as u64;
-        ops += n as u64;
-    };
+    // Only ops completed inside the measured window count towards throughput
+    // (`measured` is false for batches finished during the warm-up).
+    let mut complete =
+        |t0: Instant, n: usize, t: Ticket, hist: &mut LatencyHistogram, measured: bool| {
+            let r = t.wait();
+            hist.record_n(t0.elapsed().as_nanos() as u64, n as u64);
+            errors += r.iter().filter(|x| x.is_err()).count() as u64;
+            if measured {
+                ops += n as u64;
+            }
+        };
     // Short warm-up: connections, page faults, branch predictors.
     let warm = Instant::now() + Duration::from_millis(100);
     let mut measuring = false;
@@ -137,7 +142,7 @@ fn run_one(
         let now = Instant::now();
         if !measuring && now >= warm {
             while let Some((t0, n, t)) = inflight.pop_front() {
-                complete(t0, n, t, &mut LatencyHistogram::new());
+                complete(t0, n, t, &mut LatencyHistogram::new(), false);
             }
             measuring = true;
             hist.reset();
@@ -159,11 +164,11 @@ fn run_one(
         if inflight.len() >= spec.depth
             && let Some((t0, n, t)) = inflight.pop_front()
         {
-            complete(t0, n, t, &mut hist);
+            complete(t0, n, t, &mut hist, measuring);
         }
     }
     while let Some((t0, n, t)) = inflight.pop_front() {
-        complete(t0, n, t, &mut hist);
+        complete(t0, n, t, &mut hist, true);
     }
     let secs = start.elapsed().as_secs_f64();
     Ok((

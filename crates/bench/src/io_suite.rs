@@ -135,7 +135,7 @@ impl IoBenchOptions {
     }
 }
 
-fn progress(len: u64) -> ProgressBar {
+pub(crate) fn progress(len: u64) -> ProgressBar {
     let pb = if std::env::var_os("CI").is_some() {
         ProgressBar::hidden()
     } else {

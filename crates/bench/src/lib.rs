@@ -10,6 +10,7 @@ pub mod histogram;
 pub mod io;
 pub mod io_suite;
 pub mod report;
+pub mod sproc_suite;
 pub mod tools;
 pub mod workload;
 

@@ -8,6 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use crate::baseline::redis::RedisBaseline;
+use crate::baseline::redis_eval::RedisEvalBaseline;
 use crate::baseline::sockperf::SockperfBaseline;
 use crate::error::Result;
 use crate::tools::{Tool, ensure_tools, find_font, is_root};
@@ -55,6 +56,18 @@ pub struct BenchRow {
     pub latency_ratio_vs_raw_tcp: Option<f64>,
     pub bandwidth_gbps: Option<f64>,
     pub bandwidth_ratio_vs_sockperf: Option<f64>,
+    /// Speedup of a stored procedure over doing the same work at the client with
+    /// plain reads (`bench sproc`): throughput ÷ client-side throughput, or
+    /// client-side time ÷ procedure time. Above 1 = the procedure wins.
+    #[serde(default)]
+    pub ratio_vs_client_side: Option<f64>,
+    /// Server round trips per logical op (`bench sproc`: EXECUTE messages,
+    /// continuations included, counted from the servers' op counters).
+    #[serde(default)]
+    pub round_trips: Option<f64>,
+    /// Server round trips per logical op of the client-side equivalent (reads).
+    #[serde(default)]
+    pub client_side_round_trips: Option<f64>,
     /// e.g. ">= 10x"
     pub target: Option<String>,
     pub meets_target: Option<bool>,
@@ -83,6 +96,9 @@ impl Default for BenchRow {
             latency_ratio_vs_raw_tcp: None,
             bandwidth_gbps: None,
             bandwidth_ratio_vs_sockperf: None,
+            ratio_vs_client_side: None,
+            round_trips: None,
+            client_side_round_trips: None,
             target: None,
             meets_target: None,
         }
@@ -109,6 +125,19 @@ impl BenchRow {
     pub fn with_bandwidth(mut self, gbps: f64, sockperf_gbps: f64) -> Self {
         self.bandwidth_gbps = Some(gbps);
         self.bandwidth_ratio_vs_sockperf = ratio(gbps, sockperf_gbps);
+        self
+    }
+
+    /// Sets `ratio_vs_client_side` (see the field) when `speedup` is a finite positive number.
+    pub fn with_client_side_ratio(mut self, speedup: f64) -> Self {
+        self.ratio_vs_client_side = (speedup.is_finite() && speedup > 0.0).then_some(speedup);
+        self
+    }
+
+    /// Sets `round_trips` and `client_side_round_trips` (per logical op).
+    pub fn with_round_trips(mut self, procedure: f64, client_side: Option<f64>) -> Self {
+        self.round_trips = Some(procedure);
+        self.client_side_round_trips = client_side;
         self
     }
 
@@ -175,6 +204,9 @@ pub struct Baselines {
     /// One entry per value size measured.
     pub redis: Vec<RedisBaseline>,
     pub sockperf: Option<SockperfBaseline>,
+    /// Lua-script baselines of `bench sproc`, one per script.
+    #[serde(default)]
+    pub redis_eval: Vec<RedisEvalBaseline>,
 }
 
 impl Baselines {
@@ -188,9 +220,10 @@ impl Baselines {
         self.sockperf.as_ref().map(SockperfBaseline::rtt_p50_us)
     }
 
-    /// Rows describing every baseline (redis then sockperf).
+    /// Rows describing every baseline (redis, redis EVAL, then sockperf).
     pub fn rows(&self) -> Vec<BenchRow> {
         let mut rows: Vec<BenchRow> = self.redis.iter().flat_map(RedisBaseline::rows).collect();
+        rows.extend(self.redis_eval.iter().flat_map(RedisEvalBaseline::rows));
         if let Some(s) = &self.sockperf {
             rows.extend(s.rows());
         }
@@ -206,6 +239,9 @@ pub struct BenchReport {
     pub machine: MachineInfo,
     pub baselines: Baselines,
     pub rows: Vec<BenchRow>,
+    /// How to read the rows (method choices, data set shape); printed under the table.
+    #[serde(default)]
+    pub notes: Vec<String>,
 }
 
 impl BenchReport {
@@ -219,6 +255,7 @@ impl BenchReport {
             machine: MachineInfo::detect(),
             baselines: Baselines::default(),
             rows: Vec::new(),
+            notes: Vec::new(),
         }
     }
 
@@ -265,6 +302,15 @@ pub fn fmt_size(bytes: usize) -> String {
     }
 }
 
+/// Round trips per op: whole numbers without decimals.
+fn fmt_rt(v: f64) -> String {
+    if (v - v.round()).abs() < 0.005 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
 fn fmt_ratios(r: &BenchRow) -> String {
     let mut parts = Vec::new();
     if let Some(x) = r.ratio_vs_redis {
@@ -275,6 +321,14 @@ fn fmt_ratios(r: &BenchRow) -> String {
     }
     if let Some(x) = r.bandwidth_ratio_vs_sockperf {
         parts.push(format!("{x:.2}x tcp-bw"));
+    }
+    if let Some(x) = r.ratio_vs_client_side {
+        parts.push(format!("{x:.2}x client"));
+    }
+    match (r.round_trips, r.client_side_round_trips) {
+        (Some(p), Some(c)) => parts.push(format!("{} vs {} RT", fmt_rt(p), fmt_rt(c))),
+        (Some(p), None) => parts.push(format!("{} RT", fmt_rt(p))),
+        _ => {}
     }
     if parts.is_empty() {
         "-".into()
@@ -364,6 +418,9 @@ pub fn format_table(report: &BenchReport) -> String {
             let total: usize = widths.iter().sum::<usize>() + 2 * (widths.len() - 1);
             let _ = writeln!(out, "{}", "-".repeat(total));
         }
+    }
+    for n in &report.notes {
+        let _ = writeln!(out, "note: {n}");
     }
     out
 }
@@ -462,10 +519,19 @@ mod chart {
         let mut legend = Vec::new();
         for (i, r) in rows.iter().enumerate() {
             let c = color(&r.system);
-            let ratio = r
-                .ratio_vs_redis
-                .map(|x| format!("  ({x:.2}x redis)"))
-                .unwrap_or_default();
+            let ratio = [
+                r.ratio_vs_redis.map(|x| format!("{x:.2}x redis")),
+                r.ratio_vs_client_side.map(|x| format!("{x:.2}x client")),
+            ]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join(", ");
+            let ratio = if ratio.is_empty() {
+                ratio
+            } else {
+                format!("  ({ratio})")
+            };
             match r.baseline_mops.filter(|b| b.is_finite() && *b > 0.0) {
                 Some(base) => {
                     bars.push(Bar {
@@ -913,6 +979,43 @@ pub(crate) mod tests {
         let bytes = std::fs::read(&png).expect("png");
         assert_eq!(&bytes[1..4], b"PNG");
         assert!(dir.path().join("unit_test-latest.png").exists());
+    }
+
+    #[test]
+    fn client_side_ratio_and_round_trips_in_table() {
+        let mut report = BenchReport::new("t");
+        report.rows.push(
+            BenchRow {
+                name: "chase".into(),
+                ..BenchRow::default()
+            }
+            .with_client_side_ratio(12.5)
+            .with_round_trips(3.0, Some(64.0)),
+        );
+        report.rows.push(
+            BenchRow {
+                name: "khop".into(),
+                ..BenchRow::default()
+            }
+            .with_client_side_ratio(f64::NAN)
+            .with_round_trips(14.25, None),
+        );
+        report.notes.push("hello".into());
+        let t = format_table(&report);
+        assert!(t.contains("12.50x client, 3 vs 64 RT"), "{t}");
+        assert!(t.contains("14.25 RT") && !t.contains("NaN"), "{t}");
+        assert!(t.ends_with("note: hello\n"), "{t}");
+        // Reports written before these fields existed still load.
+        let mut v = serde_json::to_value(&report).expect("json");
+        for r in v["rows"].as_array_mut().expect("rows") {
+            let o = r.as_object_mut().expect("row");
+            o.remove("ratio_vs_client_side");
+            o.remove("round_trips");
+            o.remove("client_side_round_trips");
+        }
+        v.as_object_mut().expect("report").remove("notes");
+        let back: BenchReport = serde_json::from_value(v).expect("old format");
+        assert!(back.rows[0].ratio_vs_client_side.is_none() && back.notes.is_empty());
     }
 
     #[test]

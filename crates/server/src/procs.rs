@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use farcache_proto::CacheId;
-use farcache_sproc::wasm::{Limits, WasmRuntime};
 use farcache_sproc::builtin;
+use farcache_sproc::wasm::{Limits, WasmRuntime};
 use farcache_sproc::{Procedure, SprocError};
 use parking_lot::RwLock;
 

@@ -2,6 +2,7 @@
 //! (`redis-server` + `redis-benchmark`) and raw TCP (`sockperf`).
 
 pub mod redis;
+pub mod redis_eval;
 pub mod sockperf;
 
 use std::fs::File;

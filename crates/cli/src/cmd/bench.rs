@@ -6,8 +6,9 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use farcache_bench::io::IoOp;
 use farcache_bench::io_suite::{AUTO_BATCH, IoBenchOptions, run_io_bench};
+use farcache_bench::sproc_suite::{SprocBenchOptions, run_sproc_bench};
 use farcache_bench::workload::KeyDistribution;
-use farcache_bench::{DEFAULT_RESULTS_DIR, print_table, write_chart, write_json};
+use farcache_bench::{BenchReport, DEFAULT_RESULTS_DIR, print_table, write_chart, write_json};
 
 use crate::size::parse_size;
 
@@ -15,6 +16,42 @@ use crate::size::parse_size;
 pub enum BenchCommand {
     /// Reads and writes of fixed-size records vs Redis GET/SET and raw TCP.
     Io(IoArgs),
+    /// Stored procedures vs the same work at the client and vs Redis Lua scripts.
+    Sproc(SprocArgs),
+}
+
+#[derive(clap::Args)]
+pub struct SprocArgs {
+    /// Logical ops per batch for the batched rows; a list sweeps.
+    #[arg(short = 'b', long, value_delimiter = ',', default_value = "1024", value_parser = parse_count)]
+    batch: Vec<usize>,
+    /// Batches in flight for the batched rows; a list sweeps.
+    #[arg(short = 'q', long, value_delimiter = ',', default_value = "4", value_parser = parse_count)]
+    queue_depth: Vec<usize>,
+    /// Seconds per measured run (default 3, 1 with --quick).
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// Shorter runs, smaller graph (200k edges) and baselines.
+    #[arg(long)]
+    quick: bool,
+    /// Skip the Redis EVALSHA baselines (no Redis ratios or targets).
+    #[arg(long)]
+    no_baselines: bool,
+    /// Directory for JSON and PNG results.
+    #[arg(long, default_value = DEFAULT_RESULTS_DIR)]
+    out: PathBuf,
+    /// 8-byte records for the verify/aggregate rows (default: the Redis keyspace).
+    #[arg(long)]
+    records: Option<u64>,
+    /// Edges of the k-hop graph, vertices = edges / 10 (default 1M, 200k with --quick).
+    #[arg(long)]
+    edges: Option<u64>,
+    /// Distinct 64-node chains per placement.
+    #[arg(long, default_value_t = 256)]
+    chains: usize,
+    /// Requests per redis-benchmark run (default: as `bench io`).
+    #[arg(long)]
+    redis_requests: Option<u64>,
 }
 
 #[derive(clap::Args)]
@@ -63,7 +100,52 @@ pub struct IoArgs {
 pub fn run(b: BenchCommand) -> Result<()> {
     match b {
         BenchCommand::Io(a) => io(a),
+        BenchCommand::Sproc(a) => sproc(a),
     }
+}
+
+fn seconds(s: Option<f64>) -> Result<Option<Duration>> {
+    match s {
+        Some(s) if !(s.is_finite() && s > 0.0) => bail!("--seconds must be positive"),
+        Some(s) => Ok(Some(Duration::from_secs_f64(s))),
+        None => Ok(None),
+    }
+}
+
+fn sproc(a: SprocArgs) -> Result<()> {
+    let bin = std::env::current_exe().context("locating the farcache binary")?;
+    let mut o = SprocBenchOptions::new(bin, a.quick);
+    o.b = a.batch;
+    o.q = a.queue_depth;
+    if let Some(d) = seconds(a.seconds)? {
+        o.duration = d;
+    }
+    o.baselines = !a.no_baselines;
+    o.records = a.records;
+    if let Some(e) = a.edges {
+        o.edges = e;
+    }
+    o.chains = a.chains;
+    o.redis_requests = a.redis_requests;
+    let report = run_sproc_bench(&o)?;
+    finish(&report, &a.out)
+}
+
+/// Prints the table, writes JSON and the chart, and sums up the targets.
+fn finish(report: &BenchReport, out: &std::path::Path) -> Result<()> {
+    print_table(report);
+    let json = write_json(report, out)?;
+    println!("results: {}", json.display());
+    match write_chart(report, out) {
+        Ok(png) => println!("chart:   {}", png.display()),
+        Err(e) => eprintln!("chart not written: {e}"),
+    }
+    match report.all_targets_met() {
+        Some(true) => println!("all targets met"),
+        Some(false) => println!("some targets NOT met (see the target column)"),
+        None => {}
+    }
+    Ok(())
 }
 
 fn io(a: IoArgs) -> Result<()> {
@@ -90,28 +172,13 @@ fn io(a: IoArgs) -> Result<()> {
     o.q = a.queue_depth;
     o.servers = a.servers;
     o.records = a.records;
-    if let Some(s) = a.seconds {
-        if !(s.is_finite() && s > 0.0) {
-            bail!("--seconds must be positive");
-        }
-        o.duration = Duration::from_secs_f64(s);
+    if let Some(d) = seconds(a.seconds)? {
+        o.duration = d;
     }
     o.baselines = !a.no_baselines;
 
     let report = run_io_bench(&o)?;
-    print_table(&report);
-    let json = write_json(&report, &a.out)?;
-    println!("results: {}", json.display());
-    match write_chart(&report, &a.out) {
-        Ok(png) => println!("chart:   {}", png.display()),
-        Err(e) => eprintln!("chart not written: {e}"),
-    }
-    match report.all_targets_met() {
-        Some(true) => println!("all targets met"),
-        Some(false) => println!("some targets NOT met (see the target column)"),
-        None => {}
-    }
-    Ok(())
+    finish(&report, &a.out)
 }
 
 fn parse_batch(s: &str) -> Result<usize, String> {
@@ -123,6 +190,13 @@ fn parse_batch(s: &str) -> Result<usize, String> {
             )),
             Ok(v) => Ok(v),
         },
+    }
+}
+
+fn parse_count(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(0) | Err(_) => Err(format!("`{s}` is not a positive number")),
+        Ok(v) => Ok(v),
     }
 }
 

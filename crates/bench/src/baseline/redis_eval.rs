@@ -1,0 +1,441 @@
+//! Redis baseline for `bench sproc`: the stored procedures' logic as Lua scripts.
+//!
+//! Each script is loaded once with `SCRIPT LOAD` and then driven by
+//! `redis-benchmark [opts] EVALSHA <sha> <numkeys> key:__rand_int__ … <args>`
+//! (redis-benchmark runs any command given after its options and replaces every
+//! `__rand_int__` with its own random 12-digit number below `-r`). `EVALSHA` rather
+//! than `EVAL` keeps the script text (which contains commas) out of redis-benchmark's
+//! CSV output and spares Redis hashing the script on every call: it is the faster of
+//! the two, so the baseline is Redis's best case.
+
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::redis::{RedisBaselineOpts, RedisOpts, RedisResult, RedisServer, parse_redis_csv};
+use super::run_checked;
+use crate::error::{BenchError, Result, parse_err};
+use crate::report::BenchRow;
+
+/// The value every key holds (decimal text, 8 bytes, so `tonumber` works on it).
+pub const KEY_VALUE: &str = "12345678";
+
+/// Key `i` as redis-benchmark spells `key:__rand_int__`.
+pub fn key_name(i: u64) -> String {
+    format!("key:{i:012}")
+}
+
+/// A Lua script and the keys and arguments each call passes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EvalScript {
+    /// Short description, e.g. `verify 1 key`.
+    pub label: String,
+    pub body: String,
+    /// Random keys per call (`key:__rand_int__` each).
+    pub keys: usize,
+    /// `ARGV`.
+    pub args: Vec<String>,
+    /// What one call must return (checked once before the sweep).
+    pub expect: i64,
+}
+
+impl EvalScript {
+    /// GET one key and compare it with the expected value passed as `ARGV[1]`: 1 or 0.
+    pub fn verify() -> Self {
+        Self {
+            label: "verify 1 key".into(),
+            body: "if redis.call('GET', KEYS[1]) == ARGV[1] then return 1 else return 0 end".into(),
+            keys: 1,
+            args: vec![KEY_VALUE.into()],
+            expect: 1,
+        }
+    }
+
+    /// GET `keys` keys and return the sum of their values.
+    pub fn sum(keys: usize) -> Self {
+        let v: i64 = KEY_VALUE.parse().unwrap_or(0);
+        Self {
+            label: format!("sum {keys} keys"),
+            body: "local s = 0 for _, k in ipairs(KEYS) do \
+                   s = s + tonumber(redis.call('GET', k) or '0') end return s"
+                .into(),
+            keys,
+            args: Vec::new(),
+            expect: v * keys as i64,
+        }
+    }
+}
+
+/// Sweep parameters (the same grid and request counts as the GET/SET baseline).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RedisEvalOpts {
+    pub pipelines: Vec<usize>,
+    pub clients: Vec<usize>,
+    /// Requests per pipelined (P > 1) run.
+    pub pipelined_requests: u64,
+    /// Requests per unpipelined run and connection.
+    pub unpipelined_requests: u64,
+    /// Keys `key:000000000000 ..` populated, all holding [`KEY_VALUE`].
+    pub keyspace: u64,
+}
+
+impl RedisEvalOpts {
+    /// P in [1, 16, 64, 128] × c in [1, 4]; request counts and keyspace of
+    /// [`RedisBaselineOpts::new`] (halved with `quick`).
+    pub fn new(quick: bool) -> Self {
+        let b = RedisBaselineOpts::new(8, quick);
+        Self {
+            pipelines: b.pipelines,
+            clients: b.clients,
+            pipelined_requests: b.pipelined_requests,
+            unpipelined_requests: b.unpipelined_requests,
+            keyspace: b.keyspace,
+        }
+    }
+
+    fn run_opts(&self, pipeline: usize, clients: usize) -> RedisOpts {
+        let requests = if pipeline <= 1 {
+            self.unpipelined_requests * clients as u64
+        } else {
+            self.pipelined_requests
+        };
+        RedisOpts {
+            value_size: KEY_VALUE.len(),
+            clients,
+            pipeline,
+            requests: requests.max((pipeline * clients) as u64),
+            keyspace: self.keyspace,
+        }
+    }
+}
+
+/// Results of one script's sweep.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RedisEvalBaseline {
+    pub script: EvalScript,
+    /// SHA1 returned by `SCRIPT LOAD`.
+    pub sha: String,
+    /// Highest throughput over the sweep.
+    pub best: RedisResult,
+    /// One connection, no pipelining.
+    pub unpipelined: RedisResult,
+    pub runs: Vec<RedisResult>,
+}
+
+impl RedisEvalBaseline {
+    pub fn best_mops(&self) -> f64 {
+        self.best.mops()
+    }
+
+    /// Report rows: best and unpipelined.
+    pub fn rows(&self) -> Vec<BenchRow> {
+        let l = &self.script.label;
+        vec![
+            self.best.to_row(format!("redis best EVALSHA {l}")),
+            self.unpipelined
+                .to_row(format!("redis unpipelined EVALSHA {l}")),
+        ]
+    }
+}
+
+/// Starts a private redis-server, stores [`KEY_VALUE`] under every key of the
+/// keyspace, loads each script and sweeps it.
+pub fn redis_eval_baselines(
+    opts: &RedisEvalOpts,
+    scripts: &[EvalScript],
+) -> Result<Vec<RedisEvalBaseline>> {
+    if opts.pipelines.is_empty() || opts.clients.is_empty() || opts.keyspace == 0 {
+        return Err(BenchError::InvalidArgument(
+            "redis EVAL baseline needs pipeline depths, client counts and keys".into(),
+        ));
+    }
+    let server = RedisServer::start()?;
+    let mut conn = Resp::connect(server.port())?;
+    eprintln!(
+        "[farcache-bench] redis EVAL baseline: populating {} keys",
+        opts.keyspace
+    );
+    conn.populate(opts.keyspace)?;
+    let mut combos: Vec<(usize, usize)> = Vec::new();
+    for &p in &opts.pipelines {
+        for &c in &opts.clients {
+            combos.push((p, c));
+        }
+    }
+    if !combos.contains(&(1, 1)) {
+        combos.push((1, 1));
+    }
+    let mut out = Vec::new();
+    for s in scripts {
+        let sha = match conn.call(&[b"SCRIPT", b"LOAD", s.body.as_bytes()])? {
+            Reply::Bulk(Some(b)) => String::from_utf8_lossy(&b).into_owned(),
+            other => {
+                return Err(parse_err(
+                    "redis SCRIPT LOAD",
+                    format!("unexpected reply {other:?}"),
+                ));
+            }
+        };
+        // One call by hand: the script works and returns what the procedure would.
+        let mut args: Vec<Vec<u8>> = vec![
+            b"EVALSHA".to_vec(),
+            sha.clone().into_bytes(),
+            s.keys.to_string().into_bytes(),
+        ];
+        args.extend((0..s.keys as u64).map(|i| key_name(i * 7 % opts.keyspace).into_bytes()));
+        args.extend(s.args.iter().map(|a| a.clone().into_bytes()));
+        let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+        match conn.call(&refs)? {
+            Reply::Int(v) if v == s.expect => {}
+            other => {
+                return Err(parse_err(
+                    "redis EVALSHA",
+                    format!("{}: expected {}, got {other:?}", s.label, s.expect),
+                ));
+            }
+        }
+        let mut runs = Vec::new();
+        for &(p, c) in &combos {
+            runs.push(run_evalsha(server.port(), &opts.run_opts(p, c), &sha, s)?);
+        }
+        let best = runs
+            .iter()
+            .max_by(|a, b| a.ops_per_sec.total_cmp(&b.ops_per_sec))
+            .cloned()
+            .ok_or_else(|| parse_err("redis-benchmark", "empty EVALSHA sweep"))?;
+        let unpipelined = runs
+            .iter()
+            .find(|r| r.pipeline == 1 && r.clients == 1)
+            .cloned()
+            .ok_or_else(|| parse_err("redis-benchmark", "no unpipelined EVALSHA run"))?;
+        out.push(RedisEvalBaseline {
+            script: s.clone(),
+            sha,
+            best,
+            unpipelined,
+            runs,
+        });
+    }
+    // Every call of the sweep must have run the script without an error.
+    let stats = conn.command_stats("evalsha")?;
+    if stats.failed > 0 {
+        return Err(parse_err(
+            "redis INFO commandstats",
+            format!("{} of {} EVALSHA calls failed", stats.failed, stats.calls),
+        ));
+    }
+    drop(conn);
+    drop(server);
+    Ok(out)
+}
+
+fn run_evalsha(port: u16, o: &RedisOpts, sha: &str, s: &EvalScript) -> Result<RedisResult> {
+    let mut cmd = Command::new("redis-benchmark");
+    cmd.args(["-h", "127.0.0.1", "-p"])
+        .arg(port.to_string())
+        .arg("-n")
+        .arg(o.requests.to_string())
+        .arg("-c")
+        .arg(o.clients.to_string())
+        .arg("-P")
+        .arg(o.pipeline.to_string())
+        .arg("-r")
+        .arg(o.keyspace.to_string())
+        .arg("--csv")
+        .args(["EVALSHA", sha])
+        .arg(s.keys.to_string());
+    for _ in 0..s.keys {
+        cmd.arg("key:__rand_int__");
+    }
+    cmd.args(&s.args);
+    let out = run_checked(cmd)?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if stdout.contains("Error from server") || stderr.contains("Error from server") {
+        return Err(parse_err(
+            "redis-benchmark",
+            format!("EVALSHA failed: {}", stderr.trim()),
+        ));
+    }
+    let mut r = parse_redis_csv(&stdout, o)?;
+    if r.len() != 1 {
+        return Err(parse_err(
+            "redis-benchmark",
+            format!("expected one EVALSHA result line, got {}", r.len()),
+        ));
+    }
+    let mut r = r.remove(0);
+    r.test = "EVALSHA".into();
+    Ok(r)
+}
+
+/// A RESP reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Reply {
+    Simple(String),
+    Error(String),
+    Int(i64),
+    Bulk(Option<Vec<u8>>),
+    Array(Option<Vec<Reply>>),
+}
+
+struct CommandStats {
+    calls: u64,
+    failed: u64,
+}
+
+/// A minimal blocking RESP connection (populate, SCRIPT LOAD, checks).
+struct Resp {
+    r: BufReader<TcpStream>,
+    w: BufWriter<TcpStream>,
+}
+
+impl Resp {
+    fn connect(port: u16) -> Result<Self> {
+        let s = TcpStream::connect(("127.0.0.1", port))?;
+        s.set_read_timeout(Some(Duration::from_secs(30)))?;
+        s.set_nodelay(true)?;
+        Ok(Self {
+            r: BufReader::new(s.try_clone()?),
+            w: BufWriter::new(s),
+        })
+    }
+
+    fn send(&mut self, args: &[&[u8]]) -> Result<()> {
+        write!(self.w, "*{}\r\n", args.len())?;
+        for a in args {
+            write!(self.w, "${}\r\n", a.len())?;
+            self.w.write_all(a)?;
+            self.w.write_all(b"\r\n")?;
+        }
+        Ok(())
+    }
+
+    fn call(&mut self, args: &[&[u8]]) -> Result<Reply> {
+        self.send(args)?;
+        self.w.flush()?;
+        match self.read()? {
+            Reply::Error(e) => Err(parse_err("redis", e)),
+            r => Ok(r),
+        }
+    }
+
+    fn line(&mut self) -> Result<String> {
+        let mut l = String::new();
+        if self.r.read_line(&mut l)? == 0 {
+            return Err(parse_err("redis", "connection closed"));
+        }
+        Ok(l.trim_end_matches(['\r', '\n']).to_string())
+    }
+
+    fn read(&mut self) -> Result<Reply> {
+        let l = self.line()?;
+        let (t, rest) = l.split_at(l.len().min(1));
+        let num = |s: &str| {
+            s.parse::<i64>()
+                .map_err(|_| parse_err("redis", format!("bad reply line {l:?}")))
+        };
+        Ok(match t {
+            "+" => Reply::Simple(rest.into()),
+            "-" => Reply::Error(rest.into()),
+            ":" => Reply::Int(num(rest)?),
+            "$" => match num(rest)? {
+                n if n < 0 => Reply::Bulk(None),
+                n => {
+                    let mut b = vec![0u8; n as usize + 2];
+                    std::io::Read::read_exact(&mut self.r, &mut b)?;
+                    b.truncate(n as usize);
+                    Reply::Bulk(Some(b))
+                }
+            },
+            "*" => match num(rest)? {
+                n if n < 0 => Reply::Array(None),
+                n => Reply::Array(Some(
+                    (0..n).map(|_| self.read()).collect::<Result<Vec<_>>>()?,
+                )),
+            },
+            _ => return Err(parse_err("redis", format!("bad reply line {l:?}"))),
+        })
+    }
+
+    /// `SET key:i KEY_VALUE` for every `i < keyspace`, pipelined.
+    fn populate(&mut self, keyspace: u64) -> Result<()> {
+        const CHUNK: u64 = 1000;
+        let mut i = 0;
+        while i < keyspace {
+            let n = CHUNK.min(keyspace - i);
+            for j in i..i + n {
+                self.send(&[b"SET", key_name(j).as_bytes(), KEY_VALUE.as_bytes()])?;
+            }
+            self.w.flush()?;
+            for _ in 0..n {
+                match self.read()? {
+                    Reply::Simple(s) if s == "OK" => {}
+                    other => {
+                        return Err(parse_err("redis SET", format!("unexpected {other:?}")));
+                    }
+                }
+            }
+            i += n;
+        }
+        Ok(())
+    }
+
+    /// `cmdstat_<cmd>` of `INFO commandstats`.
+    fn command_stats(&mut self, cmd: &str) -> Result<CommandStats> {
+        let text = match self.call(&[b"INFO", b"commandstats"])? {
+            Reply::Bulk(Some(b)) => String::from_utf8_lossy(&b).into_owned(),
+            other => return Err(parse_err("redis INFO", format!("unexpected {other:?}"))),
+        };
+        let prefix = format!("cmdstat_{cmd}:");
+        let line = text
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .unwrap_or("");
+        let field = |name: &str| {
+            line.split(',')
+                .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        };
+        Ok(CommandStats {
+            calls: field("calls"),
+            failed: field("failed_calls") + field("rejected_calls"),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_match_redis_benchmark() {
+        assert_eq!(key_name(42), "key:000000000042");
+        assert_eq!(EvalScript::sum(3).expect, 3 * 12_345_678);
+        assert_eq!(EvalScript::verify().args, vec![KEY_VALUE.to_string()]);
+        let o = RedisEvalOpts::new(false);
+        assert_eq!(o.run_opts(1, 4).requests, 4 * o.unpipelined_requests);
+        assert_eq!(o.run_opts(64, 1).requests, o.pipelined_requests);
+    }
+
+    #[test]
+    #[ignore = "runs redis-server and redis-benchmark (several seconds)"]
+    fn live_eval_baseline() {
+        let o = RedisEvalOpts {
+            pipelines: vec![1, 16],
+            clients: vec![1],
+            pipelined_requests: 5000,
+            unpipelined_requests: 2000,
+            keyspace: 1000,
+        };
+        let b = redis_eval_baselines(&o, &[EvalScript::verify(), EvalScript::sum(2)])
+            .expect("eval baseline");
+        assert_eq!(b.len(), 2);
+        assert!(b[0].best.ops_per_sec >= b[0].unpipelined.ops_per_sec);
+        assert_eq!(b[1].best.test, "EVALSHA");
+    }
+}

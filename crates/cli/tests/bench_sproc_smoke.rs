@@ -1,0 +1,178 @@
+//! `farcache bench sproc` end to end on tiny sizes: Redis EVALSHA baselines measured,
+//! procedure rows carry their ratios, round trips counted by the servers, targets, JSON
+//! and PNG written. Needs redis-server and redis-benchmark (`scripts/test.sh` installs
+//! them).
+
+use std::process::Command;
+
+use serde_json::Value;
+
+fn f(row: &Value, field: &str) -> f64 {
+    row[field]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no number {field} in {row:#}"))
+}
+
+#[test]
+fn bench_sproc_writes_rows_with_ratios() {
+    let out = tempfile::tempdir().expect("tempdir");
+    let run = Command::new(env!("CARGO_BIN_EXE_farcache"))
+        .args(["bench", "sproc", "--quick", "--seconds", "0.3"])
+        .args([
+            "-b",
+            "256",
+            "-q",
+            "2",
+            "--records",
+            "4096",
+            "--edges",
+            "20000",
+        ])
+        .args(["--chains", "16", "--redis-requests", "2000", "--out"])
+        .arg(out.path())
+        .env("CI", "true")
+        .output()
+        .expect("run farcache bench sproc");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "bench failed: {}\n{stdout}\n{}",
+        run.status,
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(stdout.contains("read one record and verify"), "{stdout}");
+
+    let latest = out.path().join("sproc-latest.json");
+    let json: Value =
+        serde_json::from_slice(&std::fs::read(&latest).expect("sproc-latest.json")).expect("json");
+    assert_eq!(json["bench"], "sproc");
+    assert_eq!(
+        json["baselines"]["redis_eval"].as_array().map(Vec::len),
+        Some(3)
+    );
+    let rows = json["rows"].as_array().expect("rows");
+    for r in rows {
+        let name = r["name"].as_str().unwrap_or_default();
+        assert!(!name.contains("errors"), "wrong answers: {r:#}");
+    }
+    let row = |name: &str| {
+        rows.iter()
+            .find(|r| r["name"].as_str() == Some(name))
+            .unwrap_or_else(|| panic!("no row {name:?} in {rows:#?}"))
+    };
+    for name in [
+        "redis best EVALSHA verify 1 key",
+        "redis unpipelined EVALSHA verify 1 key",
+        "redis best EVALSHA sum 2 keys",
+        "redis best EVALSHA sum 3 keys",
+    ] {
+        let r = row(name);
+        assert_eq!(r["system"], "redis");
+        assert!(f(r, "mops") > 0.0, "{r:#}");
+    }
+
+    // Row 1: batched, against Redis's best EVALSHA, with the 20x target.
+    let verify = row("read one record and verify (built-in)");
+    assert_eq!(verify["system"], "farcache");
+    assert_eq!(verify["op"], "aggregate");
+    assert_eq!(
+        (verify["c"].as_u64(), verify["s"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert_eq!(
+        (verify["b"].as_u64(), verify["q"].as_u64()),
+        (Some(256), Some(2))
+    );
+    let ratio = f(verify, "ratio_vs_redis");
+    let want = f(verify, "mops") / f(verify, "baseline_mops");
+    assert!((ratio - want).abs() < 1e-9 * want.max(1.0), "{verify:#}");
+    assert!(
+        verify["baseline"]
+            .as_str()
+            .is_some_and(|b| b.starts_with("redis EVALSHA P=")),
+        "{verify:#}"
+    );
+    assert_eq!(verify["target"], ">= 20x redis EVALSHA best");
+    assert!(verify["meets_target"].is_boolean());
+    let unbatched = row("read one record and verify, unbatched");
+    assert!(f(unbatched, "p50_us") > 0.0, "{unbatched:#}");
+
+    // Row 2: the procedure's throughput over the client-side read+add's, and Redis's.
+    for (k, target) in [
+        (2, ">= 1.8x client, >= 20x redis"),
+        (3, ">= 2.5x client, >= 20x redis"),
+    ] {
+        let exec = row(&format!("aggregate {k} records"));
+        let local = row(&format!("aggregate {k} records, client read+add"));
+        let want = f(exec, "mops") / f(local, "mops");
+        let got = f(exec, "ratio_vs_client_side");
+        assert!((got - want).abs() < 1e-9 * want.max(1.0), "{exec:#}");
+        assert!(f(exec, "ratio_vs_redis") > 0.0, "{exec:#}");
+        assert_eq!(exec["target"], target);
+        assert!(exec["meets_target"].is_boolean());
+        assert_eq!(local["op"], "read");
+        assert!(local["ratio_vs_client_side"].is_null());
+    }
+
+    // Row 3: round trips come from the servers' op counters, so they are exact: three
+    // EXECUTEs when the chain crosses servers twice, one per node when every pointer
+    // crosses, and one read per node at the client.
+    let chase = row("pointer chase 64 across 3 servers");
+    assert_eq!(chase["op"], "chase");
+    assert_eq!(f(chase, "round_trips"), 3.0, "{chase:#}");
+    assert_eq!(f(chase, "client_side_round_trips"), 64.0, "{chase:#}");
+    let local = row("pointer chase 64 across 3 servers, client reads");
+    let want = f(local, "p50_us") / f(chase, "p50_us");
+    assert!((f(chase, "ratio_vs_client_side") - want).abs() < 1e-9 * want.max(1.0));
+    assert_eq!(chase["target"], ">= 5x client time, >= 10x fewer RT");
+    assert!(chase["meets_target"].is_boolean());
+    assert!(
+        chase["baseline"]
+            .as_str()
+            .is_some_and(|b| b.contains("client-driven continuations")),
+        "{chase:#}"
+    );
+    let worst = row("pointer chase 64, every hop crosses");
+    assert_eq!(f(worst, "round_trips"), 64.0, "{worst:#}");
+    assert!(worst["target"].is_null());
+
+    // Row 4: k-hop, no target.
+    for k in [2, 3] {
+        let exec = row(&format!("k-hop count k={k}"));
+        let local = row(&format!("k-hop count k={k}, client BFS"));
+        assert_eq!(exec["op"], "khop");
+        assert!(f(exec, "p50_us") > 0.0 && f(local, "p50_us") > 0.0);
+        assert!(f(exec, "round_trips") >= 1.0, "{exec:#}");
+        let trips = f(local, "round_trips");
+        assert!((1.0..=2.0 * k as f64).contains(&trips), "{local:#}");
+        assert!(exec["target"].is_null());
+    }
+
+    let pngs = std::fs::read_dir(out.path())
+        .expect("read out dir")
+        .filter_map(Result::ok)
+        .filter(|e| e.path().extension().is_some_and(|x| x == "png"))
+        .count();
+    assert!(pngs >= 1, "no chart written");
+}
+
+#[test]
+fn bench_sproc_rejects_bad_arguments() {
+    for args in [
+        &["bench", "sproc", "-b", "0", "--no-baselines"][..],
+        &["bench", "sproc", "-q", "0", "--no-baselines"],
+        &["bench", "sproc", "--seconds", "0", "--no-baselines"],
+        &["bench", "sproc", "--edges", "5", "--no-baselines"],
+        &["bench", "sproc", "--records", "3", "--no-baselines"],
+        &["bench", "sproc", "--chains", "0", "--no-baselines"],
+    ] {
+        let run = Command::new(env!("CARGO_BIN_EXE_farcache"))
+            .args(args)
+            .output()
+            .expect("run farcache");
+        assert!(!run.status.success(), "{args:?} should fail");
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+        assert!(!err.trim().is_empty(), "{args:?}: no error message");
+    }
+}
