@@ -13,14 +13,22 @@
 //! | import `output` | `(ptr i32, len i32)` | the result (done) or the saved state (continue) |
 //! | import `continue_at` | `(addr i64)` | where a continuation resumes |
 //!
+//! Each worker thread instantiates a procedure once and reuses the instance for later
+//! invocations (fuel is reset per call; a trap discards the instance), so globals and
+//! memory persist between calls: `alloc` must not assume a fresh instance.
 //! A read outside the cache ends the invocation with an error. On `1` from `read` a
 //! procedure saves what it needs with `output`, names the address with
 //! `continue_at` and returns 1; it is called again at the owner with that state as
 //! its arguments.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use wasmtime::{
     Caller, Config, Engine, InstanceAllocationStrategy, InstancePre, Linker, Module,
-    PoolingAllocationConfig, Store, StoreLimits, StoreLimitsBuilder, Trap,
+    PoolingAllocationConfig, Store, StoreLimits, StoreLimitsBuilder, Trap, TypedFunc,
 };
 
 use crate::procedure::MAX_OUTPUT;
@@ -104,6 +112,7 @@ impl WasmRuntime {
         }
         let pre = linker.instantiate_pre(&module).map_err(link)?;
         Ok(WasmProcedure {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             name: name.to_string(),
             pre,
             engine: self.engine.clone(),
@@ -171,6 +180,8 @@ fn host_output(mut c: Caller<'_, Host>, ptr: i32, len: i32) -> Result<(), wasmti
 }
 
 pub struct WasmProcedure {
+    /// Distinguishes this compilation in the per-thread instance cache.
+    id: u64,
     name: String,
     pre: InstancePre<Host>,
     engine: Engine,
@@ -198,11 +209,54 @@ impl Procedure for WasmProcedure {
 
     fn run(&self, mem: &dyn Memory, addr: u64, args: &[u8]) -> Result<Outcome, SprocError> {
         let short: *const (dyn Memory + '_) = mem;
-        // SAFETY: only the lifetime is erased; the store holding this pointer is dropped
-        // at the end of this function, before `mem`'s borrow ends.
+        // SAFETY: only the lifetime is erased. Host functions dereference the pointer
+        // only while `run.call` below executes, inside this borrow of `mem`; between
+        // invocations the stale pointer is never read.
         let mem_ptr: *const (dyn Memory + 'static) = unsafe { std::mem::transmute(short) };
+        WARM.with(|w| {
+            let mut w = w.borrow_mut();
+            let warm = match w.entry(self.id) {
+                Entry::Occupied(e) => e.into_mut(),
+                Entry::Vacant(v) => v.insert(self.instantiate(mem_ptr)?),
+            };
+            let r = self.call(warm, mem_ptr, addr, args);
+            if matches!(r, Err(Failure::Trap(_))) {
+                // A trapped instance may be half-way through anything: start afresh.
+                w.remove(&self.id);
+            }
+            r.map_err(|f| match f {
+                Failure::Trap(e) | Failure::Abi(e) => e,
+            })
+        })
+    }
+}
+
+/// Instances kept per worker thread and procedure: instantiating costs far more than
+/// a typical call, so each thread instantiates a procedure once and reuses it.
+struct Warm {
+    store: Store<Host>,
+    alloc: TypedFunc<i32, i32>,
+    run: TypedFunc<(i64, i32, i32), i32>,
+    memory: wasmtime::Memory,
+}
+
+thread_local! {
+    static WARM: RefCell<HashMap<u64, Warm>> = RefCell::new(HashMap::new());
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+enum Failure {
+    /// The instance trapped: discard it.
+    Trap(SprocError),
+    /// The guest answered wrongly but the instance is intact.
+    Abi(SprocError),
+}
+
+impl WasmProcedure {
+    fn instantiate(&self, mem: *const (dyn Memory + 'static)) -> Result<Warm, SprocError> {
         let host = Host {
-            mem: mem_ptr,
+            mem,
             out: Vec::new(),
             resume_at: None,
             limits: StoreLimitsBuilder::new()
@@ -212,9 +266,6 @@ impl Procedure for WasmProcedure {
         };
         let mut store = Store::new(&self.engine, host);
         store.limiter(|h| &mut h.limits);
-        store
-            .set_fuel(self.limits.fuel)
-            .map_err(|e| self.trapped(&e))?;
         let inst = self
             .pre
             .instantiate(&mut store)
@@ -225,36 +276,64 @@ impl Procedure for WasmProcedure {
         let run = inst
             .get_typed_func::<(i64, i32, i32), i32>(&mut store, "run")
             .map_err(|e| self.trapped(&e))?;
-        let len = i32::try_from(args.len()).map_err(|_| SprocError::TooLarge {
-            proc: "wasm",
-            limit: i32::MAX as usize,
-        })?;
-        let ptr = alloc.call(&mut store, len).map_err(|e| self.trapped(&e))?;
-        let gmem = inst
+        let memory = inst
             .get_memory(&mut store, "memory")
             .ok_or_else(|| self.trapped(&wasmtime::Error::msg("no memory export")))?;
-        gmem.write(&mut store, ptr as u32 as usize, args)
+        Ok(Warm {
+            store,
+            alloc,
+            run,
+            memory,
+        })
+    }
+
+    fn call(
+        &self,
+        w: &mut Warm,
+        mem: *const (dyn Memory + 'static),
+        addr: u64,
+        args: &[u8],
+    ) -> Result<Outcome, Failure> {
+        let trap = |e: &wasmtime::Error| Failure::Trap(self.trapped(e));
+        let h = w.store.data_mut();
+        h.mem = mem;
+        h.out.clear();
+        h.resume_at = None;
+        w.store.set_fuel(self.limits.fuel).map_err(|e| trap(&e))?;
+        let len = i32::try_from(args.len()).map_err(|_| {
+            Failure::Abi(SprocError::TooLarge {
+                proc: "wasm",
+                limit: i32::MAX as usize,
+            })
+        })?;
+        let ptr = w.alloc.call(&mut w.store, len).map_err(|e| trap(&e))?;
+        w.memory
+            .write(&mut w.store, ptr as u32 as usize, args)
             .map_err(|_| {
-                self.trapped(&wasmtime::Error::msg("alloc returned memory out of bounds"))
+                Failure::Abi(
+                    self.trapped(&wasmtime::Error::msg("alloc returned memory out of bounds")),
+                )
             })?;
-        let code = run
-            .call(&mut store, (addr as i64, ptr, len))
-            .map_err(|e| self.trapped(&e))?;
-        let host = store.into_data();
-        match (code, host.resume_at) {
-            (0, _) => Ok(Outcome::Done(host.out)),
+        let code = w
+            .run
+            .call(&mut w.store, (addr as i64, ptr, len))
+            .map_err(|e| trap(&e))?;
+        let h = w.store.data_mut();
+        let out = std::mem::take(&mut h.out);
+        match (code, h.resume_at) {
+            (0, _) => Ok(Outcome::Done(out)),
             (1, Some(at)) => Ok(Outcome::Continue {
                 addr: at,
-                state: host.out,
+                state: out,
             }),
-            (1, None) => Err(SprocError::Trapped {
+            (1, None) => Err(Failure::Abi(SprocError::Trapped {
                 proc: self.name.clone(),
                 reason: "returned 1 (continue) without continue_at".into(),
-            }),
-            (c, _) => Err(SprocError::Trapped {
+            })),
+            (c, _) => Err(Failure::Abi(SprocError::Trapped {
                 proc: self.name.clone(),
                 reason: format!("returned {c} (0 = done, 1 = continue)"),
-            }),
+            })),
         }
     }
 }
