@@ -360,15 +360,7 @@ impl Service {
         let _changes = self.changes.lock();
         let (record, holders) = {
             let mut st = self.state.lock();
-            let record = st
-                .catalogue
-                .cache_by_name(name)
-                .ok_or_else(|| Reject::not_found(name))?
-                .clone();
-            let mut ids = record.regions.clone();
-            ids.sort_unstable();
-            ids.dedup();
-            let holders = self.targets(&st.catalogue, &ids);
+            let (record, holders) = self.cache_and_holders(&st.catalogue, name)?;
             st.commit(&[Write::RemoveCache(record.id)])?;
             st.catalogue.remove_cache(record.id);
             (record, holders)
@@ -400,16 +392,7 @@ impl Service {
         let _changes = self.changes.lock();
         let (mut record, holders) = {
             let st = self.state.lock();
-            let record = st
-                .catalogue
-                .cache_by_name(cache)
-                .ok_or_else(|| Reject::not_found(cache))?
-                .clone();
-            let mut ids = record.regions.clone();
-            ids.sort_unstable();
-            ids.dedup();
-            let holders = self.targets(&st.catalogue, &ids);
-            (record, holders)
+            self.cache_and_holders(&st.catalogue, cache)?
         };
         let def = ProcDef {
             name: proc_name.to_string(),
@@ -455,6 +438,23 @@ impl Service {
             }
         }
         Ok(())
+    }
+
+    /// The cache named `name` and every server holding one of its regions, once each.
+    fn cache_and_holders(
+        &self,
+        cat: &Catalogue,
+        name: &str,
+    ) -> Result<(CacheRecord, Vec<Target>), Reject> {
+        let record = cat
+            .cache_by_name(name)
+            .ok_or_else(|| Reject::not_found(name))?
+            .clone();
+        let mut ids = record.regions.clone();
+        ids.sort_unstable();
+        ids.dedup();
+        let holders = self.targets(cat, &ids);
+        Ok((record, holders))
     }
 
     /// Places `n` regions on alive servers, or explains what is missing.
