@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use farcache_client::{Cache, ClientConfig, ClientError, OpError};
 use farcache_proto::Status;
-use farcache_sproc::builtin::{AggFn, Aggregate, Chase, Cmp, Gather, KHop, NULL, Scan};
+use farcache_sproc::builtin::{AggFn, Aggregate, Chase, Cmp, Flow, Gather, KHop, NULL, Scan};
 use farcache_sproc::memory::VecMemory;
 use farcache_sproc::{Outcome, Registry};
 use farcache_testkit::{ClusterOptions, LocalCluster};
@@ -244,17 +244,20 @@ fn procedure_errors_are_clear_and_the_cluster_keeps_serving() {
         status(cache.execute(Aggregate::NAME, end, b"")),
         OpError::OutOfRange { .. }
     ));
-    // A record that straddles two servers' regions needs DFlow: a clear error.
+    // A record that straddles two servers' regions: the server pulls the other half
+    // (DFlow) and the result is the one computed over the whole record.
     let regions = cache.info().regions.clone();
     let boundary = (1..REGIONS as usize)
         .find(|&r| regions[r] != regions[r - 1])
         .expect("a server boundary") as u64
         * REGION;
     let rows = Scan::args(boundary - 8, 1, 16, 0, Cmp::Ge, 0, 8);
-    match status(cache.execute(Scan::NAME, boundary - 8, &rows)) {
-        OpError::Procedure(m) => assert!(m.contains("DFlow"), "{m}"),
-        e => panic!("{e}"),
-    }
+    let got = cache
+        .execute(Scan::NAME, boundary - 8, &rows)
+        .expect("scan over a straddling row");
+    let at = boundary as usize;
+    let want = u64::from_le_bytes(model[at..at + 8].try_into().expect("8 bytes"));
+    assert_eq!(Scan::result(&got).expect("decode"), (1, want));
     // Batches mix I/O and procedures; a write before an execute is seen by it.
     let mut b = cache.batch();
     b.write(8, &5u64.to_le_bytes());
@@ -278,6 +281,110 @@ fn procedure_errors_are_clear_and_the_cluster_keeps_serving() {
         Chase::result(&f.wait().expect("chase")).expect("decode"),
         (0, 0)
     );
+    drop(cache);
+    cluster.shutdown();
+}
+
+fn execs_and_peer(cluster: &LocalCluster) -> (u64, u64, u64) {
+    let mut t = (0, 0, 0);
+    for s in cluster.servers() {
+        let st = s.stats();
+        t.0 += st
+            .ops
+            .iter()
+            .find(|o| o.op == "execute")
+            .map_or(0, |o| o.count);
+        t.1 += st.peer.forwards;
+        t.2 += st.peer.fetches;
+    }
+    t
+}
+
+/// A chain of 64 nodes over three servers followed with each of the paper's options:
+/// FFlow (servers hand the invocation along), DFlow (the first server pulls every
+/// remote node) and return (the client calls again where it stopped). Same answers;
+/// FFlow and DFlow take one client request.
+#[test]
+fn fflow_dflow_and_return_agree_across_servers() {
+    let (cluster, cache, _) = cluster();
+    let mut rng = StdRng::seed_from_u64(21);
+    let slots = (REGIONS * REGION / 32) as usize;
+    let mut nodes: Vec<u64> = (0..slots).map(|s| s as u64 * 32).collect();
+    for i in (1..nodes.len()).rev() {
+        nodes.swap(i, rng.gen_range(0..=i));
+    }
+    nodes.truncate(64);
+    let mut b = cache.batch();
+    for (i, &n) in nodes.iter().enumerate() {
+        let next = nodes.get(i + 1).copied().unwrap_or(NULL);
+        b.write(n + 8, &next.to_le_bytes());
+    }
+    assert!(b.run().first_error().is_none());
+    let want = |hops: u32| {
+        if (hops as usize) < nodes.len() {
+            (nodes[hops as usize], hops)
+        } else {
+            (NULL, nodes.len() as u32)
+        }
+    };
+
+    for flow in [Flow::Ship, Flow::Pull, Flow::Return] {
+        let before = execs_and_peer(&cluster);
+        let (mut at, mut left, mut followed, mut calls) = (nodes[0], 64u32, 0u32, 0);
+        loop {
+            let r = cache
+                .execute(Chase::NAME, at, &Chase::args_with(at, 8, left, flow))
+                .expect("chase");
+            calls += 1;
+            let (node, n) = Chase::result(&r).expect("decode");
+            followed += n;
+            left -= n;
+            at = node;
+            if node == NULL || left == 0 {
+                break;
+            }
+            assert_eq!(flow, Flow::Return, "only return stops early");
+            assert!(n > 0 || calls == 1, "a return makes progress");
+        }
+        assert_eq!((at, followed), want(64), "{flow:?}");
+        let after = execs_and_peer(&cluster);
+        let execs = after.0 - before.0;
+        match flow {
+            Flow::Ship => {
+                assert_eq!(execs, 1, "FFlow: one client request");
+                assert!(after.1 - before.1 >= 2, "servers handed it along");
+            }
+            Flow::Pull => {
+                assert_eq!(execs, 1, "DFlow: one client request");
+                assert!(after.2 - before.2 >= 2, "the first server pulled nodes");
+                assert_eq!(after.1, before.1, "no hand-offs");
+            }
+            Flow::Return => assert!(execs > 2, "return: the client called {execs} times"),
+        }
+    }
+
+    // Many invocations at once, mixed with reads in one batch: every answer right and
+    // the read after them still in its place.
+    for flow in [Flow::Ship, Flow::Pull] {
+        let mut b = cache.batch();
+        let mut asked = Vec::new();
+        for _ in 0..200 {
+            let hops = rng.gen_range(0..=70u32);
+            let i = b.execute(
+                Chase::NAME,
+                nodes[0],
+                &Chase::args_with(nodes[0], 8, hops, flow),
+            );
+            asked.push((i, hops));
+        }
+        let rd = b.read(nodes[3] + 8, 8);
+        let res = b.run();
+        for (i, hops) in asked {
+            let r = Chase::result(res.data(i).expect("chase")).expect("decode");
+            assert_eq!(r, want(hops), "{flow:?} hops {hops}");
+        }
+        assert_eq!(&res.data(rd).expect("read")[..], &nodes[4].to_le_bytes());
+    }
     drop(cache);
     cluster.shutdown();
 }

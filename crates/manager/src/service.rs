@@ -147,6 +147,7 @@ impl Service {
             ControlRequest::LoadProc { .. } => Err(server_only("LoadProc")),
             ControlRequest::AllocRegion { .. } => Err(server_only("AllocRegion")),
             ControlRequest::FreeRegion { .. } => Err(server_only("FreeRegion")),
+            ControlRequest::SetRoutes { .. } => Err(server_only("SetRoutes")),
             ControlRequest::DropCache { .. } => Err(server_only("DropCache")),
             ControlRequest::ServerStats => Err(server_only("ServerStats")),
         };
@@ -292,6 +293,7 @@ impl Service {
         st.catalogue.insert_cache(record.clone());
         let info = st.catalogue.cache_info(&record);
         drop(st);
+        self.push_routes(&info);
         tracing::info!(cache = id, name = %info.name, capacity, regions = n, servers = info.servers.len(), "cache created");
         Ok(info)
     }
@@ -344,6 +346,7 @@ impl Service {
         drop(st);
         // Free only once the new table is durable: until then the old one is authoritative.
         self.free_regions(previous.id, keep, &shrink);
+        self.push_routes(&info);
         tracing::info!(
             cache = info.id,
             name,
@@ -438,6 +441,29 @@ impl Service {
             }
         }
         Ok(())
+    }
+
+    /// Tells every server of a cache who holds each region, so procedures can move
+    /// between servers without the client. Best effort: a server without the table
+    /// returns continuations to the client instead.
+    fn push_routes(&self, info: &CacheInfo) {
+        let addr_of = |id: ServerId| info.server(id).map(|s| s.addr.clone()).unwrap_or_default();
+        let owners: Vec<String> = info.regions.iter().map(|&id| addr_of(id)).collect();
+        let req = ControlRequest::SetRoutes {
+            cache: info.id,
+            epoch: info.epoch,
+            owners,
+        };
+        let mut ids = info.regions.clone();
+        ids.sort_unstable();
+        ids.dedup();
+        let targets = {
+            let st = self.state.lock();
+            self.targets(&st.catalogue, &ids)
+        };
+        for t in &targets {
+            self.best_effort(t, &req, "send region table");
+        }
     }
 
     /// The cache named `name` and every server holding one of its regions, once each.

@@ -62,9 +62,31 @@ pub fn decode_stream(mut data: &[u8], max_len: u32) -> usize {
             FrameKind::Error => {
                 let _ = String::from_utf8_lossy(payload);
             }
+            FrameKind::Peer => decode_peer(payload),
         }
         frames += 1;
         data = &data[n..];
+    }
+}
+
+/// A peer payload: `validate` agrees with iteration, and each valid message re-encodes
+/// to the same bytes.
+pub fn decode_peer(payload: &[u8]) {
+    use farcache_proto::peer::{PeerDecoder, PeerMsg};
+    let valid = PeerDecoder::validate(payload);
+    let Ok(d) = PeerDecoder::new(payload) else {
+        assert!(valid.is_err(), "validate accepted a payload new() rejects");
+        return;
+    };
+    let mut all_ok = true;
+    for m in d {
+        match m {
+            Ok(m) => assert_eq!(PeerMsg::decode(&m.to_vec()), Ok(m), "re-encodes"),
+            Err(_) => all_ok = false,
+        }
+    }
+    if !all_ok {
+        assert!(valid.is_err(), "validate accepted a bad message");
     }
 }
 

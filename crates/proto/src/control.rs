@@ -104,6 +104,24 @@ pub struct ServerStats {
     /// Per op name: (ops, bytes, errors).
     pub ops: Vec<OpStats>,
     pub protocol_errors: u64,
+    /// Server-to-server traffic for stored procedures.
+    #[serde(default)]
+    pub peer: PeerStats,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PeerStats {
+    /// Frames and messages sent to other servers.
+    pub frames_sent: u64,
+    pub msgs_sent: u64,
+    /// Invocations shipped to another server (FFlow).
+    pub forwards: u64,
+    /// Byte ranges pulled from another server (DFlow).
+    pub fetches: u64,
+    /// Invocations that ended on this server for a caller elsewhere.
+    pub results: u64,
+    /// Hand-offs given up: unreachable peer or no result before the deadline.
+    pub failures: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -177,6 +195,14 @@ pub enum ControlRequest {
         cache: CacheId,
         proc_name: String,
         code: Vec<u8>,
+    },
+    /// The cache's whole region table, so a server can hand procedures and data
+    /// requests to the owner of an address (FFlow / DFlow) without the client.
+    SetRoutes {
+        cache: CacheId,
+        epoch: u64,
+        /// `owners[i]` is the data address of the server holding region `i`.
+        owners: Vec<String>,
     },
     // anyone -> server
     ServerStats,

@@ -24,6 +24,8 @@ pub enum FrameKind {
     ControlReply = 6,
     /// A fatal protocol error; the payload is UTF-8 text. The sender closes afterwards.
     Error = 7,
+    /// Server-to-server messages for stored procedures (see [`crate::peer`]).
+    Peer = 8,
 }
 
 impl FrameKind {
@@ -36,6 +38,7 @@ impl FrameKind {
             5 => Self::Control,
             6 => Self::ControlReply,
             7 => Self::Error,
+            8 => Self::Peer,
             other => return Err(DecodeError::UnknownFrameKind(other)),
         })
     }

@@ -15,6 +15,7 @@ pub mod error;
 pub mod frame;
 pub mod hello;
 pub mod op;
+pub mod peer;
 pub mod request;
 pub mod response;
 pub mod status;

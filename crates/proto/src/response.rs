@@ -60,6 +60,12 @@ impl ResponseEncoder {
         self.count += 1;
     }
 
+    /// Counts a reply that the caller will insert later at the current end of the frame
+    /// (a server waiting on another server for it).
+    pub fn placeholder(&mut self) {
+        self.count += 1;
+    }
+
     pub fn value(&mut self, out: &mut Vec<u8>, op: OpCode, value: u64) {
         out.extend_from_slice(&[op as u8, Status::Ok as u8]);
         out.extend_from_slice(&value.to_le_bytes());

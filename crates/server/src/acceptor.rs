@@ -8,17 +8,16 @@ use mio::{Events, Interest, Poll, Token};
 use tracing::warn;
 
 use crate::server::Shared;
-use crate::worker::WorkerInbox;
+use crate::worker::WorkerMsg;
 
 pub const LISTENER: Token = Token(0);
 pub const WAKER: Token = Token(1);
 
-pub fn run(
-    mut poll: Poll,
-    mut listener: TcpListener,
-    inboxes: Vec<WorkerInbox>,
-    shared: Arc<Shared>,
-) {
+pub fn run(mut poll: Poll, mut listener: TcpListener, shared: Arc<Shared>) {
+    let Some(inboxes) = shared.inboxes.get().filter(|i| !i.is_empty()) else {
+        warn!("no workers to hand connections to");
+        return;
+    };
     if let Err(e) = poll
         .registry()
         .register(&mut listener, LISTENER, Interest::READABLE)
@@ -45,9 +44,7 @@ pub fn run(
                     let _ = stream.set_nodelay(true);
                     let inbox = &inboxes[next % inboxes.len()];
                     next = next.wrapping_add(1);
-                    if inbox.tx.send(stream).is_ok() {
-                        let _ = inbox.waker.wake();
-                    }
+                    inbox.send(WorkerMsg::Conn(stream));
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(e) => {

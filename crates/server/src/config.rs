@@ -23,6 +23,12 @@ pub struct ServerConfig {
     pub busy_poll: std::time::Duration,
     /// Serve Prometheus text metrics over HTTP here.
     pub metrics_listen: Option<SocketAddr>,
+    /// How long an invocation handed to another server (FFlow) or waiting for pulled
+    /// bytes (DFlow) may take before its caller gets an error.
+    pub flow_timeout: std::time::Duration,
+    /// Send everything queued for one server in one frame per event-loop turn (off:
+    /// one frame and one write per message; for measuring what batching buys).
+    pub peer_batching: bool,
 }
 
 impl ServerConfig {
@@ -40,6 +46,8 @@ impl ServerConfig {
             max_pending_write: 8 << 20,
             busy_poll: std::time::Duration::from_micros(50),
             metrics_listen: None,
+            flow_timeout: std::time::Duration::from_secs(5),
+            peer_batching: true,
         }
     }
 }

@@ -11,9 +11,23 @@ use farcache_proto::{
 use mio::net::TcpStream;
 use tracing::{debug, warn};
 
+use farcache_proto::peer::PeerDecoder;
+use mio::Registry;
+
 use crate::exec::execute_batch;
+use crate::flow::{Engine, HoleRef, Invocation, PendingResponses, Target};
 use crate::metrics::Tally;
 use crate::server::Shared;
+
+/// Stop reading from a connection while this many responses wait for other servers.
+const MAX_PENDING_RESPONSES: usize = 4096;
+
+/// What a connection's frame handling needs from its worker.
+pub struct WorkerCtx<'w> {
+    pub key: usize,
+    pub engine: &'w mut Engine,
+    pub reg: &'w Registry,
+}
 
 const MIN_READ: usize = 64 << 10;
 /// Most a partial frame grows the receive buffer by before more of it arrives.
@@ -32,13 +46,17 @@ pub struct Conn {
     wbuf: Vec<u8>,
     wpos: usize,
     role: Option<Role>,
+    /// Distinguishes this connection from later ones reusing its slab key.
+    pub serial: u64,
+    /// Responses waiting for procedures running on other servers.
+    pending: PendingResponses,
     /// Set after a fatal protocol error: flush what is queued, then close.
     closing: bool,
     pub closed: bool,
 }
 
 impl Conn {
-    pub fn new(stream: TcpStream, peer: SocketAddr) -> Self {
+    pub fn new(stream: TcpStream, peer: SocketAddr, serial: u64) -> Self {
         Self {
             stream,
             peer,
@@ -48,6 +66,8 @@ impl Conn {
             wbuf: Vec::with_capacity(MIN_READ),
             wpos: 0,
             role: None,
+            serial,
+            pending: PendingResponses::default(),
             closing: false,
             closed: false,
         }
@@ -59,9 +79,13 @@ impl Conn {
 
     /// Reads and serves as much as the socket offers, stopping early while too much
     /// response data is unsent (it resumes from the writable event).
-    pub fn on_ready(&mut self, sh: &Shared) {
+    pub fn on_ready(&mut self, sh: &Shared, ctx: &mut WorkerCtx<'_>) {
         self.flush();
-        while !self.closed && !self.closing && self.pending_write() < sh.config.max_pending_write {
+        while !self.closed
+            && !self.closing
+            && self.pending_write() < sh.config.max_pending_write
+            && self.pending.len() < MAX_PENDING_RESPONSES
+        {
             if self.rbuf.len() - self.rlen < MIN_READ {
                 self.make_room(MIN_READ);
             }
@@ -73,7 +97,7 @@ impl Conn {
                 }
                 Ok(n) => {
                     self.rlen += n;
-                    self.serve_frames(sh);
+                    self.serve_frames(sh, ctx);
                     self.flush();
                     if n < space {
                         // Drained the socket for now; the next arrival raises a new edge.
@@ -104,7 +128,14 @@ impl Conn {
         }
     }
 
-    fn serve_frames(&mut self, sh: &Shared) {
+    /// Puts an answer from another server into its response; sends what is complete.
+    pub fn fill(&mut self, sh: &Shared, hole: HoleRef, body: &[u8]) {
+        self.pending
+            .fill(hole.resp, hole.hole, body, sh.config.max_frame as usize);
+        self.pending.drain_ready(&mut self.wbuf);
+    }
+
+    fn serve_frames(&mut self, sh: &Shared, ctx: &mut WorkerCtx<'_>) {
         let max = sh.config.max_frame;
         while !self.closing {
             let avail = &self.rbuf[self.rpos..self.rlen];
@@ -132,7 +163,7 @@ impl Conn {
             self.rpos = end;
             // Borrow the payload out of rbuf while writing into wbuf.
             let payload = std::mem::take(&mut self.rbuf);
-            let r = self.serve_frame(sh, hdr, &payload[start..end]);
+            let r = self.serve_frame(sh, ctx, hdr, &payload[start..end]);
             self.rbuf = payload;
             if let Err(e) = r {
                 return self.fatal(sh, &e);
@@ -152,6 +183,7 @@ impl Conn {
     fn serve_frame(
         &mut self,
         sh: &Shared,
+        ctx: &mut WorkerCtx<'_>,
         hdr: FrameHeader,
         payload: &[u8],
     ) -> Result<(), DecodeError> {
@@ -176,6 +208,8 @@ impl Conn {
             (FrameKind::Request, Some(_)) => {
                 let map = sh.store.snapshot();
                 let mut tally = Tally::default();
+                let start = self.wbuf.len();
+                let mut spawned = Vec::new();
                 let r = execute_batch(
                     &map,
                     payload,
@@ -184,9 +218,43 @@ impl Conn {
                     sh.config.max_frame as usize,
                     &mut tally,
                     &sh.procs,
+                    &mut spawned,
                 );
                 sh.metrics.publish(&tally);
-                r
+                r?;
+                if !spawned.is_empty() || !self.pending.is_empty() {
+                    // Replies leave in request order: this one waits, or queues behind.
+                    let frame = self.wbuf.split_off(start);
+                    let holes: Vec<usize> = spawned.iter().map(|s| s.offset).collect();
+                    let resp = self.pending.push(frame, &holes);
+                    for (i, s) in spawned.into_iter().enumerate() {
+                        let hole = HoleRef {
+                            conn: ctx.key,
+                            serial: self.serial,
+                            resp,
+                            hole: i as u32,
+                        };
+                        let inv = Invocation {
+                            cache: s.cache,
+                            proc_name: s.proc_name,
+                            addr: s.addr,
+                            state: Vec::new(),
+                            hops: 0,
+                            pulled: Default::default(),
+                            target: Target::Local(hole),
+                        };
+                        ctx.engine.start(sh, ctx.reg, inv, s.step);
+                    }
+                    self.pending.drain_ready(&mut self.wbuf);
+                }
+                Ok(())
+            }
+            (FrameKind::Peer, Some(Role::Server)) => {
+                PeerDecoder::validate(payload)?;
+                for m in PeerDecoder::new(payload)? {
+                    ctx.engine.on_msg(sh, ctx.reg, m?);
+                }
+                Ok(())
             }
             (FrameKind::Control, Some(role)) => {
                 let reply = match ControlRequest::from_json(payload) {

@@ -67,6 +67,19 @@ pub fn handle(sh: &Shared, role: Role, req: ControlRequest) -> ControlResponse {
                 Err(e) => ControlResponse::error(ControlErrorCode::InvalidArgument, e.to_string()),
             }
         }
+        ControlRequest::SetRoutes {
+            cache,
+            epoch,
+            owners,
+        } => {
+            if role != Role::Manager {
+                return forbidden("SetRoutes");
+            }
+            let regions = owners.len();
+            sh.store.set_routes(cache, epoch, owners);
+            info!(cache, epoch, regions, "routes updated");
+            ControlResponse::Ok
+        }
         ControlRequest::ServerStats => ControlResponse::Stats(stats(sh)),
         other => ControlResponse::error(
             ControlErrorCode::InvalidArgument,
@@ -88,6 +101,7 @@ pub fn stats(sh: &Shared) -> ServerStats {
         connections: sh.metrics.connections.load(Relaxed),
         ops: sh.metrics.ops(),
         protocol_errors: sh.metrics.protocol_errors.load(Relaxed),
+        peer: sh.metrics.peer.snapshot(),
     }
 }
 

@@ -3,6 +3,9 @@
 use farcache_proto::op::MAX_OP_BYTES;
 use farcache_proto::{CacheId, DecodeError, Op, OpCode, RequestDecoder, ResponseEncoder, Status};
 
+use farcache_sproc::outcome::{TAG_CONTINUE, TAG_DONE, encode_failure};
+
+use crate::flow::{Spawned, Step};
 use crate::procs::ProcTable;
 
 use crate::metrics::Tally;
@@ -76,7 +79,9 @@ fn miss(out: &mut Vec<u8>, enc: &mut ResponseEncoder, op: OpCode, m: Miss<'_>) {
 }
 
 /// Validates the whole batch first (a malformed batch runs no op at all), then runs
-/// every op in order and appends exactly one reply per op.
+/// every op in order and appends exactly one reply per op, except EXECUTEs that go on
+/// at other servers: those leave a hole in the frame and an entry in `spawned`.
+#[allow(clippy::too_many_arguments)]
 pub fn execute_batch(
     map: &StoreMap,
     payload: &[u8],
@@ -85,8 +90,10 @@ pub fn execute_batch(
     max_frame: usize,
     tally: &mut Tally,
     procs: &ProcTable,
+    spawned: &mut Vec<Spawned>,
 ) -> Result<(), DecodeError> {
     RequestDecoder::validate(payload)?;
+    let frame_start = out.len();
     let mut enc = ResponseEncoder::begin(out, seq);
     let mut look = Lookup { map, last: None };
     let mut body = Vec::new();
@@ -146,31 +153,49 @@ pub fn execute_batch(
                 args,
             } => match look.find(cache, addr, 1) {
                 Err(m) => miss(out, &mut enc, code, m),
-                Ok(_) => match look.cache(cache) {
-                    None => enc.status(out, code, Status::NoSuchCache),
-                    Some(c) => {
+                Ok(_) => match (look.cache(cache), procs.get(cache, proc_name)) {
+                    (None, _) => enc.status(out, code, Status::NoSuchCache),
+                    (_, None) => enc.status(out, code, Status::NoSuchProc),
+                    (Some(c), Some(p)) => {
                         body.clear();
-                        let p = procs.get(cache, proc_name);
-                        match crate::sproc_exec::run(
-                            p.as_deref(),
-                            c,
-                            proc_name,
-                            addr,
-                            args,
-                            &mut body,
-                        ) {
-                            Err(_) => enc.status(out, code, Status::NoSuchProc),
-                            Ok(()) if enc.payload_len(out) + 6 + body.len() > max_frame => {
-                                enc.status(out, code, Status::TooLarge)
+                        let mut hole = false;
+                        match crate::flow::step::run(&*p, c, None, addr, args) {
+                            Step::Done(r) => {
+                                body.push(TAG_DONE);
+                                body.extend_from_slice(&r);
                             }
-                            Ok(()) => enc.data(out, code, &body),
+                            Step::Fail(e) => encode_failure(&e, &mut body),
+                            // No region table from the manager: the client continues it.
+                            Step::Ship { addr: next, state } if c.owners.is_empty() => {
+                                body.push(TAG_CONTINUE);
+                                body.extend_from_slice(&next.to_le_bytes());
+                                body.extend_from_slice(&state);
+                            }
+                            step => {
+                                hole = true;
+                                enc.placeholder();
+                                spawned.push(Spawned {
+                                    offset: out.len() - frame_start,
+                                    cache,
+                                    proc_name: proc_name.to_owned(),
+                                    addr,
+                                    step,
+                                });
+                            }
+                        }
+                        if hole {
+                            // The reply is inserted when the answer comes.
+                        } else if enc.payload_len(out) + 6 + body.len() > max_frame {
+                            enc.status(out, code, Status::TooLarge)
+                        } else {
+                            enc.data(out, code, &body)
                         }
                     }
                 },
             },
             Op::Ping => enc.status(out, code, Status::Ok),
         }
-        let ok = out.get(before + 1) == Some(&(Status::Ok as u8));
+        let ok = out.len() == before || out.get(before + 1) == Some(&(Status::Ok as u8));
         let bytes = match op {
             Op::Read { len, .. } => len as usize,
             Op::Write { data, .. } => data.len(),
@@ -204,6 +229,7 @@ mod tests {
             1 << 20,
             &mut Tally::default(),
             &ProcTable::default(),
+            &mut Vec::new(),
         )
         .unwrap();
         out

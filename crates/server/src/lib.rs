@@ -5,7 +5,8 @@
 //! buffers and frame handling; [`worker`] is a thread's event loop (each worker owns
 //! its connections and runs every request to completion in place); [`acceptor`] hands
 //! new connections to workers; [`manager_link`] registers and heartbeats; [`metrics`]
-//! counts ops and [`metrics_http`] serves them to Prometheus.
+//! counts ops and [`metrics_http`] serves them to Prometheus; [`flow`] carries stored
+//! procedures across servers (FFlow hand-offs, DFlow pulls, sessions between servers).
 
 mod acceptor;
 pub mod config;
@@ -13,13 +14,13 @@ mod conn;
 mod control;
 pub mod error;
 mod exec;
+mod flow;
 mod manager_link;
 pub mod metrics;
 mod metrics_http;
 mod procs;
 mod region;
 mod server;
-mod sproc_exec;
 pub mod store;
 mod worker;
 

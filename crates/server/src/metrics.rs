@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use farcache_proto::OpCode;
-use farcache_proto::control::OpStats;
+use farcache_proto::control::{OpStats, PeerStats};
 
 const N: usize = OpCode::ALL.len();
 
@@ -19,6 +19,35 @@ pub struct Metrics {
     errors: [AtomicU64; N],
     pub protocol_errors: AtomicU64,
     pub connections: AtomicU64,
+    pub peer: PeerCounters,
+}
+
+/// Server-to-server traffic (see [`PeerStats`]).
+#[derive(Default)]
+pub struct PeerCounters {
+    pub frames_sent: AtomicU64,
+    pub msgs_sent: AtomicU64,
+    pub forwards: AtomicU64,
+    pub fetches: AtomicU64,
+    pub results: AtomicU64,
+    pub failures: AtomicU64,
+}
+
+impl PeerCounters {
+    pub fn snapshot(&self) -> PeerStats {
+        PeerStats {
+            frames_sent: self.frames_sent.load(Relaxed),
+            msgs_sent: self.msgs_sent.load(Relaxed),
+            forwards: self.forwards.load(Relaxed),
+            fetches: self.fetches.load(Relaxed),
+            results: self.results.load(Relaxed),
+            failures: self.failures.load(Relaxed),
+        }
+    }
+
+    pub fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Relaxed);
+    }
 }
 
 /// A batch's worth of counts, kept on the worker's stack.
@@ -76,6 +105,17 @@ impl Metrics {
             self.protocol_errors.load(Relaxed)
         );
         s += &format!("farcache_connections {}\n", self.connections.load(Relaxed));
+        let p = self.peer.snapshot();
+        for (name, v) in [
+            ("frames_sent", p.frames_sent),
+            ("msgs_sent", p.msgs_sent),
+            ("forwards", p.forwards),
+            ("fetches", p.fetches),
+            ("results", p.results),
+            ("failures", p.failures),
+        ] {
+            s += &format!("farcache_peer_{name}_total {v}\n");
+        }
         s += &format!("farcache_memory_bytes {memory}\nfarcache_memory_used_bytes {used}\n");
         s
     }

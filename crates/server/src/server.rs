@@ -27,6 +27,8 @@ pub struct Shared {
     /// Stored procedures this server can run.
     pub procs: crate::procs::ProcTable,
     pub shutdown: AtomicBool,
+    /// Every worker's inbox (set once all workers exist).
+    pub inboxes: std::sync::OnceLock<Vec<WorkerInbox>>,
     server_id: AtomicU32,
     nap: (Mutex<()>, Condvar),
 }
@@ -78,6 +80,7 @@ impl Server {
             metrics: Metrics::default(),
             procs: crate::procs::ProcTable::default(),
             shutdown: AtomicBool::new(false),
+            inboxes: std::sync::OnceLock::new(),
             server_id: AtomicU32::new(0),
             nap: (Mutex::new(()), Condvar::new()),
             advertise,
@@ -87,6 +90,7 @@ impl Server {
         let mut threads = Vec::new();
         let mut wakers = Vec::new();
         let mut inboxes = Vec::new();
+        let mut workers = Vec::new();
         for id in 0..shared.config.threads {
             let poll = Poll::new()?;
             let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
@@ -96,12 +100,16 @@ impl Server {
                 waker: waker.clone(),
             });
             wakers.push(waker);
-            let w = Worker {
+            workers.push(Worker {
                 id,
                 poll,
                 incoming: rx,
                 shared: shared.clone(),
-            };
+            });
+        }
+        let _ = shared.inboxes.set(inboxes);
+        for w in workers {
+            let id = w.id;
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("fc-worker-{id}"))
@@ -115,7 +123,7 @@ impl Server {
         threads.push(
             std::thread::Builder::new()
                 .name("fc-acceptor".into())
-                .spawn(move || crate::acceptor::run(poll, listener, inboxes, sh))?,
+                .spawn(move || crate::acceptor::run(poll, listener, sh))?,
         );
         let mut metrics_addr = None;
         if let Some(at) = shared.config.metrics_listen {

@@ -21,6 +21,30 @@ pub struct CacheRegions {
     pub regions: Vec<Option<Arc<Region>>>,
     /// Regions that left this server and where they went (for `wrong server` hints).
     pub moved: HashMap<u32, String>,
+    /// The manager's region table (`owners[i]` holds region `i`), for procedures that
+    /// continue at another server. Empty until the manager sends one.
+    pub owners: Arc<Vec<String>>,
+    pub routes_epoch: u64,
+}
+
+impl CacheRegions {
+    pub fn holds(&self, addr: u64) -> bool {
+        addr < self.capacity
+            && matches!(
+                self.regions.get((addr / self.region_size) as usize),
+                Some(Some(_))
+            )
+    }
+
+    /// The data address of the server holding `addr`, per the last region table.
+    pub fn owner(&self, addr: u64) -> Option<&str> {
+        if addr >= self.capacity {
+            return None;
+        }
+        self.owners
+            .get((addr / self.region_size) as usize)
+            .map(String::as_str)
+    }
 }
 
 #[derive(Clone, Default)]
@@ -136,6 +160,21 @@ impl RegionStore {
         }
         self.map.store(Arc::new(next));
         freed
+    }
+
+    /// Replaces a cache's region table unless a newer one is already here.
+    pub fn set_routes(&self, cache: CacheId, epoch: u64, owners: Vec<String>) {
+        let _guard = self.write.lock();
+        let mut next = StoreMap::clone(&self.map.load());
+        let Some(entry) = next.caches.get_mut(&cache) else {
+            return;
+        };
+        if epoch < entry.routes_epoch {
+            return;
+        }
+        entry.routes_epoch = epoch;
+        entry.owners = Arc::new(owners);
+        self.map.store(Arc::new(next));
     }
 
     pub fn drop_cache(&self, cache: CacheId) -> bool {

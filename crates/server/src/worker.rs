@@ -1,42 +1,78 @@
-//! A worker thread: one mio event loop owning its connections. Every request runs to
-//! completion on the thread that read it; nothing is handed to another thread.
+//! A worker thread: one mio event loop owning its connections and its sessions to other
+//! servers. Every request runs to completion on the thread that read it; a procedure
+//! that continues elsewhere is parked in the worker's flow engine, not on the thread.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
+use farcache_proto::peer::PeerMsg;
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
 use tracing::{debug, warn};
 
-use crate::conn::Conn;
+use crate::conn::{Conn, WorkerCtx};
+use crate::flow::Engine;
+use crate::flow::sessions::PEER_BASE;
 use crate::server::Shared;
 
 pub const WAKER: Token = Token(usize::MAX);
+/// How often parked invocations' deadlines are checked while the worker is idle.
+const DEADLINE_TICK: Duration = Duration::from_millis(10);
+
+/// What other threads hand a worker.
+pub enum WorkerMsg {
+    /// A new connection (from the acceptor).
+    Conn(TcpStream),
+    /// A peer message for a ticket this worker owns (from another worker).
+    Peer(Vec<u8>),
+}
 
 pub struct Worker {
     pub id: usize,
     pub poll: Poll,
-    pub incoming: Receiver<TcpStream>,
+    pub incoming: Receiver<WorkerMsg>,
     pub shared: Arc<Shared>,
 }
 
-/// The handle the acceptor keeps to pass connections to a worker.
+/// The handle other threads keep to reach a worker.
 pub struct WorkerInbox {
-    pub tx: std::sync::mpsc::Sender<TcpStream>,
+    pub tx: std::sync::mpsc::Sender<WorkerMsg>,
     pub waker: Arc<Waker>,
+}
+
+impl WorkerInbox {
+    pub fn send(&self, m: WorkerMsg) {
+        if self.tx.send(m).is_ok() {
+            let _ = self.waker.wake();
+        }
+    }
+}
+
+struct Loop {
+    conns: Slab<Conn>,
+    engine: Engine,
+    serial: u64,
 }
 
 impl Worker {
     pub fn run(mut self) {
         let mut events = Events::with_capacity(1024);
-        let mut conns: Slab<Conn> = Slab::new();
+        let mut st = Loop {
+            conns: Slab::new(),
+            engine: Engine::new(self.id, self.shared.config.peer_batching),
+            serial: 0,
+        };
         let spin = self.shared.config.busy_poll;
         let mut last_work = Instant::now();
         loop {
-            let timeout = (!spin.is_zero() && last_work.elapsed() < spin).then_some(Duration::ZERO);
+            let mut timeout =
+                (!spin.is_zero() && last_work.elapsed() < spin).then_some(Duration::ZERO);
+            if st.engine.has_waits() {
+                timeout = Some(timeout.unwrap_or(DEADLINE_TICK));
+            }
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() == std::io::ErrorKind::Interrupted {
                     continue;
@@ -47,43 +83,95 @@ impl Worker {
             if self.shared.shutdown.load(Ordering::Acquire) {
                 return;
             }
-            if events.is_empty() {
-                continue;
+            if !events.is_empty() {
+                last_work = Instant::now();
             }
-            last_work = Instant::now();
             for ev in events.iter() {
-                if ev.token() == WAKER {
-                    self.adopt(&mut conns);
-                    continue;
+                let t = ev.token();
+                if t == WAKER {
+                    self.adopt(&mut st);
+                } else if t.0 >= PEER_BASE {
+                    st.engine
+                        .on_session_event(&self.shared, self.poll.registry(), t, ev);
+                } else {
+                    self.serve(&mut st, t.0);
                 }
-                let key = ev.token().0;
-                let Some(conn) = conns.get_mut(key) else {
-                    continue;
-                };
-                conn.on_ready(&self.shared);
-                if conn.closed {
-                    let mut c = conns.remove(key);
-                    let _ = self.poll.registry().deregister(&mut c.stream);
-                    self.shared
-                        .metrics
-                        .connections
-                        .fetch_sub(1, Ordering::Relaxed);
-                    debug!(worker = self.id, peer = %c.peer, "connection closed");
+            }
+            if st.engine.has_waits() {
+                st.engine
+                    .expire(&self.shared, self.poll.registry(), Instant::now());
+            }
+            self.settle(&mut st);
+        }
+    }
+
+    fn serve(&self, st: &mut Loop, key: usize) {
+        let Some(conn) = st.conns.get_mut(key) else {
+            return;
+        };
+        let mut ctx = WorkerCtx {
+            key,
+            engine: &mut st.engine,
+            reg: self.poll.registry(),
+        };
+        conn.on_ready(&self.shared, &mut ctx);
+        if conn.closed {
+            let mut c = st.conns.remove(key);
+            let _ = self.poll.registry().deregister(&mut c.stream);
+            self.shared
+                .metrics
+                .connections
+                .fetch_sub(1, Ordering::Relaxed);
+            debug!(worker = self.id, peer = %c.peer, "connection closed");
+        }
+    }
+
+    /// After a turn: sends peer messages, hands other workers theirs, and delivers
+    /// answers to client connections (which may read more requests, so it repeats).
+    fn settle(&self, st: &mut Loop) {
+        loop {
+            st.engine.flush(&self.shared, self.poll.registry());
+            if let Some(inboxes) = self.shared.inboxes.get() {
+                for (w, msg) in st.engine.foreign.drain(..) {
+                    match inboxes.get(w) {
+                        Some(inbox) => inbox.send(WorkerMsg::Peer(msg)),
+                        None => debug!(worker = w, "peer message for an unknown worker dropped"),
+                    }
                 }
+            }
+            if st.engine.completions.is_empty() {
+                return;
+            }
+            for (hole, body) in std::mem::take(&mut st.engine.completions) {
+                match st.conns.get_mut(hole.conn) {
+                    Some(c) if c.serial == hole.serial => c.fill(&self.shared, hole, &body),
+                    _ => continue, // the client left; nobody waits for this answer
+                }
+                self.serve(st, hole.conn);
             }
         }
     }
 
-    fn adopt(&mut self, conns: &mut Slab<Conn>) {
-        while let Ok(mut stream) = self.incoming.try_recv() {
+    fn adopt(&self, st: &mut Loop) {
+        while let Ok(msg) = self.incoming.try_recv() {
+            let mut stream = match msg {
+                WorkerMsg::Conn(s) => s,
+                WorkerMsg::Peer(raw) => {
+                    match PeerMsg::decode(&raw) {
+                        Ok(m) => st.engine.on_msg(&self.shared, self.poll.registry(), m),
+                        Err(e) => warn!(worker = self.id, "bad internal peer message: {e}"),
+                    }
+                    continue;
+                }
+            };
             let peer = stream
                 .peer_addr()
                 .unwrap_or_else(|_| ([0, 0, 0, 0], 0).into());
-            let entry = conns.vacant_entry();
-            let token = Token(entry.key());
+            let entry = st.conns.vacant_entry();
+            let key = entry.key();
             if let Err(e) = self.poll.registry().register(
                 &mut stream,
-                token,
+                Token(key),
                 Interest::READABLE | Interest::WRITABLE,
             ) {
                 warn!(worker = self.id, "register failed: {e}");
@@ -94,9 +182,10 @@ impl Worker {
                 .connections
                 .fetch_add(1, Ordering::Relaxed);
             debug!(worker = self.id, %peer, "connection adopted");
-            let conn = entry.insert(Conn::new(stream, peer));
+            st.serial += 1;
+            entry.insert(Conn::new(stream, peer, st.serial));
             // Data may have arrived before registration; edges raised then are lost.
-            conn.on_ready(&self.shared);
+            self.serve(st, key);
         }
     }
 }

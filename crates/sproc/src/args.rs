@@ -41,6 +41,10 @@ impl<'a> ArgReader<'a> {
         Ok(u64::from_le_bytes(a))
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
     pub fn rest(&mut self) -> &'a [u8] {
         std::mem::take(&mut self.buf)
     }

@@ -18,6 +18,10 @@ pub enum SprocError {
     /// The code given at registration is not a usable module.
     #[error("cannot load procedure: {0}")]
     Compile(String),
+    /// Handing the invocation or its data between servers failed (unreachable server,
+    /// no answer in time, no region table).
+    #[error("{0}")]
+    Flow(String),
     /// A sandboxed procedure trapped, ran out of fuel or broke the ABI.
     #[error("procedure {proc} {reason}")]
     Trapped { proc: String, reason: String },

@@ -16,6 +16,13 @@ pub enum Outcome {
         addr: u64,
         state: Vec<u8>,
     },
+    /// DFlow: bring these `(addr, len)` ranges to this server, then run again at the
+    /// same address with `state`; the ranges read as if they were local. Servers
+    /// handle it; it never reaches a client.
+    Pull {
+        ranges: Vec<(u64, u32)>,
+        state: Vec<u8>,
+    },
 }
 
 pub const TAG_DONE: u8 = 0;
@@ -31,6 +38,7 @@ pub enum Reply<'a> {
 }
 
 impl Outcome {
+    /// The reply body for a client (a `Pull` the server could not serve is a failure).
     pub fn encode_into(&self, out: &mut Vec<u8>) {
         match self {
             Self::Done(r) => {
@@ -42,13 +50,13 @@ impl Outcome {
                 out.extend_from_slice(&addr.to_le_bytes());
                 out.extend_from_slice(state);
             }
-        }
-    }
-
-    pub fn encoded_len(&self) -> usize {
-        match self {
-            Self::Done(r) => 1 + r.len(),
-            Self::Continue { state, .. } => 9 + state.len(),
+            Self::Pull { ranges, .. } => {
+                let (addr, len) = ranges.first().copied().unwrap_or_default();
+                let e = SprocError::Reply(format!(
+                    "the procedure needs {len} bytes at {addr} pulled from another server (DFlow), which this path does not serve"
+                ));
+                encode_failure(&e, out);
+            }
         }
     }
 }

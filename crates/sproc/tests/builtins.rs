@@ -38,6 +38,7 @@ fn drive(
                 addr = a;
                 args = state;
             }
+            Outcome::Pull { .. } => panic!("{name} pulled with the default flow"),
         }
     }
     panic!("no progress");

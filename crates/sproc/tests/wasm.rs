@@ -55,6 +55,7 @@ fn sum_hops_between_servers_and_matches() {
                 args = state;
                 hops += 1;
             }
+            Outcome::Pull { .. } => panic!("sum ships, it never pulls"),
         }
     };
     assert_eq!(result, want.to_le_bytes());

@@ -1,7 +1,9 @@
 //! `chase`: follows a linked chain. Each node holds the cache address of the next node
 //! as a u64 at `next_off`; [`NULL`] ends the chain.
 
+use super::Flow;
 use crate::args::{ArgReader, ArgWriter};
+use crate::memory::Miss;
 use crate::{Memory, Outcome, Procedure, SprocError};
 
 const NAME: &str = "chase";
@@ -15,8 +17,16 @@ impl Chase {
     pub const NAME: &'static str = NAME;
 
     /// Invoke at `head`: follow at most `hops` pointers.
+    /// Nodes held by another server are reached by shipping the invocation (FFlow).
     pub fn args(head: u64, next_off: u32, hops: u32) -> Vec<u8> {
-        state(next_off, hops, head, 0)
+        Self::args_with(head, next_off, hops, Flow::Ship)
+    }
+
+    /// Like [`Chase::args`], choosing what happens at a node held elsewhere. With
+    /// [`Flow::Return`] the result names the node where it stopped; calling again there
+    /// with the remaining hops finishes the chase.
+    pub fn args_with(head: u64, next_off: u32, hops: u32, flow: Flow) -> Vec<u8> {
+        state(next_off, hops, head, 0, flow)
     }
 
     /// The result: (the node reached, pointers followed). The node is [`NULL`] if the
@@ -30,13 +40,20 @@ impl Chase {
     }
 }
 
-fn state(next_off: u32, remaining: u32, cur: u64, followed: u32) -> Vec<u8> {
+fn state(next_off: u32, remaining: u32, cur: u64, followed: u32, flow: Flow) -> Vec<u8> {
     ArgWriter::default()
         .u32(next_off)
         .u32(remaining)
         .u64(cur)
         .u32(followed)
+        .u8(flow as u8)
         .finish()
+}
+
+fn done(cur: u64, followed: u32) -> Outcome {
+    let mut out = cur.to_le_bytes().to_vec();
+    out.extend_from_slice(&followed.to_le_bytes());
+    Outcome::Done(out)
 }
 
 impl Procedure for Chase {
@@ -50,6 +67,11 @@ impl Procedure for Chase {
         let mut remaining = r.u32("hops")?;
         let mut cur = r.u64("node")?;
         let mut followed = r.u32("followed")?;
+        let flow = if r.is_empty() {
+            Flow::Ship
+        } else {
+            Flow::from_u8(NAME, r.u8("flow")?)?
+        };
         r.end()?;
         while remaining > 0 && cur != NULL {
             let at = cur
@@ -61,22 +83,29 @@ impl Procedure for Chase {
                 })?;
             match mem.read_u64(at) {
                 Ok(next) => cur = next,
-                Err(m) => {
-                    // Resume at the node itself so the hand-off lands on its owner.
-                    return super::on_miss(NAME, m, at, 8, || {
-                        state(next_off, remaining, cur, followed)
-                    })
-                    .map(|o| match o {
-                        Outcome::Continue { state, .. } => Outcome::Continue { addr: at, state },
-                        done => done,
+                Err(Miss::OutOfRange) => {
+                    return Err(SprocError::OutOfRange {
+                        proc: NAME,
+                        addr: at,
+                        len: 8,
+                    });
+                }
+                Err(Miss::Remote) => {
+                    let state = state(next_off, remaining, cur, followed, flow);
+                    return Ok(match flow {
+                        // Resume at the pointer itself so the hand-off lands on its owner.
+                        Flow::Ship => Outcome::Continue { addr: at, state },
+                        Flow::Pull => Outcome::Pull {
+                            ranges: vec![(at, 8)],
+                            state,
+                        },
+                        Flow::Return => done(cur, followed),
                     });
                 }
             }
             remaining -= 1;
             followed += 1;
         }
-        let mut out = cur.to_le_bytes().to_vec();
-        out.extend_from_slice(&followed.to_le_bytes());
-        Ok(Outcome::Done(out))
+        Ok(done(cur, followed))
     }
 }

@@ -17,6 +17,30 @@ pub use scan::{Cmp, Scan};
 use crate::memory::Miss;
 use crate::{Outcome, Procedure, SprocError};
 
+/// What a procedure does when it needs bytes another server holds (the paper's three
+/// options; built-ins that take it say so in their args).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Flow {
+    /// FFlow: ship the invocation and its state to the owner.
+    Ship = 0,
+    /// DFlow: pull the bytes here, park, resume when they arrive.
+    Pull = 1,
+    /// Stop and return what it has, with where it stopped.
+    Return = 2,
+}
+
+impl Flow {
+    fn from_u8(proc: &'static str, v: u8) -> Result<Self, SprocError> {
+        Ok(match v {
+            0 => Self::Ship,
+            1 => Self::Pull,
+            2 => Self::Return,
+            _ => return Err(SprocError::bad(proc, format!("unknown flow {v}"))),
+        })
+    }
+}
+
 /// A built-in by name, without allocation or hashing (looked up once per EXECUTE).
 pub fn by_name(name: &str) -> Option<&'static dyn Procedure> {
     Some(match name {

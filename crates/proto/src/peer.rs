@@ -1,0 +1,380 @@
+//! Server-to-server messages (`Peer` frames), used by stored procedures to ship an
+//! invocation to the owner of the data it needs (FFlow) or to pull that data (DFlow).
+//!
+//! A `Peer` frame carries `count u32` and then that many messages, so everything one
+//! server has for another in one event-loop turn travels in one frame:
+//!
+//! | tag | message  | fields                                                                  |
+//! |-----|----------|-------------------------------------------------------------------------|
+//! | 1   | FORWARD  | ticket u64, origin (u8 len), cache u32, addr u64, hops u32, name (u8 len), state (u32 len) |
+//! | 2   | RESULT   | ticket u64, hops u32, body (u32 len): an EXECUTE reply body             |
+//! | 3   | FETCH    | ticket u64, origin (u8 len), cache u32, addr u64, len u32               |
+//! | 4   | FETCHED  | ticket u64, addr u64, status u8, data (u32 len)                         |
+//!
+//! `origin` is the data address of the server waiting for the answer; answers (RESULT,
+//! FETCHED) go to it directly, not back along the path. Tickets are opaque to everyone
+//! but the origin.
+
+use crate::frame::{FrameHeader, FrameKind, HEADER_LEN};
+use crate::op::MAX_PROC_NAME;
+use crate::status::Status;
+use crate::wire::Cursor;
+use crate::{CacheId, DecodeError};
+
+const FORWARD: u8 = 1;
+const RESULT: u8 = 2;
+const FETCH: u8 = 3;
+const FETCHED: u8 = 4;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerMsg<'a> {
+    /// Continue `proc_name` at the owner of `addr` with `state` as its arguments.
+    Forward {
+        ticket: u64,
+        origin: &'a str,
+        cache: CacheId,
+        addr: u64,
+        hops: u32,
+        proc_name: &'a str,
+        state: &'a [u8],
+    },
+    /// The end of a forwarded invocation, for the origin's `ticket`.
+    Result {
+        ticket: u64,
+        hops: u32,
+        body: &'a [u8],
+    },
+    /// Send `len` bytes at `addr` to `origin`.
+    Fetch {
+        ticket: u64,
+        origin: &'a str,
+        cache: CacheId,
+        addr: u64,
+        len: u32,
+    },
+    /// The bytes a FETCH asked for (`data` is empty unless `status` is Ok).
+    Fetched {
+        ticket: u64,
+        addr: u64,
+        status: Status,
+        data: &'a [u8],
+    },
+}
+
+impl PeerMsg<'_> {
+    pub fn ticket(&self) -> u64 {
+        match *self {
+            Self::Forward { ticket, .. }
+            | Self::Result { ticket, .. }
+            | Self::Fetch { ticket, .. }
+            | Self::Fetched { ticket, .. } => ticket,
+        }
+    }
+
+    /// Decodes one message encoded by [`PeerMsg::encode`] (nothing may follow it).
+    pub fn decode(b: &[u8]) -> Result<PeerMsg<'_>, DecodeError> {
+        let mut d = PeerDecoder {
+            cur: Cursor::new(b),
+            declared: 1,
+            seen: 1,
+        };
+        let m = d.next_msg()?;
+        d.finish()?;
+        Ok(m)
+    }
+
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = Vec::new();
+        self.encode(&mut v);
+        v
+    }
+
+    /// Appends the message (without a frame) to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        match *self {
+            Self::Forward {
+                ticket,
+                origin,
+                cache,
+                addr,
+                hops,
+                proc_name,
+                state,
+            } => {
+                out.push(FORWARD);
+                out.extend_from_slice(&ticket.to_le_bytes());
+                short_str(out, origin);
+                out.extend_from_slice(&cache.to_le_bytes());
+                out.extend_from_slice(&addr.to_le_bytes());
+                out.extend_from_slice(&hops.to_le_bytes());
+                short_str(out, proc_name);
+                long_bytes(out, state);
+            }
+            Self::Result { ticket, hops, body } => {
+                out.push(RESULT);
+                out.extend_from_slice(&ticket.to_le_bytes());
+                out.extend_from_slice(&hops.to_le_bytes());
+                long_bytes(out, body);
+            }
+            Self::Fetch {
+                ticket,
+                origin,
+                cache,
+                addr,
+                len,
+            } => {
+                out.push(FETCH);
+                out.extend_from_slice(&ticket.to_le_bytes());
+                short_str(out, origin);
+                out.extend_from_slice(&cache.to_le_bytes());
+                out.extend_from_slice(&addr.to_le_bytes());
+                out.extend_from_slice(&len.to_le_bytes());
+            }
+            Self::Fetched {
+                ticket,
+                addr,
+                status,
+                data,
+            } => {
+                out.push(FETCHED);
+                out.extend_from_slice(&ticket.to_le_bytes());
+                out.extend_from_slice(&addr.to_le_bytes());
+                out.push(status as u8);
+                long_bytes(out, data);
+            }
+        }
+    }
+}
+
+fn short_str(out: &mut Vec<u8>, s: &str) {
+    // Names and addresses are checked before they get here; clip rather than corrupt.
+    let b = &s.as_bytes()[..s.len().min(MAX_PROC_NAME)];
+    out.push(b.len() as u8);
+    out.extend_from_slice(b);
+}
+
+fn long_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+    out.extend_from_slice(b);
+}
+
+/// Builds one `Peer` frame at the end of `out`.
+#[derive(Debug)]
+pub struct PeerEncoder {
+    start: usize,
+    count: u32,
+}
+
+impl PeerEncoder {
+    pub fn begin(out: &mut Vec<u8>) -> Self {
+        let start = out.len();
+        out.extend_from_slice(&[0u8; HEADER_LEN + 4]);
+        Self { start, count: 0 }
+    }
+
+    pub fn push(&mut self, out: &mut Vec<u8>, msg: &PeerMsg<'_>) {
+        msg.encode(out);
+        self.count += 1;
+    }
+
+    /// Appends a message already encoded with [`PeerMsg::encode`].
+    pub fn push_encoded(&mut self, out: &mut Vec<u8>, msg: &[u8]) {
+        out.extend_from_slice(msg);
+        self.count += 1;
+    }
+
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// Bytes in the frame so far, header included.
+    pub fn len(&self, out: &[u8]) -> usize {
+        out.len() - self.start
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    pub fn finish(self, out: &mut [u8]) {
+        let len = (out.len() - self.start - HEADER_LEN) as u32;
+        let hdr = FrameHeader::new(FrameKind::Peer, 0, len).encode();
+        out[self.start..self.start + HEADER_LEN].copy_from_slice(&hdr);
+        out[self.start + HEADER_LEN..self.start + HEADER_LEN + 4]
+            .copy_from_slice(&self.count.to_le_bytes());
+    }
+}
+
+/// Iterates the messages of a `Peer` frame payload. Every malformed input is an error.
+#[derive(Debug)]
+pub struct PeerDecoder<'a> {
+    cur: Cursor<'a>,
+    declared: u32,
+    seen: u32,
+}
+
+impl<'a> PeerDecoder<'a> {
+    pub fn new(payload: &'a [u8]) -> Result<Self, DecodeError> {
+        let mut cur = Cursor::new(payload);
+        let declared = cur.u32("peer message count")?;
+        Ok(Self {
+            cur,
+            declared,
+            seen: 0,
+        })
+    }
+
+    /// Decodes the whole payload once, so a bad frame is refused before any message runs.
+    pub fn validate(payload: &[u8]) -> Result<(), DecodeError> {
+        let mut d = PeerDecoder::new(payload)?;
+        for m in d.by_ref() {
+            m?;
+        }
+        d.finish()
+    }
+
+    fn finish(&self) -> Result<(), DecodeError> {
+        if self.seen != self.declared {
+            return Err(DecodeError::CountMismatch {
+                declared: self.declared,
+                found: self.seen,
+            });
+        }
+        match self.cur.remaining() {
+            0 => Ok(()),
+            n => Err(DecodeError::TrailingBytes(n)),
+        }
+    }
+
+    fn short_str(&mut self, what: &'static str) -> Result<&'a str, DecodeError> {
+        let n = self.cur.u8(what)?;
+        std::str::from_utf8(self.cur.bytes(n.into(), what)?).map_err(|_| DecodeError::Utf8(what))
+    }
+
+    fn long_bytes(&mut self, what: &'static str) -> Result<&'a [u8], DecodeError> {
+        let n = self.cur.u32(what)?;
+        self.cur.bytes(n as usize, what)
+    }
+
+    fn next_msg(&mut self) -> Result<PeerMsg<'a>, DecodeError> {
+        let tag = self.cur.u8("peer message tag")?;
+        let ticket = self.cur.u64("ticket")?;
+        Ok(match tag {
+            FORWARD => PeerMsg::Forward {
+                ticket,
+                origin: self.short_str("origin")?,
+                cache: self.cur.u32("cache")?,
+                addr: self.cur.u64("address")?,
+                hops: self.cur.u32("hops")?,
+                proc_name: self.short_str("procedure name")?,
+                state: self.long_bytes("state")?,
+            },
+            RESULT => PeerMsg::Result {
+                ticket,
+                hops: self.cur.u32("hops")?,
+                body: self.long_bytes("result")?,
+            },
+            FETCH => PeerMsg::Fetch {
+                ticket,
+                origin: self.short_str("origin")?,
+                cache: self.cur.u32("cache")?,
+                addr: self.cur.u64("address")?,
+                len: self.cur.u32("length")?,
+            },
+            FETCHED => PeerMsg::Fetched {
+                ticket,
+                addr: self.cur.u64("address")?,
+                status: Status::from_u8(self.cur.u8("status")?)?,
+                data: self.long_bytes("data")?,
+            },
+            other => return Err(DecodeError::UnknownOp(other)),
+        })
+    }
+}
+
+impl<'a> Iterator for PeerDecoder<'a> {
+    type Item = Result<PeerMsg<'a>, DecodeError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.seen >= self.declared {
+            return None;
+        }
+        self.seen += 1;
+        match self.next_msg() {
+            Ok(m) => Some(Ok(m)),
+            Err(e) => {
+                self.seen = self.declared;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all() -> Vec<PeerMsg<'static>> {
+        vec![
+            PeerMsg::Forward {
+                ticket: 1,
+                origin: "127.0.0.1:7000",
+                cache: 3,
+                addr: 1 << 40,
+                hops: 2,
+                proc_name: "chase",
+                state: b"state",
+            },
+            PeerMsg::Result {
+                ticket: u64::MAX,
+                hops: 7,
+                body: &[0, 1, 2],
+            },
+            PeerMsg::Fetch {
+                ticket: 9,
+                origin: "h:1",
+                cache: 1,
+                addr: 4096,
+                len: 16,
+            },
+            PeerMsg::Fetched {
+                ticket: 9,
+                addr: 4096,
+                status: Status::Ok,
+                data: &[7; 16],
+            },
+        ]
+    }
+
+    #[test]
+    fn roundtrip_and_truncation() {
+        let msgs = all();
+        let mut out = Vec::new();
+        let mut e = PeerEncoder::begin(&mut out);
+        for m in &msgs {
+            e.push(&mut out, m);
+        }
+        e.finish(&mut out);
+        let hdr = FrameHeader::decode(&out, u32::MAX).unwrap().unwrap();
+        assert_eq!(hdr.kind, FrameKind::Peer);
+        let payload = &out[HEADER_LEN..];
+        PeerDecoder::validate(payload).unwrap();
+        let got: Vec<_> = PeerDecoder::new(payload)
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(got, msgs);
+        for m in &msgs {
+            assert_eq!(PeerMsg::decode(&m.to_vec()), Ok(*m));
+        }
+        for cut in 0..payload.len() {
+            assert!(PeerDecoder::validate(&payload[..cut]).is_err(), "cut {cut}");
+        }
+        let mut extra = payload.to_vec();
+        extra.push(0);
+        assert!(PeerDecoder::validate(&extra).is_err());
+        let mut bad = payload.to_vec();
+        bad[4] = 99;
+        assert!(PeerDecoder::validate(&bad).is_err());
+    }
+}

@@ -1,0 +1,523 @@
+//! A worker's side of cross-server procedure execution: invocations it shipped and
+//! waits for (FFlow), invocations parked until pulled bytes arrive (DFlow), and the
+//! messages it exchanges with other servers.
+//!
+//! A parked invocation costs the worker nothing: it is a map entry, and the worker
+//! serves other requests until the answer (or the deadline) comes.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Instant;
+
+use farcache_proto::peer::PeerMsg;
+use farcache_proto::{CacheId, MAX_OP_BYTES, Status};
+use farcache_sproc::outcome::{TAG_CONTINUE, TAG_DONE, encode_failure};
+use farcache_sproc::{Memory, Miss, SprocError};
+use mio::Registry;
+use tracing::debug;
+
+use super::memory::{FlowMemory, MAX_PULLED, Pulled};
+use super::pending::HoleRef;
+use super::sessions::{Fallout, Sessions};
+use super::step::{self, Step};
+use crate::metrics::PeerCounters;
+use crate::server::Shared;
+
+/// Hand-offs plus pulls one invocation may make (as many as the client allows).
+pub const MAX_HOPS: u32 = 4096;
+
+/// Where an invocation's answer goes.
+pub enum Target {
+    /// A reply this worker owes one of its client connections.
+    Local(HoleRef),
+    /// The server (data address) waiting for it under `ticket`.
+    Remote { origin: String, ticket: u64 },
+}
+
+pub struct Invocation {
+    pub cache: CacheId,
+    pub proc_name: String,
+    /// Where the procedure runs next, and its state (its arguments there).
+    pub addr: u64,
+    pub state: Vec<u8>,
+    pub hops: u32,
+    pub pulled: Pulled,
+    pub target: Target,
+}
+
+enum Wait {
+    /// Shipped from here to `via`; the answer comes back as a RESULT.
+    Result { hole: HoleRef, via: String },
+    /// Parked until every FETCH sent for it is answered.
+    Data {
+        inv: Invocation,
+        outstanding: u32,
+        sources: Vec<String>,
+    },
+}
+
+pub struct Engine {
+    worker: usize,
+    next: u64,
+    waits: HashMap<u64, Wait>,
+    /// Every wait gets the same timeout, so deadlines arrive in insertion order.
+    deadlines: VecDeque<(Instant, u64)>,
+    /// Answers for this worker's client connections.
+    pub completions: Vec<(HoleRef, Vec<u8>)>,
+    /// Messages for tickets another worker of this server owns: (worker, message).
+    pub foreign: Vec<(usize, Vec<u8>)>,
+    pub sessions: Sessions,
+    fallout: Fallout,
+}
+
+fn worker_of(ticket: u64) -> usize {
+    (ticket >> 56) as usize
+}
+
+fn failure(e: &SprocError) -> Vec<u8> {
+    let mut b = Vec::new();
+    encode_failure(e, &mut b);
+    b
+}
+
+impl Engine {
+    pub fn new(worker: usize, batching: bool) -> Self {
+        Self {
+            worker,
+            next: 0,
+            waits: HashMap::new(),
+            deadlines: VecDeque::new(),
+            completions: Vec::new(),
+            foreign: Vec::new(),
+            sessions: Sessions::new(batching),
+            fallout: Fallout::default(),
+        }
+    }
+
+    pub fn has_waits(&self) -> bool {
+        !self.waits.is_empty()
+    }
+
+    fn ticket(&mut self, sh: &Shared, w: Wait) -> u64 {
+        self.next = (self.next + 1) & ((1 << 56) - 1);
+        let t = ((self.worker as u64) << 56) | self.next;
+        self.waits.insert(t, w);
+        self.deadlines
+            .push_back((Instant::now() + sh.config.flow_timeout, t));
+        t
+    }
+
+    fn send(&mut self, sh: &Shared, reg: &Registry, dest: &str, msg: &PeerMsg<'_>) {
+        self.sessions
+            .send(reg, &sh.metrics, dest, msg.to_vec(), &mut self.fallout);
+    }
+
+    /// Continues an invocation whose first run (by an EXECUTE) asked for `step`.
+    pub fn start(&mut self, sh: &Shared, reg: &Registry, inv: Invocation, step: Step) {
+        self.advance(sh, reg, inv, step);
+        self.settle(sh, reg);
+    }
+
+    fn rerun(sh: &Shared, inv: &Invocation) -> Step {
+        let Some(p) = sh.procs.get(inv.cache, &inv.proc_name) else {
+            return Step::Fail(SprocError::Flow(format!(
+                "no procedure named {} on server {}",
+                inv.proc_name, sh.advertise
+            )));
+        };
+        let map = sh.store.snapshot();
+        let Some(c) = map.caches.get(&inv.cache) else {
+            return Step::Fail(SprocError::Flow(format!(
+                "cache {} is not on server {} any more",
+                inv.cache, sh.advertise
+            )));
+        };
+        step::run(&*p, c, Some(&inv.pulled), inv.addr, &inv.state)
+    }
+
+    fn advance(&mut self, sh: &Shared, reg: &Registry, mut inv: Invocation, mut step: Step) {
+        loop {
+            let (addr, state) = match step {
+                Step::Done(r) => {
+                    let mut body = Vec::with_capacity(1 + r.len());
+                    body.push(TAG_DONE);
+                    body.extend_from_slice(&r);
+                    return self.deliver(sh, reg, inv.target, inv.hops, body);
+                }
+                Step::Fail(e) => return self.deliver(sh, reg, inv.target, inv.hops, failure(&e)),
+                Step::Ship { addr, state } => (addr, state),
+                Step::Pull { at, ranges, state } => {
+                    inv.addr = at;
+                    inv.state = state;
+                    match self.pull(sh, reg, inv, &ranges) {
+                        Some((i, s)) => {
+                            (inv, step) = (i, s);
+                            continue;
+                        }
+                        None => return,
+                    }
+                }
+            };
+            inv.hops += 1;
+            if inv.hops > MAX_HOPS {
+                let e = SprocError::Flow(format!(
+                    "{} made more than {MAX_HOPS} hand-offs and pulls",
+                    inv.proc_name
+                ));
+                return self.deliver(sh, reg, inv.target, inv.hops, failure(&e));
+            }
+            let map = sh.store.snapshot();
+            let owner = map
+                .caches
+                .get(&inv.cache)
+                .and_then(|c| c.owner(addr))
+                .filter(|o| !o.is_empty() && *o != sh.advertise)
+                .map(str::to_owned);
+            let Some(owner) = owner else {
+                // No region table here (or a stale one): the client library continues it.
+                let mut body = Vec::with_capacity(9 + state.len());
+                body.push(TAG_CONTINUE);
+                body.extend_from_slice(&addr.to_le_bytes());
+                body.extend_from_slice(&state);
+                return self.deliver(sh, reg, inv.target, inv.hops, body);
+            };
+            let (origin, ticket) = match inv.target {
+                Target::Remote { origin, ticket } => (origin, ticket),
+                Target::Local(hole) => {
+                    let via = owner.clone();
+                    let t = self.ticket(sh, Wait::Result { hole, via });
+                    (sh.advertise.clone(), t)
+                }
+            };
+            PeerCounters::add(&sh.metrics.peer.forwards, 1);
+            let msg = PeerMsg::Forward {
+                ticket,
+                origin: &origin,
+                cache: inv.cache,
+                addr,
+                hops: inv.hops,
+                proc_name: &inv.proc_name,
+                state: &state,
+            };
+            return self.send(sh, reg, &owner, &msg);
+        }
+    }
+
+    /// Serves what it can of `ranges` from local regions and sends a FETCH for the
+    /// rest. Returns the invocation's next step if nothing had to be fetched.
+    fn pull(
+        &mut self,
+        sh: &Shared,
+        reg: &Registry,
+        mut inv: Invocation,
+        ranges: &[(u64, u32)],
+    ) -> Option<(Invocation, Step)> {
+        inv.hops += 1;
+        let map = sh.store.snapshot();
+        let fail = |why: String| Step::Fail(SprocError::Flow(why));
+        let Some(c) = map.caches.get(&inv.cache) else {
+            let s = fail(format!(
+                "cache {} is not on this server any more",
+                inv.cache
+            ));
+            return Some((inv, s));
+        };
+        if inv.hops > MAX_HOPS {
+            let s = fail(format!(
+                "{} pulled more than {MAX_HOPS} times",
+                inv.proc_name
+            ));
+            return Some((inv, s));
+        }
+        let want: u64 = ranges.iter().map(|r| u64::from(r.1)).sum();
+        if inv.pulled.bytes() as u64 + want > MAX_PULLED as u64 {
+            let s = fail(format!(
+                "{} would pull more than {MAX_PULLED} bytes",
+                inv.proc_name
+            ));
+            return Some((inv, s));
+        }
+        let mut fetches: Vec<(String, u64, u32)> = Vec::new();
+        let rs = c.region_size;
+        for &(addr, len) in ranges {
+            let Some(end) = addr.checked_add(len.into()).filter(|&e| e <= c.capacity) else {
+                let s = Step::Fail(SprocError::OutOfRange {
+                    proc: "pull",
+                    addr,
+                    len: len.into(),
+                });
+                return Some((inv, s));
+            };
+            // One piece per region: each may live on a different server. Local pieces
+            // are read in place when the procedure runs again.
+            let mut at = addr;
+            while at < end {
+                let n = (rs - at % rs).min(end - at);
+                match c.holds(at) {
+                    true => {}
+                    false => match c.owner(at).filter(|o| !o.is_empty() && *o != sh.advertise) {
+                        Some(o) => fetches.push((o.to_owned(), at, n as u32)),
+                        None => {
+                            let s = fail(format!(
+                                "no server known for address {at} of cache {} (region table missing or stale)",
+                                inv.cache
+                            ));
+                            return Some((inv, s));
+                        }
+                    },
+                }
+                at += n;
+            }
+        }
+        if fetches.is_empty() {
+            let s = Self::rerun(sh, &inv);
+            return Some((inv, s));
+        }
+        let cache = inv.cache;
+        let mut sources: Vec<String> = fetches.iter().map(|f| f.0.clone()).collect();
+        sources.sort_unstable();
+        sources.dedup();
+        let ticket = self.ticket(
+            sh,
+            Wait::Data {
+                inv,
+                outstanding: fetches.len() as u32,
+                sources,
+            },
+        );
+        PeerCounters::add(&sh.metrics.peer.fetches, fetches.len() as u64);
+        for (dest, addr, len) in fetches {
+            let msg = PeerMsg::Fetch {
+                ticket,
+                origin: &sh.advertise,
+                cache,
+                addr,
+                len,
+            };
+            self.send(sh, reg, &dest, &msg);
+        }
+        None
+    }
+
+    fn deliver(&mut self, sh: &Shared, reg: &Registry, target: Target, hops: u32, body: Vec<u8>) {
+        match target {
+            Target::Local(hole) => self.completions.push((hole, body)),
+            Target::Remote { origin, ticket } => {
+                PeerCounters::add(&sh.metrics.peer.results, 1);
+                let msg = PeerMsg::Result {
+                    ticket,
+                    hops,
+                    body: &body,
+                };
+                if origin == sh.advertise {
+                    self.on_msg(sh, reg, msg);
+                } else {
+                    self.send(sh, reg, &origin, &msg);
+                }
+            }
+        }
+    }
+
+    /// Handles one message from another server (or another worker of this one).
+    pub fn on_msg(&mut self, sh: &Shared, reg: &Registry, msg: PeerMsg<'_>) {
+        let ticket = msg.ticket();
+        let mine = worker_of(ticket) == self.worker;
+        match msg {
+            PeerMsg::Forward {
+                ticket,
+                origin,
+                cache,
+                addr,
+                hops,
+                proc_name,
+                state,
+            } => {
+                let inv = Invocation {
+                    cache,
+                    proc_name: proc_name.to_owned(),
+                    addr,
+                    state: state.to_vec(),
+                    hops,
+                    pulled: Pulled::default(),
+                    target: Target::Remote {
+                        origin: origin.to_owned(),
+                        ticket,
+                    },
+                };
+                let step = Self::rerun(sh, &inv);
+                self.advance(sh, reg, inv, step);
+            }
+            PeerMsg::Fetch {
+                ticket,
+                origin,
+                cache,
+                addr,
+                len,
+            } => {
+                let map = sh.store.snapshot();
+                let mut data = Vec::new();
+                let status = match map.caches.get(&cache) {
+                    None => Status::NoSuchCache,
+                    Some(_) if len > MAX_OP_BYTES => Status::TooLarge,
+                    Some(c) => {
+                        data.resize(len as usize, 0);
+                        match FlowMemory::new(c, None).read(addr, &mut data) {
+                            Ok(()) => Status::Ok,
+                            Err(Miss::Remote) => Status::WrongServer,
+                            Err(Miss::OutOfRange) => Status::OutOfRange,
+                        }
+                    }
+                };
+                if status != Status::Ok {
+                    data.clear();
+                }
+                let reply = PeerMsg::Fetched {
+                    ticket,
+                    addr,
+                    status,
+                    data: &data,
+                };
+                self.send(sh, reg, origin, &reply);
+            }
+            _ if !mine => self.foreign.push((worker_of(ticket), msg.to_vec())),
+            PeerMsg::Result { ticket, body, .. } => match self.waits.remove(&ticket) {
+                Some(Wait::Result { hole, .. }) => self.completions.push((hole, body.to_vec())),
+                Some(other) => {
+                    self.waits.insert(ticket, other);
+                }
+                None => debug!(ticket, "result after its deadline, dropped"),
+            },
+            PeerMsg::Fetched {
+                ticket,
+                addr,
+                status,
+                data,
+            } => {
+                let Some(Wait::Data {
+                    inv, outstanding, ..
+                }) = self.waits.get_mut(&ticket)
+                else {
+                    return debug!(ticket, "pulled data after its deadline, dropped");
+                };
+                if status != Status::Ok {
+                    if let Some(Wait::Data { inv, .. }) = self.waits.remove(&ticket) {
+                        let e = SprocError::Flow(format!(
+                            "{}: pulling bytes at {addr} failed: {}",
+                            inv.proc_name,
+                            status.as_str()
+                        ));
+                        self.deliver(sh, reg, inv.target, inv.hops, failure(&e));
+                    }
+                    return;
+                }
+                inv.pulled.insert(addr, data.to_vec());
+                *outstanding -= 1;
+                if *outstanding == 0
+                    && let Some(Wait::Data { inv, .. }) = self.waits.remove(&ticket)
+                {
+                    let step = Self::rerun(sh, &inv);
+                    self.advance(sh, reg, inv, step);
+                }
+            }
+        }
+        self.settle(sh, reg);
+    }
+
+    /// Fails the waits of `ticket` with `why`.
+    fn fail_wait(&mut self, sh: &Shared, reg: &Registry, ticket: u64, why: &str) {
+        PeerCounters::add(&sh.metrics.peer.failures, 1);
+        match self.waits.remove(&ticket) {
+            Some(Wait::Result { hole, .. }) => {
+                let e = SprocError::Flow(why.to_string());
+                self.completions.push((hole, failure(&e)));
+            }
+            Some(Wait::Data { inv, .. }) => {
+                let e = SprocError::Flow(format!("{}: {why}", inv.proc_name));
+                self.deliver(sh, reg, inv.target, inv.hops, failure(&e));
+            }
+            None => {}
+        }
+    }
+
+    /// Fails invocations whose answer can no longer come: messages that could not be
+    /// sent, and waits on a server whose session broke.
+    fn settle(&mut self, sh: &Shared, reg: &Registry) {
+        while !self.fallout.is_empty() {
+            let Fallout { bounced, down } = std::mem::take(&mut self.fallout);
+            for (why, raw) in bounced {
+                match PeerMsg::decode(&raw) {
+                    Ok(PeerMsg::Forward { ticket, origin, .. }) if origin == sh.advertise => {
+                        self.fail_wait(sh, reg, ticket, &why)
+                    }
+                    Ok(PeerMsg::Forward {
+                        ticket,
+                        origin,
+                        hops,
+                        ..
+                    }) => {
+                        PeerCounters::add(&sh.metrics.peer.failures, 1);
+                        let body = failure(&SprocError::Flow(why));
+                        let msg = PeerMsg::Result {
+                            ticket,
+                            hops,
+                            body: &body,
+                        };
+                        let origin = origin.to_owned();
+                        self.send(sh, reg, &origin, &msg);
+                    }
+                    Ok(PeerMsg::Fetch { ticket, .. }) => self.fail_wait(sh, reg, ticket, &why),
+                    Ok(_) | Err(_) => debug!("undeliverable answer dropped: {why}"),
+                }
+            }
+            for (addr, why) in down {
+                let lost: Vec<u64> = self
+                    .waits
+                    .iter()
+                    .filter(|(_, w)| match w {
+                        Wait::Result { via, .. } => *via == addr,
+                        Wait::Data { sources, .. } => sources.contains(&addr),
+                    })
+                    .map(|(t, _)| *t)
+                    .collect();
+                for t in lost {
+                    self.fail_wait(sh, reg, t, &why);
+                }
+            }
+        }
+    }
+
+    /// Fails waits whose deadline passed.
+    pub fn expire(&mut self, sh: &Shared, reg: &Registry, now: Instant) {
+        while let Some(&(at, ticket)) = self.deadlines.front() {
+            if at > now {
+                break;
+            }
+            self.deadlines.pop_front();
+            if self.waits.contains_key(&ticket) {
+                let why = format!(
+                    "no answer from the servers it was handed to within {:?}",
+                    sh.config.flow_timeout
+                );
+                self.fail_wait(sh, reg, ticket, &why);
+            }
+        }
+        self.settle(sh, reg);
+    }
+
+    /// Sends what was queued this turn, then deals with sessions that failed.
+    pub fn flush(&mut self, sh: &Shared, reg: &Registry) {
+        self.sessions.flush(&sh.metrics, &mut self.fallout);
+        self.settle(sh, reg);
+    }
+
+    pub fn on_session_event(
+        &mut self,
+        sh: &Shared,
+        reg: &Registry,
+        token: mio::Token,
+        ev: &mio::event::Event,
+    ) {
+        self.sessions
+            .on_event(token, ev, &sh.metrics, &mut self.fallout);
+        self.settle(sh, reg);
+    }
+}

@@ -1,0 +1,129 @@
+//! The cache as a procedure on this server sees it: the regions held here, plus byte
+//! ranges pulled from other servers for this invocation (DFlow).
+
+use std::cell::Cell;
+use std::collections::BTreeMap;
+
+use farcache_sproc::{Memory, Miss};
+
+use crate::store::CacheRegions;
+
+/// Most bytes one invocation may pull before it fails (its copy lives in server memory).
+pub const MAX_PULLED: usize = 64 << 20;
+
+/// Ranges pulled for one invocation, by start address.
+#[derive(Default)]
+pub struct Pulled {
+    chunks: BTreeMap<u64, Vec<u8>>,
+    bytes: usize,
+}
+
+impl Pulled {
+    pub fn insert(&mut self, addr: u64, data: Vec<u8>) {
+        self.bytes += data.len();
+        if let Some(old) = self.chunks.insert(addr, data) {
+            self.bytes -= old.len();
+        }
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Copies the start of `[addr, addr + out.len())` from the chunk holding `addr`;
+    /// returns how many bytes it copied (0 if no chunk holds `addr`).
+    fn read_prefix(&self, addr: u64, out: &mut [u8]) -> usize {
+        let Some((&start, data)) = self.chunks.range(..=addr).next_back() else {
+            return 0;
+        };
+        let off = (addr - start) as usize;
+        let Some(src) = data.get(off..) else {
+            return 0;
+        };
+        let n = src.len().min(out.len());
+        out[..n].copy_from_slice(&src[..n]);
+        n
+    }
+}
+
+pub struct FlowMemory<'m> {
+    pub c: &'m CacheRegions,
+    pub pulled: Option<&'m Pulled>,
+    /// The last range a read could not serve because another server holds part of it:
+    /// what DFlow pulls when a procedure continues at an address held here.
+    pub last_miss: Cell<Option<(u64, u64)>>,
+}
+
+impl<'m> FlowMemory<'m> {
+    pub fn new(c: &'m CacheRegions, pulled: Option<&'m Pulled>) -> Self {
+        Self {
+            c,
+            pulled,
+            last_miss: Cell::new(None),
+        }
+    }
+
+    /// Serves each piece of the range from a local region or a pulled chunk.
+    fn gather(&self, addr: u64, out: &mut [u8]) -> bool {
+        let rs = self.c.region_size;
+        let (mut at, mut done) = (addr, 0usize);
+        while done < out.len() {
+            let off = at % rs;
+            let n = match self.c.regions.get((at / rs) as usize) {
+                Some(Some(r)) => {
+                    let n = ((rs - off) as usize).min(out.len() - done);
+                    r.read_into(off as usize, &mut out[done..done + n]);
+                    n
+                }
+                _ => match self.pulled {
+                    Some(p) => p.read_prefix(at, &mut out[done..]),
+                    None => 0,
+                },
+            };
+            if n == 0 {
+                return false;
+            }
+            done += n;
+            at += n as u64;
+        }
+        true
+    }
+}
+
+impl Memory for FlowMemory<'_> {
+    fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), Miss> {
+        let end = addr.checked_add(out.len() as u64).ok_or(Miss::OutOfRange)?;
+        if end > self.c.capacity {
+            return Err(Miss::OutOfRange);
+        }
+        if self.gather(addr, out) {
+            return Ok(());
+        }
+        self.last_miss.set(Some((addr, out.len() as u64)));
+        Err(Miss::Remote)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pulled_chunks_serve_reads_inside_them_only() {
+        let mut p = Pulled::default();
+        p.insert(100, vec![1, 2, 3, 4]);
+        p.insert(200, vec![9; 8]);
+        let mut b = [0u8; 2];
+        assert_eq!(p.read_prefix(101, &mut b), 2);
+        assert_eq!(b, [2, 3]);
+        assert_eq!(
+            p.read_prefix(103, &mut b),
+            1,
+            "the chunk ends after one byte"
+        );
+        assert_eq!(p.read_prefix(50, &mut b), 0);
+        assert_eq!(p.read_prefix(104, &mut b), 0);
+        p.insert(200, vec![1]);
+        assert_eq!(p.bytes(), 5);
+    }
+}
