@@ -1033,3 +1033,98 @@ fn frame_headers_do_not_commit_memory_up_front() {
         grown >> 10
     );
 }
+
+fn peer_frame(msgs: &[farcache_proto::peer::PeerMsg<'_>]) -> Vec<u8> {
+    let mut v = Vec::new();
+    let mut e = farcache_proto::peer::PeerEncoder::begin(&mut v);
+    for m in msgs {
+        e.push(&mut v, m);
+    }
+    e.finish(&mut v);
+    v
+}
+
+/// Server-to-server frames: refused from clients; malformed ones close the session;
+/// well-formed ones naming unknown caches, procedures or unreachable origins are
+/// answered or dropped without harm.
+#[test]
+fn hostile_peer_frames() {
+    use farcache_proto::peer::PeerMsg;
+    let f = Fixture::new("peer");
+    let forward = PeerMsg::Forward {
+        ticket: 1,
+        origin: "127.0.0.1:1",
+        cache: f.cache_id,
+        addr: 0,
+        hops: 0,
+        proc_name: "chase",
+        state: b"junk",
+    };
+    let good = peer_frame(&[forward]);
+
+    // From a client connection: not allowed.
+    let (mut s, _) = f.connect_client();
+    send(&mut s, &good);
+    let text = expect_error_and_close(&mut s, "peer frame from a client");
+    assert!(text.contains("not allowed"), "{text}");
+    f.assert_healthy("peer frame from a client");
+
+    let mut truncated = good.clone();
+    truncated.truncate(good.len() - 3);
+    let len = (truncated.len() - HEADER_LEN) as u32;
+    truncated[0..4].copy_from_slice(&len.to_le_bytes());
+    let mut bad_tag = good.clone();
+    bad_tag[HEADER_LEN + 4] = 0x55;
+    let mut bad_count = good.clone();
+    bad_count[HEADER_LEN..HEADER_LEN + 4].copy_from_slice(&5u32.to_le_bytes());
+    for (what, bytes) in [
+        ("truncated peer message", truncated),
+        ("unknown peer message", bad_tag),
+        ("peer count past the messages", bad_count),
+    ] {
+        let mut s = f.connect();
+        handshake(&mut s, Role::Server, 1).expect("handshake");
+        send(&mut s, &bytes);
+        expect_error_and_close(&mut s, what);
+        f.assert_healthy(what);
+    }
+
+    // Well-formed but pointless: bad state, unknown cache and procedure, a fetch past
+    // the end, answers for tickets nobody issued. Origins do not listen.
+    let mut s = f.connect();
+    handshake(&mut s, Role::Server, 1).expect("handshake");
+    let msgs = [
+        forward,
+        PeerMsg::Forward {
+            ticket: 2,
+            origin: "127.0.0.1:1",
+            cache: 999,
+            addr: 0,
+            hops: 0,
+            proc_name: "nope",
+            state: b"",
+        },
+        PeerMsg::Fetch {
+            ticket: 3,
+            origin: "127.0.0.1:1",
+            cache: f.cache_id,
+            addr: CAPACITY - 4,
+            len: 64,
+        },
+        PeerMsg::Result {
+            ticket: 4,
+            hops: 1,
+            body: b"\x00zz",
+        },
+        PeerMsg::Fetched {
+            ticket: 5 | (7 << 56),
+            addr: 0,
+            status: Status::Ok,
+            data: b"abc",
+        },
+    ];
+    send(&mut s, &peer_frame(&msgs));
+    f.assert_healthy("well-formed peer messages with bad contents");
+    drop(s);
+    f.finish("peer frames");
+}
