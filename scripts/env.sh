@@ -27,3 +27,12 @@ if ! command -v cargo >/dev/null 2>&1; then
     export PATH="$HOME/.cargo/bin:$PATH"
   fi
 fi
+
+# The tests build the SDK's example procedures for WebAssembly
+# (crates/sproc/tests/sdk_examples.rs fails, saying so, without this target).
+if command -v rustup >/dev/null 2>&1 \
+  && ! rustup target list --installed 2>/dev/null | grep -x wasm32-unknown-unknown >/dev/null; then
+  echo "installing the wasm32-unknown-unknown target (rustup)" >&2
+  rustup target add wasm32-unknown-unknown >&2 \
+    || echo "note: rustup target add wasm32-unknown-unknown failed; the SDK example tests need it" >&2
+fi
