@@ -18,10 +18,15 @@ const REGION: u64 = 64 << 10;
 const REGIONS: u64 = 12;
 
 fn cluster() -> (LocalCluster, Cache, Vec<u8>) {
+    cluster_with(true)
+}
+
+fn cluster_with(peer_batching: bool) -> (LocalCluster, Cache, Vec<u8>) {
     let opts = ClusterOptions::default()
         .servers(3)
         .region_size(REGION)
-        .server_memory(8 << 20);
+        .server_memory(8 << 20)
+        .peer_batching(peer_batching);
     let cluster = LocalCluster::start(&opts).expect("cluster");
     let client = cluster
         .client_with(ClientConfig::new("").op_timeout(Duration::from_secs(10)))
@@ -202,14 +207,20 @@ fn builtins_match_client_side_computation() {
             frontier = next;
         }
         let at = vbase + 16 * u64::from(src);
-        let r = cache
-            .execute(KHop::NAME, at, &KHop::args(vbase, ebase, n, src, k))
-            .expect("khop");
-        assert_eq!(
-            KHop::result(&r).expect("decode"),
-            seen.len() as u64 - 1,
-            "src {src} k {k}"
-        );
+        for flow in [Flow::Ship, Flow::Pull] {
+            let r = cache
+                .execute(
+                    KHop::NAME,
+                    at,
+                    &KHop::args_with(vbase, ebase, n, src, k, flow),
+                )
+                .expect("khop");
+            assert_eq!(
+                KHop::result(&r).expect("decode"),
+                seen.len() as u64 - 1,
+                "src {src} k {k} {flow:?}"
+            );
+        }
     }
     drop(cache);
     cluster.shutdown();
@@ -387,4 +398,61 @@ fn fflow_dflow_and_return_agree_across_servers() {
     }
     drop(cache);
     cluster.shutdown();
+}
+
+/// Messages a server has for another in one event-loop turn leave in one frame; with
+/// batching off, every message is a frame of its own. Answers are the same.
+#[test]
+fn peer_messages_are_batched_per_destination() {
+    for batching in [true, false] {
+        let (cluster, cache, model) = cluster_with(batching);
+        // 300 gathers of 8 remote records each (pulled: DFlow), all in one client batch.
+        let info = cache.info();
+        let first_owner = info.regions[0];
+        let remote: Vec<u64> = (0..REGIONS)
+            .filter(|&r| info.regions[r as usize] != first_owner)
+            .map(|r| r * REGION)
+            .collect();
+        let mut rng = StdRng::seed_from_u64(3);
+        let mut b = cache.batch();
+        let mut asked = Vec::new();
+        for _ in 0..300 {
+            let ranges: Vec<(u64, u32)> = (0..8)
+                .map(|_| {
+                    (
+                        remote[rng.gen_range(0..remote.len())] + rng.gen_range(0..REGION - 64),
+                        64,
+                    )
+                })
+                .collect();
+            let want: Vec<u8> = ranges
+                .iter()
+                .flat_map(|&(a, l)| model[a as usize..(a + u64::from(l)) as usize].to_vec())
+                .collect();
+            // Invoked at region 0, so every range is pulled from another server.
+            asked.push((b.execute(Gather::NAME, 0, &Gather::args(&ranges)), want));
+        }
+        let res = b.run();
+        for (i, want) in asked {
+            assert_eq!(&res.data(i).expect("gather")[..], &want[..]);
+        }
+        let (frames, msgs) = cluster.servers().iter().fold((0, 0), |(f, m), s| {
+            let p = s.stats().peer;
+            (f + p.frames_sent, m + p.msgs_sent)
+        });
+        assert!(
+            msgs >= 600,
+            "each invocation fetched and was answered: {msgs}"
+        );
+        if batching {
+            assert!(
+                frames * 4 < msgs,
+                "batched: {frames} frames for {msgs} messages"
+            );
+        } else {
+            assert_eq!(frames, msgs, "unbatched: one frame per message");
+        }
+        drop(cache);
+        cluster.shutdown();
+    }
 }

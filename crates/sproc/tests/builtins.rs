@@ -9,7 +9,9 @@ use proptest::prelude::*;
 
 const REGION: u64 = 256;
 
-/// Runs `name` from `addr`, hopping to the owner of every continuation address.
+/// Runs `name` from `addr`, hopping to the owner of every continuation address and,
+/// for a pull, making the pulled ranges' regions readable where it runs (as a server's
+/// DFlow does).
 fn drive(
     bytes: &[u8],
     owners: &[u8],
@@ -19,9 +21,14 @@ fn drive(
 ) -> Result<(Vec<u8>, usize), SprocError> {
     let reg = Registry::with_builtins();
     let p = reg.get(name).expect("builtin");
+    let mut pulled: Vec<bool> = vec![false; owners.len()];
     for hops in 0..10_000 {
         let server = owners[(addr / REGION) as usize];
-        let local: Vec<bool> = owners.iter().map(|&o| o == server).collect();
+        let local: Vec<bool> = owners
+            .iter()
+            .zip(&pulled)
+            .map(|(&o, &p)| o == server || p)
+            .collect();
         let mem = VecMemory {
             bytes,
             region_size: REGION,
@@ -37,8 +44,22 @@ fn drive(
                 );
                 addr = a;
                 args = state;
+                pulled.fill(false);
             }
-            Outcome::Pull { .. } => panic!("{name} pulled with the default flow"),
+            Outcome::Pull { ranges, state } => {
+                assert!(!ranges.is_empty(), "a pull names what it needs");
+                for (a, l) in ranges {
+                    let (first, last) = (a / REGION, (a + u64::from(l).max(1) - 1) / REGION);
+                    assert!(
+                        (first..=last).any(|r| !local[r as usize]),
+                        "{name} pulled [{a}, +{l}) which it can read"
+                    );
+                    for r in first..=last {
+                        pulled[r as usize] = true;
+                    }
+                }
+                args = state;
+            }
         }
     }
     panic!("no progress");

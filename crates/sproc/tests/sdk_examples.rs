@@ -149,6 +149,8 @@ impl World {
                     trace.push((at, state.clone()));
                     (addr, args) = (at, state);
                 }
+                // Neither the SDK examples nor the built-ins they mirror pull.
+                Outcome::Pull { .. } => panic!("{}: unexpected pull", p.name()),
             }
         }
     }

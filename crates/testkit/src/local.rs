@@ -29,6 +29,7 @@ impl LocalCluster {
         for _ in 0..opts.servers {
             let mut sc = ServerConfig::new(loopback, opts.server_memory);
             sc.threads = opts.server_threads;
+            sc.peer_batching = opts.peer_batching;
             sc.manager = Some(manager_addr.to_string());
             servers.push(Server::start(sc)?);
         }

@@ -9,6 +9,8 @@ pub struct ClusterOptions {
     pub region_size: u64,
     pub heartbeat_interval: Duration,
     pub heartbeat_timeout: Duration,
+    /// Servers batch messages to each other per destination (see `ServerConfig`).
+    pub peer_batching: bool,
 }
 
 impl Default for ClusterOptions {
@@ -20,6 +22,7 @@ impl Default for ClusterOptions {
             region_size: 1 << 20,
             heartbeat_interval: Duration::from_millis(100),
             heartbeat_timeout: Duration::from_millis(1000),
+            peer_batching: true,
         }
     }
 }
@@ -37,6 +40,11 @@ impl ClusterOptions {
 
     pub fn server_threads(mut self, s: usize) -> Self {
         self.server_threads = s.max(1);
+        self
+    }
+
+    pub fn peer_batching(mut self, on: bool) -> Self {
+        self.peer_batching = on;
         self
     }
 

@@ -105,9 +105,12 @@ impl ProcessCluster {
             .get(i)
             .cloned()
             .unwrap_or_else(|| "127.0.0.1:0".into());
-        let mut child = self
-            .command()
-            .arg("server")
+        let mut cmd = self.command();
+        cmd.arg("server");
+        if !self.opts.peer_batching {
+            cmd.arg("--no-peer-batching");
+        }
+        let mut child = cmd
             .arg("--listen")
             .arg(listen)
             .arg("--manager")

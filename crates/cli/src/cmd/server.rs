@@ -39,6 +39,14 @@ pub struct Args {
     /// Serve Prometheus metrics over HTTP on this address (e.g. 127.0.0.1:9401).
     #[arg(long)]
     metrics_listen: Option<SocketAddr>,
+    /// How long a procedure handed to other servers may take before its caller gets
+    /// an error.
+    #[arg(long, default_value_t = 5000)]
+    flow_timeout_ms: u64,
+    /// Send one frame per message to other servers instead of one per destination and
+    /// event-loop turn (to measure what batching buys).
+    #[arg(long)]
+    no_peer_batching: bool,
     /// Write the bound address to this file once listening.
     #[arg(long)]
     addr_file: Option<PathBuf>,
@@ -53,6 +61,8 @@ pub fn run(a: Args) -> Result<()> {
     c.price_per_gib_hour = a.price;
     c.metrics_listen = a.metrics_listen;
     c.busy_poll = std::time::Duration::from_micros(a.busy_poll_us);
+    c.flow_timeout = std::time::Duration::from_millis(a.flow_timeout_ms.max(1));
+    c.peer_batching = !a.no_peer_batching;
     c.max_frame = u32::try_from(a.max_frame).context("--max-frame must be below 4GiB")?;
     let h = Server::start(c)?;
     super::write_addr_file(a.addr_file.as_deref(), &h.addr().to_string())?;

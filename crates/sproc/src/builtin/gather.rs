@@ -1,6 +1,9 @@
 //! `gather`: reads a list of (address, length) ranges and returns them concatenated.
+//! Ranges held by other servers are pulled here (DFlow), all in one request, so the
+//! server fetches them with one message batch per owner.
 
 use crate::args::{ArgReader, ArgWriter};
+use crate::memory::Miss;
 use crate::procedure::MAX_OUTPUT;
 use crate::{Memory, Outcome, Procedure, SprocError};
 
@@ -11,7 +14,7 @@ pub struct Gather;
 impl Gather {
     pub const NAME: &'static str = NAME;
 
-    /// Invoke at the first range's address.
+    /// Invoke anywhere, best at the server holding most of the bytes.
     pub fn args(ranges: &[(u64, u32)]) -> Vec<u8> {
         state(ranges, 0, &[])
     }
@@ -57,7 +60,24 @@ impl Procedure for Gather {
             out.resize(at + l as usize, 0);
             if let Err(m) = mem.read(a, &mut out[at..]) {
                 out.truncate(at);
-                return super::on_miss(NAME, m, a, l.into(), || state(&ranges, j as u32, &out));
+                if m == Miss::OutOfRange {
+                    return super::on_miss(NAME, m, a, l.into(), Vec::new);
+                }
+                // Ask for every remaining range not readable here at once.
+                let mut scratch = Vec::new();
+                let mut want = Vec::new();
+                for &(a, l) in &ranges[j..] {
+                    scratch.resize(l as usize, 0);
+                    match mem.read(a, &mut scratch) {
+                        Err(Miss::Remote) => want.push((a, l)),
+                        Err(m) => return super::on_miss(NAME, m, a, l.into(), Vec::new),
+                        Ok(()) => {}
+                    }
+                }
+                return Ok(Outcome::Pull {
+                    ranges: want,
+                    state: state(&ranges, j as u32, &out),
+                });
             }
         }
         Ok(Outcome::Done(out))

@@ -3,12 +3,17 @@
 //! `degree` u32, padding u32); the edge list at `ebase` is u32 vertex ids.
 //!
 //! The breadth-first search keeps its whole state (visited set, frontier, position in
-//! the current adjacency list) in the continuation, so it can move to whichever server
-//! holds the next vertex entry or edge.
+//! the current adjacency list) in the continuation. With [`Flow::Ship`] it moves to
+//! whichever server holds the next vertex entry or edge list; with [`Flow::Pull`] it
+//! stays where it started and, once per level, pulls every remote vertex entry and then
+//! every remote edge list of the frontier in one request per phase, which the server
+//! batches per destination.
 
 use std::collections::HashSet;
 
+use super::Flow;
 use crate::args::{ArgReader, ArgWriter};
+use crate::memory::Miss;
 use crate::procedure::MAX_OUTPUT;
 use crate::{Memory, Outcome, Procedure, SprocError};
 
@@ -29,6 +34,9 @@ struct Bfs {
     visited: Vec<u32>,
     frontier: Vec<u32>,
     next: Vec<u32>,
+    flow: Flow,
+    /// DFlow: 1 + the level whose bytes are all readable here (0: none yet).
+    ready: u8,
 }
 
 impl KHop {
@@ -36,7 +44,20 @@ impl KHop {
 
     /// Invoke at `vbase + 16 * source`.
     pub fn args(vbase: u64, ebase: u64, vertices: u32, source: u32, k: u8) -> Vec<u8> {
+        Self::args_with(vbase, ebase, vertices, source, k, Flow::Ship)
+    }
+
+    /// Like [`KHop::args`] with a choice of flow ([`Flow::Return`] is treated as ship).
+    pub fn args_with(
+        vbase: u64,
+        ebase: u64,
+        vertices: u32,
+        source: u32,
+        k: u8,
+        flow: Flow,
+    ) -> Vec<u8> {
         Bfs {
+            flow,
             vbase,
             ebase,
             vertices,
@@ -96,7 +117,61 @@ impl Bfs {
             .u32(j);
         let w = list(w, &self.visited);
         let w = list(w, &self.frontier);
-        list(w, &self.next).finish()
+        list(w, &self.next)
+            .u8(self.flow as u8)
+            .u8(self.ready)
+            .finish()
+    }
+
+    /// DFlow: the ranges of the current frontier not readable here, vertex entries
+    /// first, then (once those are all here) edge lists.
+    fn missing(&self, mem: &dyn Memory) -> Result<Vec<(u64, u32)>, SprocError> {
+        let mut want = Vec::new();
+        let mut entries = Vec::with_capacity(self.frontier.len());
+        for &v in &self.frontier {
+            let at = super::element(NAME, self.vbase, v.into(), VERTEX_ENTRY)?;
+            let mut e = [0u8; 12];
+            match mem.read(at, &mut e) {
+                Ok(()) => entries.push(e),
+                Err(Miss::Remote) => want.push((at, 12)),
+                Err(Miss::OutOfRange) => {
+                    return Err(SprocError::OutOfRange {
+                        proc: NAME,
+                        addr: at,
+                        len: 12,
+                    });
+                }
+            }
+        }
+        if !want.is_empty() {
+            return Ok(want);
+        }
+        let mut scratch = Vec::new();
+        for e in entries {
+            let first = u64::from_le_bytes(e[..8].try_into().unwrap_or_default());
+            let degree = u32::from_le_bytes(e[8..].try_into().unwrap_or_default());
+            if degree == 0 {
+                continue;
+            }
+            let at = super::element(NAME, self.ebase, first, 4)?;
+            let len = u64::from(degree) * 4;
+            if len > MAX_OUTPUT as u64 {
+                continue; // walked edge by edge instead (ships if remote)
+            }
+            scratch.resize(len as usize, 0);
+            match mem.read(at, &mut scratch) {
+                Ok(()) => {}
+                Err(Miss::Remote) => want.push((at, len as u32)),
+                Err(Miss::OutOfRange) => {
+                    return Err(SprocError::OutOfRange {
+                        proc: NAME,
+                        addr: at,
+                        len,
+                    });
+                }
+            }
+        }
+        Ok(want)
     }
 
     fn decode(args: &[u8]) -> Result<Self, SprocError> {
@@ -113,7 +188,7 @@ impl Bfs {
             r.u32("degree")?,
             r.u32("edge")?,
         );
-        let b = Bfs {
+        let mut b = Bfs {
             vbase,
             ebase,
             vertices,
@@ -123,7 +198,13 @@ impl Bfs {
             visited: read_list(&mut r, "visited", vertices)?,
             frontier: read_list(&mut r, "frontier", vertices)?,
             next: read_list(&mut r, "next", vertices)?,
+            flow: Flow::Ship,
+            ready: 0,
         };
+        if !r.is_empty() {
+            b.flow = Flow::from_u8(NAME, r.u8("flow")?)?;
+            b.ready = r.u8("ready level")?;
+        }
         r.end()?;
         Ok(b)
     }
@@ -166,6 +247,17 @@ impl Procedure for KHop {
             }
             if b.depth >= b.k {
                 break;
+            }
+            // Starting a level's walk: under DFlow bring its bytes here first.
+            if b.flow == Flow::Pull && b.ready != b.depth + 1 {
+                let want = b.missing(mem)?;
+                if !want.is_empty() {
+                    return Ok(Outcome::Pull {
+                        ranges: want,
+                        state: b.encode(),
+                    });
+                }
+                b.ready = b.depth + 1;
             }
             let Some(&v) = b.frontier.last() else {
                 if b.next.is_empty() {

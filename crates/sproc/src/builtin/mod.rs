@@ -19,10 +19,11 @@ use crate::{Outcome, Procedure, SprocError};
 
 /// What a procedure does when it needs bytes another server holds (the paper's three
 /// options; built-ins that take it say so in their args).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[repr(u8)]
 pub enum Flow {
     /// FFlow: ship the invocation and its state to the owner.
+    #[default]
     Ship = 0,
     /// DFlow: pull the bytes here, park, resume when they arrive.
     Pull = 1,
