@@ -68,6 +68,12 @@ pub struct BenchRow {
     /// Server round trips per logical op of the client-side equivalent (reads).
     #[serde(default)]
     pub client_side_round_trips: Option<f64>,
+    /// Server-to-server messages and frames per logical op (`bench sproc`: FFlow
+    /// hand-offs, DFlow fetches and their answers, from the servers' counters).
+    #[serde(default)]
+    pub peer_msgs: Option<f64>,
+    #[serde(default)]
+    pub peer_frames: Option<f64>,
     /// e.g. ">= 10x"
     pub target: Option<String>,
     pub meets_target: Option<bool>,
@@ -99,6 +105,8 @@ impl Default for BenchRow {
             ratio_vs_client_side: None,
             round_trips: None,
             client_side_round_trips: None,
+            peer_msgs: None,
+            peer_frames: None,
             target: None,
             meets_target: None,
         }
@@ -138,6 +146,13 @@ impl BenchRow {
     pub fn with_round_trips(mut self, procedure: f64, client_side: Option<f64>) -> Self {
         self.round_trips = Some(procedure);
         self.client_side_round_trips = client_side;
+        self
+    }
+
+    /// Sets the server-to-server messages and frames per logical op.
+    pub fn with_peer(mut self, msgs: f64, frames: f64) -> Self {
+        self.peer_msgs = Some(msgs);
+        self.peer_frames = Some(frames);
         self
     }
 
@@ -329,6 +344,9 @@ fn fmt_ratios(r: &BenchRow) -> String {
         (Some(p), Some(c)) => parts.push(format!("{} vs {} RT", fmt_rt(p), fmt_rt(c))),
         (Some(p), None) => parts.push(format!("{} RT", fmt_rt(p))),
         _ => {}
+    }
+    if let (Some(m), Some(f)) = (r.peer_msgs, r.peer_frames) {
+        parts.push(format!("{} srv msgs in {} frames", fmt_rt(m), fmt_rt(f)));
     }
     if parts.is_empty() {
         "-".into()

@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 use farcache_client::{Batch, BatchResults, Cache, ClientConfig, Ticket};
 use farcache_proto::Role;
 use farcache_proto::blocking::{control_call, handshake};
-use farcache_proto::control::{ControlRequest, ControlResponse};
-use farcache_sproc::builtin::{AggFn, Aggregate, Chase, KHop, NULL};
+use farcache_proto::control::{ControlRequest, ControlResponse, PeerStats};
+use farcache_sproc::builtin::{AggFn, Aggregate, Chase, Flow, KHop, NULL};
 use farcache_testkit::{ClusterOptions, ProcessCluster};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -720,32 +720,58 @@ impl OpCounters {
         Ok(Self { conns })
     }
 
-    /// `op`s executed so far, summed over the servers (counts are published before
-    /// a batch's reply is sent, so they are exact once the replies are in).
-    fn count(&mut self, op: &str) -> Result<u64> {
+    /// `op`s executed so far and the server-to-server traffic, summed over the
+    /// servers (counts are published before a batch's reply is sent, so they are exact
+    /// once the replies are in).
+    fn count(&mut self, op: &str) -> Result<(u64, PeerStats)> {
         let mut total = 0;
+        let mut peer = PeerStats::default();
         for s in &mut self.conns {
             match control_call(s, &ControlRequest::ServerStats).map_err(cluster_err)? {
                 ControlResponse::Stats(st) => {
                     total += st.ops.iter().find(|o| o.op == op).map_or(0, |o| o.count);
+                    peer.msgs_sent += st.peer.msgs_sent;
+                    peer.frames_sent += st.peer.frames_sent;
                 }
                 other => return Err(cluster_err(format!("unexpected stats reply {other:?}"))),
             }
         }
-        Ok(total)
+        Ok((total, peer))
     }
 }
 
-/// Runs `run` and returns it with the `op`s the servers executed meanwhile per sample.
+/// What the servers counted while a run went on.
+struct Counted {
+    ops: f64,
+    peer_msgs: f64,
+    peer_frames: f64,
+}
+
+impl Counted {
+    /// Per logical op of `out`: (round trips, peer messages, peer frames).
+    fn per_op(&self, out: &RunOutcome) -> (f64, f64, f64) {
+        let n = out.total.max(1) as f64;
+        (self.ops / n, self.peer_msgs / n, self.peer_frames / n)
+    }
+}
+
+/// Runs `run` and returns it with what the servers executed meanwhile.
 fn counted(
     counters: &mut OpCounters,
     op: &str,
     run: impl FnOnce() -> RunOutcome,
-) -> Result<(RunOutcome, f64)> {
-    let before = counters.count(op)?;
+) -> Result<(RunOutcome, Counted)> {
+    let (before, p0) = counters.count(op)?;
     let out = run();
-    let after = counters.count(op)?;
-    Ok((out, (after - before) as f64))
+    let (after, p1) = counters.count(op)?;
+    Ok((
+        out,
+        Counted {
+            ops: (after - before) as f64,
+            peer_msgs: (p1.msgs_sent - p0.msgs_sent) as f64,
+            peer_frames: (p1.frames_sent - p0.frames_sent) as f64,
+        },
+    ))
 }
 
 /// How a chain's nodes are spread over the servers.
@@ -925,6 +951,68 @@ fn client_khop(cache: &Cache, vbase: u64, ebase: u64, src: u32, k: u8) -> Option
     Some((seen.len() as u64 - 1, trips))
 }
 
+/// k-hop queries over one graph and the answers they must give.
+struct KhopQueries<'a> {
+    sources: &'a [u32],
+    expected: &'a [u64],
+    vbase: u64,
+    ebase: u64,
+    vertices: u32,
+    k: u8,
+}
+
+impl KhopQueries<'_> {
+    fn run(&self, cache: &Cache, duration: Duration, flow: Flow) -> RunOutcome {
+        run_serial(duration, |i| {
+            let j = i as usize % self.sources.len();
+            let s = self.sources[j];
+            cache
+                .execute(
+                    KHop::NAME,
+                    self.vbase + 16 * u64::from(s),
+                    &KHop::args_with(self.vbase, self.ebase, self.vertices, s, self.k, flow),
+                )
+                .ok()
+                .and_then(|r| KHop::result(&r).ok())
+                == Some(self.expected[j])
+        })
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn khop_row(
+    q: &KhopQueries<'_>,
+    flow: Flow,
+    batching: &str,
+    exec: &RunOutcome,
+    c: &Counted,
+    local: &RunOutcome,
+    local_rt: f64,
+    dist: &str,
+) -> BenchRow {
+    let (rt, msgs, frames) = c.per_op(exec);
+    let how = match flow {
+        Flow::Ship => "FFlow: the search moves to the server holding the next bytes",
+        _ => "DFlow: the first server pulls each level's vertex entries, then edge lists",
+    };
+    let tag = if flow == Flow::Ship { "FFlow" } else { "DFlow" };
+    let mut row = spread_row(
+        format!("k-hop count k={} ({tag}, {batching})", q.k),
+        KHop::NAME,
+        exec,
+        16,
+        dist,
+    )
+    .with_client_side_ratio(local.latency.p50_us / exec.latency.p50_us)
+    .with_round_trips(rt, Some(local_rt))
+    .with_peer(msgs, frames);
+    row.baseline = Some(format!(
+        "client-side level-by-level BFS p50 {:.1}us; {how}; peer messages {batching}",
+        local.latency.p50_us
+    ));
+    row
+}
+
 fn spread_row(name: String, op: &str, out: &RunOutcome, size: usize, dist: &str) -> BenchRow {
     let mut row = farcache_row(name, op, out, 1, 1);
     row.record_size = size;
@@ -934,7 +1022,7 @@ fn spread_row(name: String, op: &str, out: &RunOutcome, size: usize, dist: &str)
 
 /// Rows 3 and 4 on a three-server cluster.
 fn spread_section(opts: &SprocBenchOptions, report: &mut BenchReport) -> Result<()> {
-    let pb = progress(9);
+    let pb = progress(18);
     pb.set_prefix("farcache");
     pb.set_message(format!("building a {}-edge graph", opts.edges));
     let t0 = Instant::now();
@@ -998,18 +1086,26 @@ fn spread_section(opts: &SprocBenchOptions, report: &mut BenchReport) -> Result<
             Placement::Segments => format!("pointer chase {CHASE_LEN} across 3 servers"),
             Placement::Interleaved => format!("pointer chase {CHASE_LEN}, every hop crosses"),
         };
-        pb.set_message(format!("{label}: chase procedure"));
-        let (exec, execs) = counted(&mut counters, "execute", || {
-            run_serial(opts.duration, |i| {
-                let head = heads[i as usize % heads.len()];
-                cache
-                    .execute(Chase::NAME, head, &Chase::args(head, NEXT_OFF, CHASE_LEN))
-                    .ok()
-                    .and_then(|r| Chase::result(&r).ok())
-                    == Some((NULL, CHASE_LEN))
-            })
-        })?;
-        pb.inc(1);
+        let mut flows = Vec::new();
+        for flow in [Flow::Ship, Flow::Pull] {
+            pb.set_message(format!("{label}: chase procedure, {flow:?}"));
+            let (exec, c) = counted(&mut counters, "execute", || {
+                run_serial(opts.duration, |i| {
+                    let head = heads[i as usize % heads.len()];
+                    cache
+                        .execute(
+                            Chase::NAME,
+                            head,
+                            &Chase::args_with(head, NEXT_OFF, CHASE_LEN, flow),
+                        )
+                        .ok()
+                        .and_then(|r| Chase::result(&r).ok())
+                        == Some((NULL, CHASE_LEN))
+                })
+            })?;
+            pb.inc(1);
+            flows.push((flow, exec, c));
+        }
         pb.set_message(format!("{label}: client-side reads"));
         let (local, reads) = counted(&mut counters, "read", || {
             run_serial(opts.duration, |i| {
@@ -1031,41 +1127,50 @@ fn spread_section(opts: &SprocBenchOptions, report: &mut BenchReport) -> Result<
         })?;
         pb.inc(1);
         // Every sample, warm-up included, went through the counters.
-        let rt = execs / exec.total as f64;
-        let local_rt = reads / local.total as f64;
-        let speedup = local.latency.p50_us / exec.latency.p50_us;
-        let mut row = spread_row(
-            label.clone(),
-            Chase::NAME,
-            &exec,
-            NODE as usize,
-            &format!("{crossings} crossings"),
-        )
-        .with_client_side_ratio(speedup)
-        .with_round_trips(rt, Some(local_rt));
-        row.baseline = Some(format!(
-            "client-side {CHASE_LEN} dependent reads p50 {:.1}us; procedure hops are \
-             client-driven continuations",
-            local.latency.p50_us
-        ));
-        if placement == Placement::Segments {
-            let rt_ratio = local_rt / rt;
-            row = with_targets(
-                row,
-                exec.errors + local.errors,
-                &[
-                    (
-                        format!(">= {TARGET_CHASE_TIME_RATIO}x client time"),
-                        speedup >= TARGET_CHASE_TIME_RATIO,
-                    ),
-                    (
-                        format!(">= {TARGET_CHASE_RT_RATIO}x fewer RT"),
-                        rt_ratio >= TARGET_CHASE_RT_RATIO,
-                    ),
-                ],
-            );
+        let (local_rt, _, _) = reads.per_op(&local);
+        for (flow, exec, c) in flows {
+            let (rt, msgs, frames) = c.per_op(&exec);
+            let speedup = local.latency.p50_us / exec.latency.p50_us;
+            let how = match flow {
+                Flow::Ship => "FFlow: servers hand the invocation to each other",
+                _ => "DFlow: the first server pulls every remote node",
+            };
+            let mut row = spread_row(
+                format!(
+                    "{label} ({})",
+                    if flow == Flow::Ship { "FFlow" } else { "DFlow" }
+                ),
+                Chase::NAME,
+                &exec,
+                NODE as usize,
+                &format!("{crossings} crossings"),
+            )
+            .with_client_side_ratio(speedup)
+            .with_round_trips(rt, Some(local_rt))
+            .with_peer(msgs, frames);
+            row.baseline = Some(format!(
+                "client-side {CHASE_LEN} dependent reads p50 {:.1}us; {how}",
+                local.latency.p50_us
+            ));
+            if placement == Placement::Segments && flow == Flow::Ship {
+                let rt_ratio = local_rt / rt;
+                row = with_targets(
+                    row,
+                    exec.errors + local.errors,
+                    &[
+                        (
+                            format!(">= {TARGET_CHASE_TIME_RATIO}x client time"),
+                            speedup >= TARGET_CHASE_TIME_RATIO,
+                        ),
+                        (
+                            format!(">= {TARGET_CHASE_RT_RATIO}x fewer RT"),
+                            rt_ratio >= TARGET_CHASE_RT_RATIO,
+                        ),
+                    ],
+                );
+            }
+            report.rows.push(row);
         }
-        report.rows.push(row);
         report.rows.push(
             spread_row(
                 format!("{label}, client reads"),
@@ -1091,7 +1196,6 @@ fn spread_section(opts: &SprocBenchOptions, report: &mut BenchReport) -> Result<
     write_all(&cache, vbase, &vbytes)?;
     write_all(&cache, ebase, &ebytes)?;
     let write_secs = t0.elapsed().as_secs_f64();
-    drop((vbytes, ebytes));
     let info = cache.info();
     let spread: HashSet<u32> = info.regions.iter().copied().collect();
     // Sources: random vertices with at least one out-edge and a bounded neighbourhood.
@@ -1119,27 +1223,19 @@ fn spread_section(opts: &SprocBenchOptions, report: &mut BenchReport) -> Result<
         .map(|v| graph.degree(v))
         .max()
         .unwrap_or(0);
-    let (vk, ek) = (graph.vertices as f64 / 1e3, opts.edges as f64 / 1e3);
+    let mut khop_local = Vec::new();
     for k in [2u8, 3] {
         let expected: Vec<u64> = sources.iter().map(|&s| graph.reach(s, k) as u64).collect();
         let mean_reach = expected.iter().sum::<u64>() as f64 / expected.len() as f64;
-        pb.set_message(format!("k-hop k={k}: khop procedure"));
-        let (exec, execs) = counted(&mut counters, "execute", || {
-            run_serial(opts.duration, |i| {
-                let j = i as usize % sources.len();
-                let s = sources[j];
-                cache
-                    .execute(
-                        KHop::NAME,
-                        vbase + 16 * u64::from(s),
-                        &KHop::args(vbase, ebase, graph.vertices, s, k),
-                    )
-                    .ok()
-                    .and_then(|r| KHop::result(&r).ok())
-                    == Some(expected[j])
-            })
-        })?;
-        pb.inc(1);
+        let q = KhopQueries {
+            sources: &sources,
+            expected: &expected,
+            vbase,
+            ebase,
+            vertices: graph.vertices,
+            k,
+        };
+        let dist = format!("power-law, {} srv", spread.len());
         pb.set_message(format!("k-hop k={k}: client-side BFS"));
         let mut trips = 0u64;
         let local = run_serial(opts.duration, |i| {
@@ -1153,18 +1249,17 @@ fn spread_section(opts: &SprocBenchOptions, report: &mut BenchReport) -> Result<
             }
         });
         pb.inc(1);
-        let samples = exec.total as f64;
-        let local_samples = local.total as f64;
-        let dist = format!("power-law, {} srv", spread.len());
-        let mut row = spread_row(format!("k-hop count k={k}"), KHop::NAME, &exec, 16, &dist)
-            .with_client_side_ratio(local.latency.p50_us / exec.latency.p50_us)
-            .with_round_trips(execs / samples, Some(trips as f64 / local_samples));
-        row.baseline = Some(format!(
-            "client-side level-by-level BFS p50 {:.1}us; procedure hops are client-driven \
-             continuations; {vk:.0}k vertices, {ek:.0}k edges",
-            local.latency.p50_us
-        ));
-        report.rows.push(row);
+        let local_rt = trips as f64 / local.total as f64;
+        for flow in [Flow::Ship, Flow::Pull] {
+            pb.set_message(format!("k-hop k={k}: khop procedure, {flow:?}"));
+            let (exec, c) = counted(&mut counters, "execute", || {
+                q.run(&cache, opts.duration, flow)
+            })?;
+            pb.inc(1);
+            report.rows.push(khop_row(
+                &q, flow, "batched", &exec, &c, &local, local_rt, &dist,
+            ));
+        }
         report.rows.push(
             spread_row(
                 format!("k-hop count k={k}, client BFS"),
@@ -1173,8 +1268,9 @@ fn spread_section(opts: &SprocBenchOptions, report: &mut BenchReport) -> Result<
                 16,
                 &dist,
             )
-            .with_round_trips(trips as f64 / local_samples, None),
+            .with_round_trips(local_rt, None),
         );
+        khop_local.push((k, local, local_rt, expected));
         report.notes.push(format!(
             "k-hop k={k}: mean {mean_reach:.0} vertices reached per query"
         ));
@@ -1196,12 +1292,64 @@ fn spread_section(opts: &SprocBenchOptions, report: &mut BenchReport) -> Result<
         sources.len()
     ));
     report.notes.push(
-        "chase/k-hop round trips (RT) per query are the EXECUTE (or read) ops the servers \
-         counted; a procedure that needs another server's bytes returns a continuation \
-         that the client re-sends there, so each crossing is one client round trip. \
-         Client-side k-hop RT are dependent batches (2 per level)"
+        "chase/k-hop round trips (RT) per query are the client's EXECUTE (or read) ops the \
+         servers counted; procedures cross servers themselves (FFlow hand-offs, DFlow \
+         fetches), counted as server messages and frames per query. Client-side k-hop RT \
+         are dependent batches (2 per level)"
             .into(),
     );
+    drop(cache);
+    drop(client);
+    drop(cluster);
+
+    // The DFlow k-hop again on servers that send one frame per message.
+    pb.set_message("k-hop without per-destination batching: new cluster");
+    let cluster = ProcessCluster::start(
+        &opts.bin,
+        &ClusterOptions::default()
+            .servers(SPREAD_SERVERS)
+            .server_threads(1)
+            .server_memory(server_memory)
+            .region_size(REGION)
+            .peer_batching(false),
+    )
+    .map_err(cluster_err)?;
+    let client = cluster.client().map_err(cluster_err)?;
+    let addrs: Vec<String> = (0..SPREAD_SERVERS)
+        .map(|i| cluster.server_addr(i).to_string())
+        .collect();
+    let mut counters = OpCounters::connect(&addrs)?;
+    let cache = client
+        .create_with_region_size("bench-sproc-khop", graph_cap, Some(graph_region))
+        .map_err(cluster_err)?;
+    write_all(&cache, vbase, &vbytes)?;
+    write_all(&cache, ebase, &ebytes)?;
+    let dist = format!("power-law, {} srv", spread.len());
+    for (k, local, local_rt, expected) in &khop_local {
+        let q = KhopQueries {
+            sources: &sources,
+            expected,
+            vbase,
+            ebase,
+            vertices: graph.vertices,
+            k: *k,
+        };
+        pb.set_message(format!("k-hop k={k}: DFlow, unbatched"));
+        let (exec, c) = counted(&mut counters, "execute", || {
+            q.run(&cache, opts.duration, Flow::Pull)
+        })?;
+        pb.inc(1);
+        report.rows.push(khop_row(
+            &q,
+            Flow::Pull,
+            "one frame per message",
+            &exec,
+            &c,
+            local,
+            *local_rt,
+            &dist,
+        ));
+    }
     pb.finish_and_clear();
     drop(cache);
     drop(client);
