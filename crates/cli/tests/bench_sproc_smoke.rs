@@ -114,38 +114,60 @@ fn bench_sproc_writes_rows_with_ratios() {
         assert!(local["ratio_vs_client_side"].is_null());
     }
 
-    // Row 3: round trips come from the servers' op counters, so they are exact: three
-    // EXECUTEs when the chain crosses servers twice, one per node when every pointer
-    // crosses, and one read per node at the client.
-    let chase = row("pointer chase 64 across 3 servers");
-    assert_eq!(chase["op"], "chase");
-    assert_eq!(f(chase, "round_trips"), 3.0, "{chase:#}");
-    assert_eq!(f(chase, "client_side_round_trips"), 64.0, "{chase:#}");
-    let local = row("pointer chase 64 across 3 servers, client reads");
-    let want = f(local, "p50_us") / f(chase, "p50_us");
-    assert!((f(chase, "ratio_vs_client_side") - want).abs() < 1e-9 * want.max(1.0));
+    // Row 3: round trips come from the servers' op counters, so they are exact: one
+    // EXECUTE per chase with either flow (the servers cross between themselves), one
+    // read per node at the client; server messages are counted too.
+    for flow in ["FFlow", "DFlow"] {
+        for label in [
+            "pointer chase 64 across 3 servers",
+            "pointer chase 64, every hop crosses",
+        ] {
+            let chase = row(&format!("{label} ({flow})"));
+            assert_eq!(chase["op"], "chase");
+            assert_eq!(f(chase, "round_trips"), 1.0, "{chase:#}");
+            assert_eq!(f(chase, "client_side_round_trips"), 64.0, "{chase:#}");
+            assert!(f(chase, "peer_msgs") >= 2.0, "{chase:#}");
+            assert!(f(chase, "peer_frames") >= 1.0, "{chase:#}");
+            let local = row(&format!("{label}, client reads"));
+            let want = f(local, "p50_us") / f(chase, "p50_us");
+            assert!((f(chase, "ratio_vs_client_side") - want).abs() < 1e-9 * want.max(1.0));
+        }
+    }
+    let chase = row("pointer chase 64 across 3 servers (FFlow)");
     assert_eq!(chase["target"], ">= 5x client time, >= 10x fewer RT");
     assert!(chase["meets_target"].is_boolean());
-    assert!(
-        chase["baseline"]
-            .as_str()
-            .is_some_and(|b| b.contains("client-driven continuations")),
-        "{chase:#}"
-    );
-    let worst = row("pointer chase 64, every hop crosses");
-    assert_eq!(f(worst, "round_trips"), 64.0, "{worst:#}");
+    // Every pointer crosses: FFlow hands the invocation over at each of them.
+    let worst = row("pointer chase 64, every hop crosses (FFlow)");
+    assert!(f(worst, "peer_msgs") >= 63.0, "{worst:#}");
     assert!(worst["target"].is_null());
 
-    // Row 4: k-hop, no target.
+    // Row 4: k-hop, no target; DFlow with and without per-destination batching.
     for k in [2, 3] {
-        let exec = row(&format!("k-hop count k={k}"));
         let local = row(&format!("k-hop count k={k}, client BFS"));
-        assert_eq!(exec["op"], "khop");
-        assert!(f(exec, "p50_us") > 0.0 && f(local, "p50_us") > 0.0);
-        assert!(f(exec, "round_trips") >= 1.0, "{exec:#}");
         let trips = f(local, "round_trips");
         assert!((1.0..=2.0 * k as f64).contains(&trips), "{local:#}");
-        assert!(exec["target"].is_null());
+        for name in [
+            "FFlow, batched",
+            "DFlow, batched",
+            "DFlow, one frame per message",
+        ] {
+            let exec = row(&format!("k-hop count k={k} ({name})"));
+            assert_eq!(exec["op"], "khop");
+            assert!(f(exec, "p50_us") > 0.0 && f(local, "p50_us") > 0.0);
+            assert_eq!(f(exec, "round_trips"), 1.0, "{exec:#}");
+            assert!(exec["target"].is_null());
+        }
+        let unbatched = row(&format!("k-hop count k={k} (DFlow, one frame per message)"));
+        assert_eq!(
+            f(unbatched, "peer_msgs"),
+            f(unbatched, "peer_frames"),
+            "{unbatched:#}"
+        );
+        let batched = row(&format!("k-hop count k={k} (DFlow, batched)"));
+        assert!(
+            f(batched, "peer_frames") <= f(batched, "peer_msgs"),
+            "{batched:#}"
+        );
     }
 
     let pngs = std::fs::read_dir(out.path())
