@@ -269,23 +269,32 @@ fn procedure_errors_are_clear_and_the_cluster_keeps_serving() {
     let at = boundary as usize;
     let want = u64::from_le_bytes(model[at..at + 8].try_into().expect("8 bytes"));
     assert_eq!(Scan::result(&got).expect("decode"), (1, want));
-    // Batches mix I/O and procedures; a write before an execute is seen by it.
+    // Batches mix I/O and procedures; a write before an execute on the same server is
+    // seen by it.
     let mut b = cache.batch();
     b.write(8, &5u64.to_le_bytes());
-    b.write(REGION * 7, &6u64.to_le_bytes());
-    let agg = b.execute(
-        Aggregate::NAME,
-        8,
-        &Aggregate::args(AggFn::Max, 8, 2, (REGION * 7 - 8) as u32),
-    );
-    let rd = b.read(16, 8);
+    b.write(16, &6u64.to_le_bytes());
+    let agg = b.execute(Aggregate::NAME, 8, &Aggregate::args(AggFn::Max, 8, 2, 8));
+    let rd = b.read(24, 8);
     let res = b.run();
-    let want = 6; // max of the two values just written
     assert_eq!(
         Aggregate::result(res.data(agg).expect("agg")).expect("decode"),
-        want
+        6
     );
-    assert_eq!(&res.data(rd).expect("read")[..], &model[16..24]);
+    assert_eq!(&res.data(rd).expect("read")[..], &model[24..32]);
+    // Writes to other servers are seen once acknowledged (a continuation and a write
+    // in the same batch travel different paths to that server).
+    cache
+        .write(REGION * 7, &7u64.to_le_bytes())
+        .expect("write");
+    let r = cache
+        .execute(
+            Aggregate::NAME,
+            8,
+            &Aggregate::args(AggFn::Max, 8, 2, (REGION * 7 - 8) as u32),
+        )
+        .expect("agg");
+    assert_eq!(Aggregate::result(&r).expect("decode"), 7);
     // Async form.
     let f = cache.execute_async(Chase::NAME, 0, &Chase::args(0, 0, 0));
     assert_eq!(
