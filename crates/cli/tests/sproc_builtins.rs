@@ -284,9 +284,7 @@ fn procedure_errors_are_clear_and_the_cluster_keeps_serving() {
     assert_eq!(&res.data(rd).expect("read")[..], &model[24..32]);
     // Writes to other servers are seen once acknowledged (a continuation and a write
     // in the same batch travel different paths to that server).
-    cache
-        .write(REGION * 7, &7u64.to_le_bytes())
-        .expect("write");
+    cache.write(REGION * 7, &7u64.to_le_bytes()).expect("write");
     let r = cache
         .execute(
             Aggregate::NAME,

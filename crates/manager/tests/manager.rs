@@ -50,10 +50,42 @@ fn create_spreads_over_equal_price_servers_and_prefers_cheaper() {
         fc.allocs().is_empty(),
         "the expensive server is not needed yet"
     );
-    assert!(fa.calls().iter().all(|r| matches!(
+    let allocs = |f: &FakeServer| -> Vec<ControlRequest> {
+        f.calls()
+            .into_iter()
+            .filter(|r| !matches!(r, ControlRequest::SetRoutes { .. }))
+            .collect()
+    };
+    assert!(allocs(&fa).iter().all(|r| matches!(
         r,
         ControlRequest::AllocRegion { region_size, capacity, .. } if *region_size == R && *capacity == 4 * R
     )));
+    // Every holder then learns the whole region table (for procedures moving between
+    // servers); a server without regions of the cache does not.
+    for f in [&fa, &fb] {
+        let routes: Vec<_> = f
+            .calls()
+            .into_iter()
+            .filter_map(|r| match r {
+                ControlRequest::SetRoutes {
+                    cache,
+                    epoch,
+                    owners,
+                } => Some((cache, epoch, owners)),
+                _ => None,
+            })
+            .collect();
+        let addr = |id| one.server(id).map(|s| s.addr.clone()).unwrap_or_default();
+        assert_eq!(
+            routes,
+            vec![(one.id, 1, vec![addr(a), addr(b), addr(a), addr(b)])]
+        );
+    }
+    assert!(
+        !fc.calls()
+            .iter()
+            .any(|r| matches!(r, ControlRequest::SetRoutes { .. }))
+    );
     assert_eq!(
         cache(c.call(&ControlRequest::OpenCache { name: "one".into() })),
         one
@@ -237,7 +269,7 @@ fn reshape_grows_and_shrinks() {
     assert!(fa.calls().iter().all(|r| matches!(
         r,
         ControlRequest::AllocRegion { capacity, .. } if *capacity == 5 * R
-    )));
+    ) || matches!(r, ControlRequest::SetRoutes { epoch: 2, owners, .. } if owners.len() == 5)));
     assert_eq!(c.server(a).used, 3 * R);
     fa.clear();
     fb.clear();
@@ -254,11 +286,16 @@ fn reshape_grows_and_shrinks() {
         vec![R, R]
     );
 
-    // Same region count: only capacity and epoch change.
+    // Same region count: only capacity and epoch change (the new table goes out).
     fa.clear();
     let same = cache(reshape(&mut c, 2 * R));
     assert_eq!((same.regions.clone(), same.epoch), (vec![a, b], 4));
-    assert!(fa.calls().is_empty());
+    assert!(
+        fa.calls()
+            .iter()
+            .all(|r| matches!(r, ControlRequest::SetRoutes { epoch: 4, .. }))
+    );
+    assert!(fa.allocs().is_empty() && fa.frees().is_empty());
 
     // A grow that does not fit changes nothing.
     let too_big = reshape(&mut c, 100 * R);
