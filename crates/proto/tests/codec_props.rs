@@ -486,12 +486,12 @@ proptest! {
     #[test]
     fn frame_headers_round_trip_and_reject(
         len in any::<u32>(),
-        kind in 1u8..=7,
+        kind in 1u8..=8,
         flags in any::<u8>(),
         seq in any::<u64>(),
         max in any::<u32>(),
         reserved in 1u16..,
-        bad_kind in prop_oneof![Just(0u8), 8u8..],
+        bad_kind in prop_oneof![Just(0u8), 9u8..],
         short in 0usize..HEADER_LEN,
     ) {
         let kind = FrameKind::from_u8(kind).unwrap();
