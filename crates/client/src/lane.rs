@@ -86,6 +86,8 @@ pub(crate) struct LaneInner {
     hops: Vec<PartRef>,
     in_retry: bool,
     scratch: Vec<Part>,
+    /// The last procedure name sent, already checked as UTF-8 (batches repeat one).
+    last_proc: String,
 }
 
 impl Lane {
@@ -103,6 +105,7 @@ impl Lane {
                 hops: Vec::new(),
                 in_retry: false,
                 scratch: Vec::new(),
+                last_proc: String::new(),
             }),
             async_pending: AtomicUsize::new(0),
         })
@@ -301,7 +304,12 @@ impl LaneInner {
                     c.checked = Some(info.clone());
                 }
             }
-            let Self { conns, tickets, .. } = self;
+            let Self {
+                conns,
+                tickets,
+                last_proc,
+                ..
+            } = self;
             let Some(conn) = conns.get_mut(&server) else {
                 return;
             };
@@ -347,9 +355,19 @@ impl LaneInner {
                 ),
                 Kind::Execute => {
                     let name_end = op.data_off + op.a as usize;
-                    let proc_name =
-                        std::str::from_utf8(&t.data[op.data_off..name_end]).unwrap_or("");
-                    let args = match t.continuations.get(&part.op) {
+                    let name = &t.data[op.data_off..name_end];
+                    if name != last_proc.as_bytes() {
+                        // The batch got it as a &str, so this only fails on a bug.
+                        last_proc.clear();
+                        last_proc.push_str(std::str::from_utf8(name).unwrap_or(""));
+                    }
+                    let proc_name = last_proc.as_str();
+                    let hop = if t.continuations.is_empty() {
+                        None
+                    } else {
+                        t.continuations.get(&part.op)
+                    };
+                    let args = match hop {
                         Some((state, _)) => state.as_slice(),
                         None => &t.data[name_end..name_end + op.len as usize],
                     };

@@ -139,6 +139,9 @@ pub struct RequestDecoder<'a> {
     cur: Cursor<'a>,
     declared: u32,
     seen: u32,
+    /// The last procedure name checked as UTF-8: a batch usually names one procedure
+    /// many times, and a byte compare is cheaper than validating again.
+    last_name: &'a str,
 }
 
 impl<'a> RequestDecoder<'a> {
@@ -149,6 +152,7 @@ impl<'a> RequestDecoder<'a> {
             cur,
             declared,
             seen: 0,
+            last_name: "",
         })
     }
 
@@ -180,12 +184,29 @@ impl<'a> RequestDecoder<'a> {
         Ok(())
     }
 
-    /// READ and WRITE are almost every op: parse their fixed 17-byte head with one
+    /// `name` as a str, reusing the last check when the bytes are the same.
+    #[inline]
+    fn name(&mut self, name: &'a [u8]) -> Option<&'a str> {
+        let last = self.last_name.as_bytes();
+        // Names are short: an inlined byte loop beats a memcmp call.
+        if name.len() == last.len() && name.iter().zip(last).all(|(a, b)| a == b) {
+            // Same bytes as a name already validated: reuse that &str (same content).
+            return Some(self.last_name);
+        }
+        let s = std::str::from_utf8(name).ok()?;
+        self.last_name = s;
+        Some(s)
+    }
+
+    /// READ, WRITE and EXECUTE are almost every op: parse their fixed head with one
     /// bounds check. Anything else, or too few bytes, takes the general path.
     #[inline]
     fn decode_fast(&mut self) -> Option<Op<'a>> {
         const HEAD: usize = 17;
         let r = self.cur.rest();
+        if r.first() == Some(&(OpCode::Execute as u8)) {
+            return self.decode_execute(r);
+        }
         if r.len() < HEAD {
             return None;
         }
@@ -202,6 +223,28 @@ impl<'a> RequestDecoder<'a> {
             }
             _ => None,
         }
+    }
+
+    /// EXECUTE: `opcode, cache u32, addr u64, name_len u8, name, args_len u32, args`.
+    #[inline]
+    fn decode_execute(&mut self, r: &'a [u8]) -> Option<Op<'a>> {
+        const HEAD: usize = 14;
+        let name_len = *r.get(HEAD - 1)? as usize;
+        let args_at = HEAD + name_len + 4;
+        if r.len() < args_at {
+            return None;
+        }
+        let args_len = le_u32(r, args_at - 4) as usize;
+        let args = r.get(args_at..args_at.checked_add(args_len)?)?;
+        let proc_name = self.name(&r[HEAD..HEAD + name_len])?;
+        let (cache, addr) = (le_u32(r, 1), le_u64(r, 5));
+        self.cur.advance(args_at + args_len);
+        Some(Op::Execute {
+            cache,
+            addr,
+            proc_name,
+            args,
+        })
     }
 
     /// Every op kind, with full checks (the fast path above covers the common ones).

@@ -71,6 +71,23 @@ impl<'m> Lookup<'m> {
     }
 }
 
+/// The procedure `name` of `cache`, from `last` when the previous EXECUTE named it.
+fn proc_for<'p, 'n>(
+    procs: &ProcTable,
+    last: &'p mut Option<(CacheId, &'n str, crate::procs::ProcRef)>,
+    cache: CacheId,
+    name: &'n str,
+) -> Option<&'p crate::procs::ProcRef> {
+    // The decoder hands out the same &str for repeats of a name, so a pointer compare
+    // usually decides.
+    let hit = matches!(last, Some((c, n, _)) if *c == cache
+        && (std::ptr::eq(n.as_ptr(), name.as_ptr()) && n.len() == name.len() || *n == name));
+    if !hit {
+        *last = Some((cache, name, procs.get(cache, name)?));
+    }
+    last.as_ref().map(|(_, _, p)| p)
+}
+
 fn miss(out: &mut Vec<u8>, enc: &mut ResponseEncoder, op: OpCode, m: Miss<'_>) {
     match m {
         Miss::Status(s) => enc.status(out, op, s),
@@ -97,6 +114,8 @@ pub fn execute_batch(
     let mut enc = ResponseEncoder::begin(out, seq);
     let mut look = Lookup { map, last: None };
     let mut body = Vec::new();
+    // A batch usually calls one procedure many times: look it up once.
+    let mut last_proc: Option<(CacheId, &str, crate::procs::ProcRef)> = None;
     for op in RequestDecoder::new(payload)? {
         let op = op?;
         let code = op.code();
@@ -153,13 +172,16 @@ pub fn execute_batch(
                 args,
             } => match look.find(cache, addr, 1) {
                 Err(m) => miss(out, &mut enc, code, m),
-                Ok(_) => match (look.cache(cache), procs.get(cache, proc_name)) {
+                Ok(_) => match (
+                    look.cache(cache),
+                    proc_for(procs, &mut last_proc, cache, proc_name),
+                ) {
                     (None, _) => enc.status(out, code, Status::NoSuchCache),
                     (_, None) => enc.status(out, code, Status::NoSuchProc),
                     (Some(c), Some(p)) => {
                         body.clear();
                         let mut hole = false;
-                        match crate::flow::step::run(&*p, c, None, addr, args) {
+                        match crate::flow::step::run(&**p, c, None, addr, args) {
                             Step::Done(r) => {
                                 body.push(TAG_DONE);
                                 body.extend_from_slice(&r);

@@ -39,8 +39,16 @@ impl Region {
     }
 
     /// Copies `dst.len()` bytes from offset `off`. Caller checked bounds.
+    #[inline]
     pub fn read_into(&self, off: usize, dst: &mut [u8]) {
         debug_assert!(off + dst.len() <= self.len);
+        if dst.len() == 8 {
+            // Records of one word are the common case: a load, not a memcpy call.
+            // SAFETY: bounds checked by the caller; unaligned reads are allowed here.
+            let v = unsafe { std::ptr::read_unaligned(self.ptr.add(off).cast::<[u8; 8]>()) };
+            dst.copy_from_slice(&v);
+            return;
+        }
         // SAFETY: bounds checked by the caller; src and dst never overlap.
         unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(off), dst.as_mut_ptr(), dst.len()) }
     }

@@ -22,8 +22,6 @@
 //! its arguments.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
-use std::collections::hash_map::Entry;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use wasmtime::{
@@ -128,9 +126,15 @@ struct Host {
     out: Vec<u8>,
     resume_at: Option<u64>,
     limits: StoreLimits,
+    /// The guest's exported memory, found once at instantiation (a lookup by name on
+    /// every host call costs more than the call).
+    memory: Option<wasmtime::Memory>,
 }
 
 fn guest_memory(c: &mut Caller<'_, Host>) -> Result<wasmtime::Memory, wasmtime::Error> {
+    if let Some(m) = c.data().memory {
+        return Ok(m);
+    }
     c.get_export("memory")
         .and_then(|e| e.into_memory())
         .ok_or_else(|| wasmtime::Error::msg("module exports no memory"))
@@ -215,14 +219,17 @@ impl Procedure for WasmProcedure {
         let mem_ptr: *const (dyn Memory + 'static) = unsafe { std::mem::transmute(short) };
         WARM.with(|w| {
             let mut w = w.borrow_mut();
-            let warm = match w.entry(self.id) {
-                Entry::Occupied(e) => e.into_mut(),
-                Entry::Vacant(v) => v.insert(self.instantiate(mem_ptr)?),
+            let i = match w.iter().position(|(id, _)| *id == self.id) {
+                Some(i) => i,
+                None => {
+                    w.push((self.id, self.instantiate(mem_ptr)?));
+                    w.len() - 1
+                }
             };
-            let r = self.call(warm, mem_ptr, addr, args);
+            let r = self.call(&mut w[i].1, mem_ptr, addr, args);
             if matches!(r, Err(Failure::Trap(_))) {
                 // A trapped instance may be half-way through anything: start afresh.
-                w.remove(&self.id);
+                w.swap_remove(i);
             }
             r.map_err(|f| match f {
                 Failure::Trap(e) | Failure::Abi(e) => e,
@@ -241,7 +248,8 @@ struct Warm {
 }
 
 thread_local! {
-    static WARM: RefCell<HashMap<u64, Warm>> = RefCell::new(HashMap::new());
+    // A thread holds few procedures: a scan beats hashing the id on every call.
+    static WARM: RefCell<Vec<(u64, Warm)>> = const { RefCell::new(Vec::new()) };
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -259,6 +267,7 @@ impl WasmProcedure {
             mem,
             out: Vec::new(),
             resume_at: None,
+            memory: None,
             limits: StoreLimitsBuilder::new()
                 .memory_size(self.limits.memory)
                 .trap_on_grow_failure(true)
@@ -279,6 +288,7 @@ impl WasmProcedure {
         let memory = inst
             .get_memory(&mut store, "memory")
             .ok_or_else(|| self.trapped(&wasmtime::Error::msg("no memory export")))?;
+        store.data_mut().memory = Some(memory);
         Ok(Warm {
             store,
             alloc,
