@@ -42,6 +42,8 @@ use crate::workload::{DEFAULT_ZIPF_THETA, KeyGen};
 
 /// Throughput needed vs Redis's best pipelined `EVALSHA` of the same logic.
 pub const TARGET_EVAL_RATIO: f64 = 20.0;
+/// The WebAssembly verify may take at most this many times the built-in's time.
+pub const TARGET_WASM_SLOWDOWN: f64 = 2.0;
 /// `aggregate` over 2 records vs reading both and adding at the client.
 pub const TARGET_AGG2_CLIENT_RATIO: f64 = 1.8;
 /// `aggregate` over 3 records vs reading all three and adding at the client.
@@ -531,7 +533,14 @@ fn records_section(opts: &SprocBenchOptions, report: &mut BenchReport) -> Result
             }
             report.rows.push(with_targets(row, out.errors, &targets));
             let redis = eval_for(report, "verify 1 key").cloned();
-            let wasm = wasm_variant(&cache, &verify, b, q, opts.duration, redis.as_ref());
+            let wasm = wasm_variant(
+                &cache,
+                &verify,
+                (b, q),
+                opts.duration,
+                redis.as_ref(),
+                out.mops,
+            );
             report.rows.extend(wasm);
             pb.inc(1);
 
@@ -642,10 +651,10 @@ const SUM_WAT: &str = include_str!("../../sproc/procs/sum.wat");
 fn wasm_variant(
     cache: &Cache,
     ops: &AggTable,
-    b: usize,
-    q: usize,
+    (b, q): (usize, usize),
     duration: Duration,
     redis: Option<&RedisEvalBaseline>,
+    builtin_mops: f64,
 ) -> Option<BenchRow> {
     if let Err(e) = cache.register("sum", SUM_WAT.as_bytes()) {
         tracing::warn!("wasm variant skipped: {e}");
@@ -689,7 +698,11 @@ fn wasm_variant(
         b,
         q,
     );
-    let mut targets = Vec::new();
+    let slowdown = builtin_mops / out.mops;
+    let mut targets = vec![(
+        format!("<= {TARGET_WASM_SLOWDOWN}x built-in time"),
+        slowdown.is_finite() && slowdown <= TARGET_WASM_SLOWDOWN,
+    )];
     if let Some(e) = redis {
         row = row.with_redis_baseline(e.best.label(), e.best_mops());
         targets.push((
@@ -697,7 +710,15 @@ fn wasm_variant(
             row.ratio_vs_redis.is_some_and(|r| r >= TARGET_EVAL_RATIO),
         ));
     }
-    Some(with_targets(row, out.errors, &targets))
+    let mut row = with_targets(row, out.errors, &targets);
+    row.baseline = Some(format!(
+        "{}built-in {builtin_mops:.3} Mops/s ({slowdown:.2}x the WebAssembly time)",
+        row.baseline
+            .as_deref()
+            .map(|b| format!("{b}; "))
+            .unwrap_or_default()
+    ));
+    Some(row)
 }
 
 // ------------------------------------------------------------ rows 3 and 4 ---

@@ -94,6 +94,16 @@ fn bench_sproc_writes_rows_with_ratios() {
     );
     assert_eq!(verify["target"], ">= 20x redis EVALSHA best");
     assert!(verify["meets_target"].is_boolean());
+    // The WebAssembly variant: within 2x of the built-in's time, and against Redis.
+    let wasm = row("read one record and verify (WebAssembly)");
+    assert_eq!(
+        wasm["target"],
+        "<= 2x built-in time, >= 20x redis EVALSHA best"
+    );
+    assert!(
+        f(wasm, "mops") > 0.0 && wasm["meets_target"].is_boolean(),
+        "{wasm:#}"
+    );
     let unbatched = row("read one record and verify, unbatched");
     assert!(f(unbatched, "p50_us") > 0.0, "{unbatched:#}");
 
