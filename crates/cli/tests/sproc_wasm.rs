@@ -12,6 +12,7 @@ use farcache_sproc::builtin::{AggFn, Aggregate};
 use farcache_testkit::{ClusterOptions, LocalCluster, ProcessCluster};
 
 const SUM: &str = include_str!("../../sproc/procs/sum.wat");
+const SUM_PULL: &str = include_str!("../../sproc/procs/sum_pull.wat");
 const MISBEHAVE: &str = include_str!("../../sproc/procs/misbehave.wat");
 const REGION: u64 = 64 << 10;
 
@@ -39,6 +40,9 @@ fn wasm_procedures_run_next_to_the_data_and_stay_sandboxed() {
         .expect("create");
     cache.register("sum", SUM.as_bytes()).expect("register sum");
     cache
+        .register("sum_pull", SUM_PULL.as_bytes())
+        .expect("register sum_pull");
+    cache
         .register("misbehave", MISBEHAVE.as_bytes())
         .expect("register misbehave");
     cache.reshape(12 * REGION).expect("grow");
@@ -57,8 +61,11 @@ fn wasm_procedures_run_next_to_the_data_and_stay_sandboxed() {
             let at = (base + 8 * i) as usize;
             a.wrapping_add(u64::from_le_bytes(model[at..at + 8].try_into().expect("8")))
         });
-        let r = cache.execute("sum", base, &sum_args(base, n)).expect("sum");
-        assert_eq!(&r[..], &want.to_le_bytes(), "base {base} n {n}");
+        // FFlow (the module ships itself) and DFlow (it pulls the records).
+        for name in ["sum", "sum_pull"] {
+            let r = cache.execute(name, base, &sum_args(base, n)).expect(name);
+            assert_eq!(&r[..], &want.to_le_bytes(), "{name} base {base} n {n}");
+        }
     }
 
     // Misbehaving invocations fail alone while another client keeps reading.

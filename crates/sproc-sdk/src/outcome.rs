@@ -8,20 +8,29 @@ pub enum Outcome<'o> {
     /// The bytes at `addr` are held by another server: invoke this procedure again on
     /// that server with `state` as its arguments.
     Continue { addr: u64, state: &'o [u8] },
+    /// DFlow: bring the `len` bytes at `addr` to this server, then invoke this
+    /// procedure again here (same address) with `state` as its arguments; those bytes
+    /// then read as if they were local.
+    Pull {
+        addr: u64,
+        len: u32,
+        state: &'o [u8],
+    },
 }
 
 impl Outcome<'_> {
-    /// The `run` return code the host expects: 0 = done, 1 = continue.
+    /// The `run` return code the host expects: 0 = done, 1 = continue, 6 = pull.
     pub const fn code(&self) -> i32 {
         match self {
             Self::Done(_) => 0,
             Self::Continue { .. } => 1,
+            Self::Pull { .. } => 6,
         }
     }
 }
 
 /// Why a procedure fails. The host ends the invocation with
-/// `procedure NAME returned CODE (0 = done, 1 = continue)`, CODE being [`Error::code`];
+/// `procedure NAME returned CODE (0 = done, 1 = continue, 6 = pull)`, CODE being [`Error::code`];
 /// the instance stays usable for the next invocation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Error {
@@ -57,6 +66,12 @@ mod tests {
     #[test]
     fn codes_match_the_host_abi() {
         assert_eq!(Outcome::Done(b"x").code(), 0);
+        let p = Outcome::Pull {
+            addr: 1,
+            len: 8,
+            state: b"",
+        };
+        assert_eq!(p.code(), 6, "the host's RUN_PULL");
         let c = Outcome::Continue {
             addr: 8,
             state: b"",

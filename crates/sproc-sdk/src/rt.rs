@@ -33,6 +33,9 @@ mod wasm {
         /// Where a continuation resumes.
         #[link_name = "continue_at"]
         safe fn farcache_continue_at(addr: i64);
+        /// A range to pull here before running again (DFlow).
+        #[link_name = "pull"]
+        safe fn farcache_pull(addr: i64, len: i32);
     }
 
     /// The cache of the server running this invocation (the `farcache.read` import).
@@ -163,6 +166,11 @@ mod wasm {
             Ok(o @ Outcome::Continue { addr, state }) => {
                 emit(state);
                 farcache_continue_at(addr as i64);
+                o.code()
+            }
+            Ok(o @ Outcome::Pull { addr, len, state }) => {
+                emit(state);
+                farcache_pull(addr as i64, len as i32);
                 o.code()
             }
             // The host discards any output of a failed call.

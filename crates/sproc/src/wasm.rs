@@ -8,10 +8,11 @@
 //! |---|---|---|
 //! | export `memory` | memory | the guest's linear memory |
 //! | export `alloc` | `(len i32) -> i32` | room for `len` bytes of arguments |
-//! | export `run` | `(addr i64, args i32, args_len i32) -> i32` | 0 = done, 1 = continue |
+//! | export `run` | `(addr i64, args i32, args_len i32) -> i32` | 0 = done, 1 = continue (FFlow), 6 = pull (DFlow) |
 //! | import `read` | `(addr i64, len i32, dst i32) -> i32` | copy cache bytes to `dst`: 0 = ok, 1 = held by another server |
 //! | import `output` | `(ptr i32, len i32)` | the result (done) or the saved state (continue) |
 //! | import `continue_at` | `(addr i64)` | where a continuation resumes |
+//! | import `pull` | `(addr i64, len i32)` | a range to bring here before running again (DFlow); call once per range |
 //!
 //! Each worker thread instantiates a procedure once and reuses the instance for later
 //! invocations (fuel is reset per call; a trap discards the instance), so globals and
@@ -19,7 +20,9 @@
 //! A read outside the cache ends the invocation with an error. On `1` from `read` a
 //! procedure saves what it needs with `output`, names the address with
 //! `continue_at` and returns 1; it is called again at the owner with that state as
-//! its arguments.
+//! its arguments. Or it names ranges with `pull`, saves its state with `output` and
+//! returns 6: the server fetches the ranges and runs it again at the same address with
+//! that state, the pulled bytes now readable.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -101,6 +104,22 @@ impl WasmRuntime {
                 },
             )
             .map_err(link)?;
+        linker
+            .func_wrap(
+                "farcache",
+                "pull",
+                |mut c: Caller<'_, Host>, addr: i64, len: i32| -> Result<(), wasmtime::Error> {
+                    let pulls = &mut c.data_mut().pulls;
+                    if pulls.len() >= MAX_PULLS {
+                        return Err(wasmtime::Error::msg(format!(
+                            "more than {MAX_PULLS} pulls in one run"
+                        )));
+                    }
+                    pulls.push((addr as u64, len as u32));
+                    Ok(())
+                },
+            )
+            .map_err(link)?;
         for export in ["memory", "alloc", "run"] {
             if module.get_export(export).is_none() {
                 return Err(SprocError::Compile(format!(
@@ -125,6 +144,8 @@ struct Host {
     mem: *const (dyn Memory + 'static),
     out: Vec<u8>,
     resume_at: Option<u64>,
+    /// Ranges the guest asked to pull (DFlow) during this invocation.
+    pulls: Vec<(u64, u32)>,
     limits: StoreLimits,
     /// The guest's exported memory, found once at instantiation (a lookup by name on
     /// every host call costs more than the call).
@@ -254,6 +275,11 @@ thread_local! {
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
+/// Ranges one run may ask to pull.
+const MAX_PULLS: usize = 1 << 16;
+/// `run`'s answer for a pull (DFlow); 2–5 and 256+ are the SDK's failure codes.
+pub const RUN_PULL: i32 = 6;
+
 enum Failure {
     /// The instance trapped: discard it.
     Trap(SprocError),
@@ -267,6 +293,7 @@ impl WasmProcedure {
             mem,
             out: Vec::new(),
             resume_at: None,
+            pulls: Vec::new(),
             memory: None,
             limits: StoreLimitsBuilder::new()
                 .memory_size(self.limits.memory)
@@ -309,6 +336,7 @@ impl WasmProcedure {
         h.mem = mem;
         h.out.clear();
         h.resume_at = None;
+        h.pulls.clear();
         w.store.set_fuel(self.limits.fuel).map_err(|e| trap(&e))?;
         let len = i32::try_from(args.len()).map_err(|_| {
             Failure::Abi(SprocError::TooLarge {
@@ -340,9 +368,17 @@ impl WasmProcedure {
                 proc: self.name.clone(),
                 reason: "returned 1 (continue) without continue_at".into(),
             })),
+            (RUN_PULL, _) if !h.pulls.is_empty() => Ok(Outcome::Pull {
+                ranges: std::mem::take(&mut h.pulls),
+                state: out,
+            }),
+            (RUN_PULL, _) => Err(Failure::Abi(SprocError::Trapped {
+                proc: self.name.clone(),
+                reason: format!("returned {RUN_PULL} (pull) without calling pull"),
+            })),
             (c, _) => Err(Failure::Abi(SprocError::Trapped {
                 proc: self.name.clone(),
-                reason: format!("returned {c} (0 = done, 1 = continue)"),
+                reason: format!("returned {c} (0 = done, 1 = continue, {RUN_PULL} = pull)"),
             })),
         }
     }

@@ -129,3 +129,67 @@ fn bad_code_is_refused_at_registration() {
         }
     }
 }
+
+const SUM_PULL: &str = include_str!("../procs/sum_pull.wat");
+
+/// DFlow from WebAssembly: the module asks for the remaining records with `pull` and
+/// returns 6; run again where it started with those bytes readable, it finishes.
+#[test]
+fn sum_pull_asks_for_the_remote_records_once() {
+    let rt = runtime();
+    let p = rt
+        .compile("sum_pull", SUM_PULL.as_bytes())
+        .expect("compile");
+    let bytes: Vec<u8> = (0..(REGION * 6) as usize)
+        .map(|i| (i * 13 % 251) as u8)
+        .collect();
+    let (base, n) = (40u64, 150u32);
+    let want = (0..u64::from(n)).fold(0u64, |a, i| {
+        let at = (base + 8 * i) as usize;
+        a.wrapping_add(u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8")))
+    });
+    // Only region 0 is local at first.
+    let mut local = vec![true, false, false, false, false, false];
+    let mut args = sum_args(base, n);
+    let mut pulls = 0;
+    let result = loop {
+        let mem = VecMemory {
+            bytes: &bytes,
+            region_size: REGION,
+            local: &local,
+        };
+        match p.run(&mem, base, &args).expect("run") {
+            Outcome::Done(r) => break r,
+            Outcome::Pull { ranges, state } => {
+                pulls += 1;
+                assert_eq!(ranges.len(), 1, "one range for the rest");
+                let (a, l) = ranges[0];
+                assert_eq!(a + u64::from(l), base + 8 * u64::from(n), "up to the end");
+                for r in a / REGION..=(a + u64::from(l) - 1) / REGION {
+                    local[r as usize] = true;
+                }
+                args = state;
+            }
+            Outcome::Continue { .. } => panic!("sum_pull never ships"),
+        }
+    };
+    assert_eq!(result, want.to_le_bytes());
+    assert_eq!(pulls, 1);
+    // Returning 6 without naming a range is the guest's bug, reported as such.
+    let bad = rt
+        .compile(
+            "bad_pull",
+            br#"(module
+                (memory (export "memory") 1)
+                (func (export "alloc") (param i32) (result i32) (i32.const 0))
+                (func (export "run") (param i64 i32 i32) (result i32) (i32.const 6)))"#,
+        )
+        .expect("compile");
+    let mem = VecMemory {
+        bytes: &bytes,
+        region_size: REGION,
+        local: &local,
+    };
+    let e = bad.run(&mem, 0, b"").expect_err("no pull named");
+    assert!(e.to_string().contains("without calling pull"), "{e}");
+}
