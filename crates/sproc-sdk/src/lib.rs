@@ -196,6 +196,7 @@ mod tests {
                     (addr, args) = (at, state.to_vec());
                     hops += 1;
                 }
+                Ok(Outcome::Pull { .. }) => panic!("this sum ships, it does not pull"),
                 Err(e) => panic!("{e:?}"),
             }
         };
