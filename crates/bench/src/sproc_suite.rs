@@ -6,14 +6,14 @@
 //!    vs Redis `EVALSHA` of a GET-and-compare script at its best pipelining;
 //! 2. aggregate 2 / 3 records: `aggregate` vs reading the records and adding them at
 //!    the client, and vs a Redis script that GETs and sums the keys;
-//! 3. a 64-node pointer chase over 3 servers: one `chase` invocation vs 64 dependent
-//!    reads, in time and in server round trips (counted by the servers);
-//! 4. k-hop counts on a power-law graph over 3 servers: `khop` vs a level-by-level
-//!    BFS at the client.
+//! 3. a 64-node pointer chase over 3 servers: one `chase` invocation (FFlow, DFlow) vs
+//!    64 dependent reads, in time and in round trips (counted by the servers);
+//! 4. k-hop counts on a power-law graph over 3 servers: `khop` (FFlow, DFlow with and
+//!    without per-destination batching) vs a level-by-level BFS at the client.
 //!
-//! A procedure that needs bytes held by another server returns a continuation and the
-//! client library re-sends it to that server, so every server crossing is one more
-//! client ↔ server round trip (FFlow through the client, not server to server).
+//! A procedure that needs bytes held by another server is shipped there (FFlow) or
+//! pulls them (DFlow) server to server; rows 3 and 4 run both and count the client's
+//! round trips and the servers' messages and frames.
 
 use std::collections::{HashSet, VecDeque};
 use std::net::TcpStream;

@@ -3,11 +3,12 @@
 //! A procedure is invoked at a cache address (`EXECUTE(cache, addr, name, args)`) on the
 //! server that holds it. It reads cache memory through [`Memory`], which only serves
 //! bytes this server holds. When it needs bytes held elsewhere it does not block: it
-//! returns [`Outcome::Continue`] with the address it needs and its whole state encoded
-//! as new `args`. Whoever routes the invocation (today the client library; a server
-//! hand-off later) re-invokes the same procedure with that state at the owner of that
-//! address. Because a procedure's state is always plain bytes, an invocation can stop
-//! and resume on any server (FFlow), or return what it has to the caller.
+//! returns [`Outcome::Continue`] (FFlow: run me at the owner of this address with this
+//! state) or [`Outcome::Pull`] (DFlow: bring these ranges here, then run me again with
+//! this state), or it returns what it has to the caller. Servers carry out both
+//! between themselves; a server without the cache's region table hands a continuation
+//! to the client library, which re-sends it. Because a procedure's state is always
+//! plain bytes, an invocation can stop and resume on any server.
 //!
 //! Layout: [`memory`] (what a procedure may read), [`outcome`] (the reply codec),
 //! [`procedure`] (the trait and registry), [`args`] (little-endian helpers),

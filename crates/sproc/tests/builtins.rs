@@ -105,7 +105,7 @@ proptest! {
     fn gather_matches((bytes, owners) in layout(), picks in proptest::collection::vec((0usize..4000, 0u32..40), 1..20)) {
         let ranges: Vec<(u64, u32)> = picks.iter().map(|&(a, l)| {
             let a = a % (bytes.len() - 40);
-            // Ranges stay inside one region: a record split over two servers needs DFlow.
+            // Ranges stay inside one region (the harness pulls whole regions).
             let l = l.min((REGION - a as u64 % REGION) as u32);
             (a as u64, l)
         }).collect();
