@@ -7,7 +7,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{bin, block_on, diff, eventually, is_unavailable, pattern, within};
+use common::{
+    all_threads_stopped, bin, block_on, diff, eventually, is_unavailable, pattern, within,
+};
 use farcache_client::{Cache, CacheInfo, Client, ClientConfig, ClientError, OpError, OpOutput};
 use farcache_proto::ServerId;
 use farcache_proto::control::ServerState;
@@ -245,28 +247,6 @@ fn killed_server_fails_fast_and_the_rest_keeps_working() {
 
 fn client_for_later(cluster: &ProcessCluster) -> Client {
     client(cluster, Duration::from_secs(3))
-}
-
-/// True when every thread of `pid` is in the stopped state (`T` in /proc).
-fn all_threads_stopped(pid: libc::pid_t) -> bool {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return false;
-    };
-    let mut any = false;
-    for t in tasks.flatten() {
-        let Ok(stat) = std::fs::read_to_string(t.path().join("stat")) else {
-            return false;
-        };
-        // The state follows the parenthesised command name, which may contain spaces.
-        let state = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next());
-        if state != Some("T") {
-            return false;
-        }
-        any = true;
-    }
-    any
 }
 
 /// A stopped (hung, not dead) server: ops time out after `op_timeout`; after SIGCONT

@@ -1,6 +1,8 @@
 //! WebAssembly procedures on a live cluster: registration, execution across servers,
 //! the sandbox under load from other clients, refusal of bad code, growth onto new
-//! servers, and a hand-off towards a server that was killed.
+//! servers, and hand-offs towards a server that was killed or frozen.
+
+mod common;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -183,5 +185,65 @@ fn hand_off_to_a_killed_server_fails_in_bounded_time() {
         t.elapsed() < Duration::from_secs(15),
         "took {:?}",
         t.elapsed()
+    );
+}
+
+/// A procedure handed to a server that hangs (SIGSTOP, its connections stay open):
+/// the first server gives up at its flow deadline (5 s by default) and the client gets
+/// that error, not a hang; after SIGCONT the same call succeeds.
+#[test]
+fn hand_off_to_a_frozen_server_times_out_then_recovers() {
+    let cluster = ProcessCluster::start(env!("CARGO_BIN_EXE_farcache"), &opts()).expect("cluster");
+    let client = cluster
+        .client_with(ClientConfig::new("").op_timeout(Duration::from_secs(20)))
+        .expect("client");
+    let cache = client
+        .create_with_region_size("frozen", 12 * REGION, Some(REGION))
+        .expect("create");
+    let info = cache.info();
+    // The server of the first region not on region 0's server: the first hand-off.
+    let first = info.regions[0];
+    let victim = *info
+        .regions
+        .iter()
+        .find(|&&s| s != first)
+        .expect("another server");
+    let addr = info.server(victim).expect("victim listed").addr.clone();
+    let i = (0..3)
+        .find(|&i| cluster.server_addr(i) == addr)
+        .expect("victim process");
+    let pid = cluster.server_pid(i).expect("pid") as libc::pid_t;
+    let n = (12 * REGION / 8) as u32;
+    let args = Aggregate::args(AggFn::Sum, 0, n, 8);
+    let want = cache.execute(Aggregate::NAME, 0, &args).expect("before");
+    // SAFETY: signalling a child process this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    // Stopping is asynchronous: wait until no thread of it can answer any more.
+    common::eventually(
+        "every server thread stopped",
+        Duration::from_secs(10),
+        Duration::from_millis(5),
+        || common::all_threads_stopped(pid).then_some(()),
+    );
+    let t = Instant::now();
+    let got = cache.execute(Aggregate::NAME, 0, &args);
+    let waited = t.elapsed();
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    match got {
+        Err(ClientError::Op(OpError::Procedure(m))) => {
+            assert!(m.contains("no answer"), "{m}")
+        }
+        other => panic!("expected the flow deadline's error, got {other:?}"),
+    }
+    assert!(
+        waited >= Duration::from_secs(4) && waited < Duration::from_secs(15),
+        "took {waited:?}"
+    );
+    assert_eq!(
+        cache
+            .execute(Aggregate::NAME, 0, &args)
+            .expect("after SIGCONT"),
+        want
     );
 }

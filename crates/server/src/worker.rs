@@ -102,6 +102,7 @@ impl Worker {
                     .expire(&self.shared, self.poll.registry(), Instant::now());
             }
             self.settle(&mut st);
+            st.engine.forget_deadlines();
         }
     }
 

@@ -168,3 +168,25 @@ pub fn diff(actual: &[u8], expected: &[u8]) -> Option<String> {
 pub fn is_unavailable(e: &OpError, server: u32) -> bool {
     matches!(e, OpError::ServerUnavailable { server: s, .. } | OpError::Timeout { server: s, .. } if *s == server)
 }
+
+/// True when every thread of `pid` is in the stopped state (`T` in /proc).
+pub fn all_threads_stopped(pid: libc::pid_t) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    let mut any = false;
+    for t in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(t.path().join("stat")) else {
+            return false;
+        };
+        // The state follows the parenthesised command name, which may contain spaces.
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next());
+        if state != Some("T") {
+            return false;
+        }
+        any = true;
+    }
+    any
+}

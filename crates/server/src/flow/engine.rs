@@ -97,6 +97,13 @@ impl Engine {
         !self.waits.is_empty()
     }
 
+    /// Drops the deadlines of answered waits once nothing is waiting any more.
+    pub fn forget_deadlines(&mut self) {
+        if self.waits.is_empty() {
+            self.deadlines.clear();
+        }
+    }
+
     fn ticket(&mut self, sh: &Shared, w: Wait) -> u64 {
         self.next = (self.next + 1) & ((1 << 56) - 1);
         let t = ((self.worker as u64) << 56) | self.next;
@@ -488,11 +495,14 @@ impl Engine {
     /// Fails waits whose deadline passed.
     pub fn expire(&mut self, sh: &Shared, reg: &Registry, now: Instant) {
         while let Some(&(at, ticket)) = self.deadlines.front() {
-            if at > now {
+            let waiting = self.waits.contains_key(&ticket);
+            // Answered waits leave at once, so the queue stays about as long as the
+            // number of invocations in flight.
+            if waiting && at > now {
                 break;
             }
             self.deadlines.pop_front();
-            if self.waits.contains_key(&ticket) {
+            if waiting {
                 let why = format!(
                     "no answer from the servers it was handed to within {:?}",
                     sh.config.flow_timeout
