@@ -1041,6 +1041,30 @@ fn spread_row(name: String, op: &str, out: &RunOutcome, size: usize, dist: &str)
     row
 }
 
+/// Three single-threaded servers, a client, and counters on every server.
+fn spread_cluster(
+    opts: &SprocBenchOptions,
+    server_memory: u64,
+    peer_batching: bool,
+) -> Result<(ProcessCluster, farcache_client::Client, OpCounters)> {
+    let cluster = ProcessCluster::start(
+        &opts.bin,
+        &ClusterOptions::default()
+            .servers(SPREAD_SERVERS)
+            .server_threads(1)
+            .server_memory(server_memory)
+            .region_size(REGION)
+            .peer_batching(peer_batching),
+    )
+    .map_err(cluster_err)?;
+    let client = cluster.client().map_err(cluster_err)?;
+    let addrs: Vec<String> = (0..SPREAD_SERVERS)
+        .map(|i| cluster.server_addr(i).to_string())
+        .collect();
+    let counters = OpCounters::connect(&addrs)?;
+    Ok((cluster, client, counters))
+}
+
 /// Rows 3 and 4 on a three-server cluster.
 fn spread_section(opts: &SprocBenchOptions, report: &mut BenchReport) -> Result<()> {
     let pb = progress(18);
@@ -1060,20 +1084,7 @@ fn spread_section(opts: &SprocBenchOptions, report: &mut BenchReport) -> Result<
     let server_memory = per_server.div_ceil(REGION) * REGION + 4 * REGION;
 
     pb.set_message(format!("starting {SPREAD_SERVERS} servers, s = 1"));
-    let cluster = ProcessCluster::start(
-        &opts.bin,
-        &ClusterOptions::default()
-            .servers(SPREAD_SERVERS)
-            .server_threads(1)
-            .server_memory(server_memory)
-            .region_size(REGION),
-    )
-    .map_err(cluster_err)?;
-    let client = cluster.client().map_err(cluster_err)?;
-    let addrs: Vec<String> = (0..SPREAD_SERVERS)
-        .map(|i| cluster.server_addr(i).to_string())
-        .collect();
-    let mut counters = OpCounters::connect(&addrs)?;
+    let (cluster, client, mut counters) = spread_cluster(opts, server_memory, true)?;
 
     // ---- pointer chase
     let cache = client
@@ -1325,21 +1336,7 @@ fn spread_section(opts: &SprocBenchOptions, report: &mut BenchReport) -> Result<
 
     // The DFlow k-hop again on servers that send one frame per message.
     pb.set_message("k-hop without per-destination batching: new cluster");
-    let cluster = ProcessCluster::start(
-        &opts.bin,
-        &ClusterOptions::default()
-            .servers(SPREAD_SERVERS)
-            .server_threads(1)
-            .server_memory(server_memory)
-            .region_size(REGION)
-            .peer_batching(false),
-    )
-    .map_err(cluster_err)?;
-    let client = cluster.client().map_err(cluster_err)?;
-    let addrs: Vec<String> = (0..SPREAD_SERVERS)
-        .map(|i| cluster.server_addr(i).to_string())
-        .collect();
-    let mut counters = OpCounters::connect(&addrs)?;
+    let (cluster, client, mut counters) = spread_cluster(opts, server_memory, false)?;
     let cache = client
         .create_with_region_size("bench-sproc-khop", graph_cap, Some(graph_region))
         .map_err(cluster_err)?;

@@ -45,6 +45,17 @@ fn cluster_with(peer_batching: bool) -> (LocalCluster, Cache, Vec<u8>) {
     (cluster, cache, model)
 }
 
+/// 64 distinct 32-byte node slots in random order, spread over the whole cache.
+fn random_nodes(rng: &mut StdRng) -> Vec<u64> {
+    let slots = (REGIONS * REGION / 32) as usize;
+    let mut nodes: Vec<u64> = (0..slots).map(|s| s as u64 * 32).collect();
+    for i in (1..nodes.len()).rev() {
+        nodes.swap(i, rng.gen_range(0..=i));
+    }
+    nodes.truncate(64);
+    nodes
+}
+
 fn u64_at(b: &[u8], a: u64) -> u64 {
     u64::from_le_bytes(b[a as usize..a as usize + 8].try_into().expect("8 bytes"))
 }
@@ -102,12 +113,7 @@ fn builtins_match_client_side_computation() {
     }
 
     // chase: a 64-node chain through random slots on all servers.
-    let slots = (REGIONS * REGION / 32) as usize;
-    let mut nodes: Vec<u64> = (0..slots).map(|s| s as u64 * 32).collect();
-    for i in (1..nodes.len()).rev() {
-        nodes.swap(i, rng.gen_range(0..=i));
-    }
-    nodes.truncate(64);
+    let nodes = random_nodes(&mut rng);
     let mut b = cache.batch();
     for (i, &n) in nodes.iter().enumerate() {
         let next = nodes.get(i + 1).copied().unwrap_or(NULL);
@@ -326,12 +332,7 @@ fn execs_and_peer(cluster: &LocalCluster) -> (u64, u64, u64) {
 fn fflow_dflow_and_return_agree_across_servers() {
     let (cluster, cache, _) = cluster();
     let mut rng = StdRng::seed_from_u64(21);
-    let slots = (REGIONS * REGION / 32) as usize;
-    let mut nodes: Vec<u64> = (0..slots).map(|s| s as u64 * 32).collect();
-    for i in (1..nodes.len()).rev() {
-        nodes.swap(i, rng.gen_range(0..=i));
-    }
-    nodes.truncate(64);
+    let nodes = random_nodes(&mut rng);
     let mut b = cache.batch();
     for (i, &n) in nodes.iter().enumerate() {
         let next = nodes.get(i + 1).copied().unwrap_or(NULL);
