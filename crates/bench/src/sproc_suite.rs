@@ -243,7 +243,7 @@ impl AggTable {
                 (0..u64::from(k)).fold(0u64, |a, j| a.wrapping_add(record_value(first + j * step)));
             t.ops.push((base, stride));
             t.expected.push(sum);
-            t.args.push(Aggregate::args(AggFn::Sum, base, k, stride));
+            t.args.push(Aggregate::call(AggFn::Sum, k, stride));
         }
         t
     }
@@ -1393,7 +1393,7 @@ mod tests {
                     a.wrapping_add(record_value((base + m * u64::from(stride)) / 8))
                 });
                 assert_eq!(t.expected[j], want);
-                assert_eq!(t.args[j], Aggregate::args(AggFn::Sum, base, k, stride));
+                assert_eq!(t.args[j], Aggregate::call(AggFn::Sum, k, stride));
             }
         }
     }

@@ -109,6 +109,14 @@ fn builtins_match_client_side_computation() {
                 want,
                 "{f:?} base {base} n {n}"
             );
+            let r = cache
+                .execute(Aggregate::NAME, base, &Aggregate::call(f, n, stride))
+                .expect("aggregate, short arguments");
+            assert_eq!(
+                Aggregate::result(&r).expect("decode"),
+                want,
+                "{f:?} short form, base {base} n {n}"
+            );
         }
     }
 
@@ -247,6 +255,17 @@ fn procedure_errors_are_clear_and_the_cluster_keeps_serving() {
         OpError::Procedure(m) => assert!(m.contains("aggregate"), "{m}"),
         e => panic!("{e}"),
     }
+    // An empty name would mean "the previous procedure" on the wire: the client
+    // refuses it and the connection stays up for the ops after it.
+    let mut b = cache.batch();
+    b.execute("", 0, b"");
+    b.execute(Aggregate::NAME, 0, &Aggregate::call(AggFn::Count, 1, 8));
+    let r = b.run();
+    match r.get(0) {
+        Some(Err(OpError::Procedure(m))) => assert!(m.contains("1 to 255"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(r.get(1).is_some_and(Result::is_ok), "{:?}", r.get(1));
     // Reading past the end of the cache is an error, not a hang or a hop.
     let end = REGIONS * REGION;
     match status(cache.execute(

@@ -232,9 +232,9 @@ impl LaneInner {
     }
 
     fn submit_execute(&mut self, key: usize, i: usize, op: BatchOp, info: &Arc<CacheInfo>) {
-        if op.a > farcache_proto::op::MAX_PROC_NAME as u64 {
+        if op.a == 0 || op.a > farcache_proto::op::MAX_PROC_NAME as u64 {
             let e = OpError::Procedure(format!(
-                "procedure name longer than {} bytes",
+                "procedure names have 1 to {} bytes",
                 farcache_proto::op::MAX_PROC_NAME
             ));
             return self.fail_op(key, i, e);
@@ -356,7 +356,7 @@ impl LaneInner {
                 Kind::Execute => {
                     let name_end = op.data_off + op.a as usize;
                     let name = &t.data[op.data_off..name_end];
-                    if name != last_proc.as_bytes() {
+                    if !farcache_proto::op::same_name(name, last_proc.as_bytes()) {
                         // The batch got it as a &str, so this only fails on a bug.
                         last_proc.clear();
                         last_proc.push_str(std::str::from_utf8(name).unwrap_or(""));
@@ -744,6 +744,10 @@ fn complete_frame(
                 }
             }
             (Status::Ok, Kind::Write, ReplyBody::None) => {}
+            // A finished procedure, the common case: its result follows the tag.
+            (Status::Ok, Kind::Execute, ReplyBody::Data([outcome::TAG_DONE, r @ ..])) => {
+                slot.result = Some(Ok(OpOutput::Data(payload.slice_ref(r))));
+            }
             (Status::Ok, Kind::Execute, ReplyBody::Data(d)) => match outcome::decode(d) {
                 Ok(outcome::Reply::Done(r)) => {
                     slot.result = Some(Ok(OpOutput::Data(payload.slice_ref(r))));

@@ -91,7 +91,7 @@ pub fn decode_peer(payload: &[u8]) {
 }
 
 /// A request payload: `validate` agrees with iteration, and a valid batch re-encodes
-/// to the same bytes.
+/// to the same ops.
 pub fn decode_request(payload: &[u8]) {
     let valid = RequestDecoder::validate(payload);
     let Ok(mut d) = RequestDecoder::new(payload) else {
@@ -116,12 +116,10 @@ pub fn decode_request(payload: &[u8]) {
     if let Ok(n) = valid {
         assert_eq!(n, declared);
         assert_eq!(ops.len(), n as usize);
+        // Repeated procedure names may travel as back-references, so `encoded_len` is
+        // an upper bound, and re-encoding gives the same ops in at most as many bytes.
         let total: usize = ops.iter().map(Op::encoded_len).sum();
-        assert_eq!(
-            total + 4,
-            payload.len(),
-            "encoded_len disagrees with the bytes"
-        );
+        assert!(total + 4 >= payload.len(), "encoded_len below the bytes");
         let mut out = Vec::new();
         let mut enc = RequestEncoder::begin(&mut out, 0);
         for op in &ops {
@@ -129,11 +127,13 @@ pub fn decode_request(payload: &[u8]) {
         }
         assert_eq!(enc.count(), n);
         enc.finish(&mut out);
-        assert_eq!(
-            &out[HEADER_LEN..],
-            payload,
-            "request does not re-encode exactly"
-        );
+        let again = &out[HEADER_LEN..];
+        assert!(again.len() <= payload.len(), "re-encoding grew the request");
+        let redecoded: Vec<Op<'_>> = RequestDecoder::new(again)
+            .expect("re-encoded request")
+            .map(|op| op.expect("re-encoded op"))
+            .collect();
+        assert_eq!(redecoded, ops, "request does not re-encode to the same ops");
     }
 }
 

@@ -30,4 +30,6 @@ pub enum DecodeError {
     BadControl(String),
     #[error("invalid utf-8 in {0}")]
     Utf8(&'static str),
+    #[error("EXECUTE with an empty procedure name before any EXECUTE named one")]
+    NoProcToRepeat,
 }

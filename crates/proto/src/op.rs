@@ -7,6 +7,13 @@ pub const MAX_OP_BYTES: u32 = 1 << 20;
 /// Longest stored-procedure name accepted in an EXECUTE.
 pub const MAX_PROC_NAME: usize = 255;
 
+/// Whether two procedure names are the same bytes. Names are short and compared once
+/// per EXECUTE: an inlined loop beats a `memcmp` call.
+#[inline]
+pub fn same_name(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum OpCode {

@@ -8,6 +8,9 @@
 //! | FETCH_ADD | cache u32, addr u64, delta u64                                |
 //! | EXECUTE   | cache u32, addr u64, name_len u8, name, args_len u32, args    |
 //! | PING      | —                                                             |
+//!
+//! An EXECUTE with `name_len` 0 calls the procedure the batch's previous EXECUTE named
+//! (batches usually call one procedure many times); as the first EXECUTE it is an error.
 
 use crate::DecodeError;
 use crate::frame::{FrameHeader, FrameKind, HEADER_LEN};
@@ -21,6 +24,8 @@ pub struct RequestEncoder {
     start: usize,
     count: u32,
     seq: u64,
+    /// Where the last EXECUTE's name sits in the frame (offset from `start`, length).
+    last_name: Option<(usize, usize)>,
 }
 
 impl RequestEncoder {
@@ -32,6 +37,7 @@ impl RequestEncoder {
             start,
             count: 0,
             seq,
+            last_name: None,
         }
     }
 
@@ -104,16 +110,27 @@ impl RequestEncoder {
                 proc_name,
                 args,
             } => {
-                out.extend_from_slice(&cache.to_le_bytes());
-                out.extend_from_slice(&addr.to_le_bytes());
                 // Cut at a char boundary so the name stays valid UTF-8.
                 let mut end = proc_name.len().min(crate::op::MAX_PROC_NAME);
                 while !proc_name.is_char_boundary(end) {
                     end -= 1;
                 }
                 let name = &proc_name.as_bytes()[..end];
-                out.push(name.len() as u8);
-                out.extend_from_slice(name);
+                let repeat = !name.is_empty()
+                    && self.last_name.is_some_and(|(at, len)| {
+                        out.get(self.start + at..self.start + at + len)
+                            .is_some_and(|prev| crate::op::same_name(prev, name))
+                    });
+                out.reserve(4 + 8 + 1 + name.len() + 4 + args.len());
+                out.extend_from_slice(&cache.to_le_bytes());
+                out.extend_from_slice(&addr.to_le_bytes());
+                if repeat {
+                    out.push(0);
+                } else {
+                    out.push(name.len() as u8);
+                    self.last_name = Some((out.len() - self.start, name.len()));
+                    out.extend_from_slice(name);
+                }
                 out.extend_from_slice(&(args.len() as u32).to_le_bytes());
                 out.extend_from_slice(args);
             }
@@ -139,9 +156,9 @@ pub struct RequestDecoder<'a> {
     cur: Cursor<'a>,
     declared: u32,
     seen: u32,
-    /// The last procedure name checked as UTF-8: a batch usually names one procedure
-    /// many times, and a byte compare is cheaper than validating again.
-    last_name: &'a str,
+    /// The last procedure name checked as UTF-8: what a `name_len` 0 refers to, and a
+    /// byte compare is cheaper than validating a repeated name again.
+    last_name: Option<&'a str>,
 }
 
 impl<'a> RequestDecoder<'a> {
@@ -152,7 +169,7 @@ impl<'a> RequestDecoder<'a> {
             cur,
             declared,
             seen: 0,
-            last_name: "",
+            last_name: None,
         })
     }
 
@@ -184,17 +201,22 @@ impl<'a> RequestDecoder<'a> {
         Ok(())
     }
 
-    /// `name` as a str, reusing the last check when the bytes are the same.
+    /// `name` as a str, reusing the last check when the bytes are the same; an empty
+    /// name is the previous EXECUTE's.
     #[inline]
     fn name(&mut self, name: &'a [u8]) -> Option<&'a str> {
-        let last = self.last_name.as_bytes();
-        // Names are short: an inlined byte loop beats a memcmp call.
-        if name.len() == last.len() && name.iter().zip(last).all(|(a, b)| a == b) {
-            // Same bytes as a name already validated: reuse that &str (same content).
-            return Some(self.last_name);
+        if let Some(last) = self.last_name {
+            let l = last.as_bytes();
+            if name.is_empty() || crate::op::same_name(name, l) {
+                // Same bytes as a name already validated: reuse that &str.
+                return Some(last);
+            }
+        }
+        if name.is_empty() {
+            return None;
         }
         let s = std::str::from_utf8(name).ok()?;
-        self.last_name = s;
+        self.last_name = Some(s);
         Some(s)
     }
 
@@ -283,8 +305,17 @@ impl<'a> RequestDecoder<'a> {
                 let cache = c.u32("cache")?;
                 let addr = c.u64("addr")?;
                 let name_len = c.u8("name len")? as usize;
-                let name = std::str::from_utf8(c.bytes(name_len, "proc name")?)
-                    .map_err(|_| DecodeError::Utf8("proc name"))?;
+                let raw = c.bytes(name_len, "proc name")?;
+                let name = match (name_len, self.last_name) {
+                    (0, Some(last)) => last,
+                    (0, None) => return Err(DecodeError::NoProcToRepeat),
+                    _ => {
+                        let s =
+                            std::str::from_utf8(raw).map_err(|_| DecodeError::Utf8("proc name"))?;
+                        self.last_name = Some(s);
+                        s
+                    }
+                };
                 let args_len = c.u32("args len")? as usize;
                 Op::Execute {
                     cache,

@@ -94,6 +94,26 @@ impl ResponseEncoder {
         self.count += 1;
     }
 
+    /// Starts a data reply whose length is not known yet: append the bytes to `out`,
+    /// then call [`ResponseEncoder::close_data`] with the returned mark.
+    pub fn open_data(&mut self, out: &mut Vec<u8>, op: OpCode) -> usize {
+        out.extend_from_slice(&[op as u8, Status::Ok as u8, 0, 0, 0, 0]);
+        self.count += 1;
+        out.len()
+    }
+
+    /// Ends the data reply begun at `mark`, writing its length.
+    pub fn close_data(&mut self, out: &mut [u8], mark: usize) {
+        let len = (out.len() - mark) as u32;
+        out[mark - 4..mark].copy_from_slice(&len.to_le_bytes());
+    }
+
+    /// Takes back the data reply begun at `mark`, so another reply can replace it.
+    pub fn abandon_data(&mut self, out: &mut Vec<u8>, mark: usize) {
+        out.truncate(mark - 6);
+        self.count -= 1;
+    }
+
     pub fn wrong_server(&mut self, out: &mut Vec<u8>, op: OpCode, owner: Option<&str>) {
         out.extend_from_slice(&[op as u8, Status::WrongServer as u8]);
         let owner = owner.unwrap_or("").as_bytes();

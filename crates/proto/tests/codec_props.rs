@@ -129,15 +129,26 @@ fn op() -> impl Strategy<Value = OwnedOp> {
             addr,
             delta
         }),
-        // Names up to 60 chars of up to 4 bytes stay within the 255-byte limit.
-        (cache, addr, "\\PC{0,60}", bytes(100)).prop_map(|(cache, addr, name, args)| {
-            OwnedOp::Execute {
-                cache,
-                addr,
-                name,
-                args,
-            }
-        }),
+        // Names up to 60 chars of up to 4 bytes stay within the 255-byte limit; a few
+        // fixed names make repeats (sent as back-references) common.
+        (
+            cache,
+            addr,
+            prop_oneof![
+                "\\PC{1,60}",
+                Just("sum".to_string()),
+                Just("aggregate".to_string())
+            ],
+            bytes(100)
+        )
+            .prop_map(|(cache, addr, name, args)| {
+                OwnedOp::Execute {
+                    cache,
+                    addr,
+                    name,
+                    args,
+                }
+            }),
         Just(OwnedOp::Ping),
     ]
 }
@@ -403,7 +414,19 @@ proptest! {
         prop_assert_eq!(d.finish(), Ok(()));
         let want: Vec<Op<'_>> = ops.iter().map(OwnedOp::op).collect();
         prop_assert_eq!(&decoded, &want);
-        let total: usize = want.iter().map(Op::encoded_len).sum();
+        // A name repeated from the batch's previous EXECUTE is not sent again.
+        let mut last = None;
+        let total: usize = want
+            .iter()
+            .map(|op| match op {
+                Op::Execute { proc_name, .. } => {
+                    let repeat = last == Some(*proc_name);
+                    last = Some(*proc_name);
+                    op.encoded_len() - if repeat { proc_name.len() } else { 0 }
+                }
+                _ => op.encoded_len(),
+            })
+            .sum();
         prop_assert_eq!(total + 4, payload.len());
         decode_all(frame);
     }
@@ -551,6 +574,38 @@ proptest! {
             prop_assert!(proc_name.len() + next.len_utf8() > 255);
         }
         prop_assert_eq!(args, &[7][..]);
+    }
+
+    /// An EXECUTE with an empty name repeats the previous one's; with none before it,
+    /// the batch is malformed.
+    #[test]
+    fn empty_procedure_names_refer_back(addr in any::<u64>(), args in bytes(20)) {
+        let mut raw = Vec::new();
+        let mut enc = RequestEncoder::begin(&mut raw, 1);
+        enc.push(&mut raw, &Op::Execute { cache: 1, addr, proc_name: "sum", args: &args });
+        enc.push(&mut raw, &Op::Read { cache: 1, addr, len: 8 });
+        enc.push(&mut raw, &Op::Execute { cache: 1, addr, proc_name: "sum", args: &args });
+        enc.finish(&mut raw);
+        let payload = &raw[HEADER_LEN..];
+        prop_assert_eq!(RequestDecoder::validate(payload), Ok(3));
+        let ops: Vec<Op<'_>> = RequestDecoder::new(payload).unwrap().map(Result::unwrap).collect();
+        let repeated = matches!(ops[2], Op::Execute { proc_name: "sum", .. });
+        prop_assert!(repeated, "decoded {:?}", ops[2]);
+        // The same frame without the first EXECUTE: its back-reference has no target.
+        let mut lone = Vec::new();
+        let mut enc = RequestEncoder::begin(&mut lone, 1);
+        enc.push(&mut lone, &Op::Execute { cache: 1, addr, proc_name: "sum", args: &args });
+        enc.finish(&mut lone);
+        let name_len_at = HEADER_LEN + 4 + 13;
+        lone[name_len_at] = 0;
+        lone.drain(name_len_at + 1..name_len_at + 4);
+        let body_len = (lone.len() - HEADER_LEN) as u32;
+        let h = FrameHeader::new(FrameKind::Request, 1, body_len).encode();
+        lone[..HEADER_LEN].copy_from_slice(&h);
+        prop_assert_eq!(
+            RequestDecoder::validate(&lone[HEADER_LEN..]),
+            Err(DecodeError::NoProcToRepeat)
+        );
     }
 
     #[test]

@@ -5,6 +5,7 @@ use farcache_proto::{CacheId, DecodeError, Op, OpCode, RequestDecoder, ResponseE
 
 use farcache_sproc::outcome::{TAG_CONTINUE, TAG_DONE, encode_failure};
 
+use crate::flow::memory::FlowMemory;
 use crate::flow::{Spawned, Step};
 use crate::procs::ProcTable;
 
@@ -179,38 +180,57 @@ pub fn execute_batch(
                     (None, _) => enc.status(out, code, Status::NoSuchCache),
                     (_, None) => enc.status(out, code, Status::NoSuchProc),
                     (Some(c), Some(p)) => {
-                        body.clear();
-                        let mut hole = false;
-                        match crate::flow::step::run(&**p, c, None, addr, args) {
-                            Step::Done(r) => {
-                                body.push(TAG_DONE);
-                                body.extend_from_slice(&r);
+                        // The result goes straight into the reply; only procedures
+                        // that go on elsewhere or fail take the slower road below.
+                        let mem = FlowMemory::new(c, None);
+                        let mark = enc.open_data(out, code);
+                        out.push(TAG_DONE);
+                        let slow = match p.run_into(&mem, addr, args, out) {
+                            Ok(None) => None,
+                            Ok(Some(o)) => Some(Ok(o)),
+                            Err(e) => Some(Err(e)),
+                        };
+                        if slow.is_none() && enc.payload_len(out) <= max_frame {
+                            enc.close_data(out, mark);
+                        } else if slow.is_none() {
+                            enc.abandon_data(out, mark);
+                            enc.status(out, code, Status::TooLarge);
+                        } else if let Some(r) = slow {
+                            enc.abandon_data(out, mark);
+                            let step = crate::flow::step::next(&**p, c, &mem, addr, r);
+                            body.clear();
+                            let mut hole = false;
+                            match step {
+                                Step::Done(r) => {
+                                    body.push(TAG_DONE);
+                                    body.extend_from_slice(&r);
+                                }
+                                Step::Fail(e) => encode_failure(&e, &mut body),
+                                // No region table from the manager: the client continues it.
+                                Step::Ship { addr: next, state } if c.owners.is_empty() => {
+                                    body.push(TAG_CONTINUE);
+                                    body.extend_from_slice(&next.to_le_bytes());
+                                    body.extend_from_slice(&state);
+                                }
+                                step => {
+                                    hole = true;
+                                    enc.placeholder();
+                                    spawned.push(Spawned {
+                                        offset: out.len() - frame_start,
+                                        cache,
+                                        proc_name: proc_name.to_owned(),
+                                        addr,
+                                        step,
+                                    });
+                                }
                             }
-                            Step::Fail(e) => encode_failure(&e, &mut body),
-                            // No region table from the manager: the client continues it.
-                            Step::Ship { addr: next, state } if c.owners.is_empty() => {
-                                body.push(TAG_CONTINUE);
-                                body.extend_from_slice(&next.to_le_bytes());
-                                body.extend_from_slice(&state);
+                            if hole {
+                                // The reply is inserted when the answer comes.
+                            } else if enc.payload_len(out) + 6 + body.len() > max_frame {
+                                enc.status(out, code, Status::TooLarge)
+                            } else {
+                                enc.data(out, code, &body)
                             }
-                            step => {
-                                hole = true;
-                                enc.placeholder();
-                                spawned.push(Spawned {
-                                    offset: out.len() - frame_start,
-                                    cache,
-                                    proc_name: proc_name.to_owned(),
-                                    addr,
-                                    step,
-                                });
-                            }
-                        }
-                        if hole {
-                            // The reply is inserted when the answer comes.
-                        } else if enc.payload_len(out) + 6 + body.len() > max_frame {
-                            enc.status(out, code, Status::TooLarge)
-                        } else {
-                            enc.data(out, code, &body)
                         }
                     }
                 },

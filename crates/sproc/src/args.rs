@@ -13,28 +13,39 @@ impl<'a> ArgReader<'a> {
         Self { proc, buf }
     }
 
+    #[inline]
     pub fn bytes(&mut self, n: usize, what: &str) -> Result<&'a [u8], SprocError> {
         if self.buf.len() < n {
-            return Err(SprocError::bad(
-                self.proc,
-                format!("{what}: need {n} bytes, {} left", self.buf.len()),
-            ));
+            return Err(self.short(n, what));
         }
         let (h, t) = self.buf.split_at(n);
         self.buf = t;
         Ok(h)
     }
 
+    // Arguments are read on every call: keep the error path out of line.
+    #[cold]
+    #[inline(never)]
+    fn short(&self, n: usize, what: &str) -> SprocError {
+        SprocError::bad(
+            self.proc,
+            format!("{what}: need {n} bytes, {} left", self.buf.len()),
+        )
+    }
+
+    #[inline]
     pub fn u8(&mut self, what: &str) -> Result<u8, SprocError> {
         Ok(self.bytes(1, what)?[0])
     }
 
+    #[inline]
     pub fn u32(&mut self, what: &str) -> Result<u32, SprocError> {
         let mut a = [0u8; 4];
         a.copy_from_slice(self.bytes(4, what)?);
         Ok(u32::from_le_bytes(a))
     }
 
+    #[inline]
     pub fn u64(&mut self, what: &str) -> Result<u64, SprocError> {
         let mut a = [0u8; 8];
         a.copy_from_slice(self.bytes(8, what)?);
@@ -50,6 +61,7 @@ impl<'a> ArgReader<'a> {
     }
 
     /// Errors if bytes are left over (catches callers using the wrong layout).
+    #[inline]
     pub fn end(&self) -> Result<(), SprocError> {
         if self.buf.is_empty() {
             Ok(())

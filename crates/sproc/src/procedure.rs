@@ -15,6 +15,26 @@ pub trait Procedure: Send + Sync {
     /// procedure returned in [`Outcome::Continue`]) until it finishes or needs bytes
     /// held by another server.
     fn run(&self, mem: &dyn Memory, addr: u64, args: &[u8]) -> Result<Outcome, SprocError>;
+
+    /// Like [`Procedure::run`], but a finished run appends its result to `out` and
+    /// returns `None`; any other outcome comes back as from `run`. The server calls
+    /// this, so a procedure that finishes where it starts can answer without
+    /// allocating; the default goes through `run`.
+    fn run_into(
+        &self,
+        mem: &dyn Memory,
+        addr: u64,
+        args: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<Option<Outcome>, SprocError> {
+        match self.run(mem, addr, args)? {
+            Outcome::Done(r) => {
+                out.extend_from_slice(&r);
+                Ok(None)
+            }
+            o => Ok(Some(o)),
+        }
+    }
 }
 
 /// Procedures a server can run, by name.

@@ -195,12 +195,13 @@ fn host_output(mut c: Caller<'_, Host>, ptr: i32, len: i32) -> Result<(), wasmti
             "output above {MAX_OUTPUT} bytes"
         )));
     }
-    let bytes = mem
-        .data(&c)
+    let (data, host) = mem.data_and_store_mut(&mut c);
+    let bytes = data
         .get(ptr..ptr.saturating_add(len))
-        .ok_or_else(|| wasmtime::Error::msg("output outside guest memory"))?
-        .to_vec();
-    c.data_mut().out = bytes;
+        .ok_or_else(|| wasmtime::Error::msg("output outside guest memory"))?;
+    // Reuses the buffer of earlier calls instead of allocating one per output.
+    host.out.clear();
+    host.out.extend_from_slice(bytes);
     Ok(())
 }
 
@@ -233,6 +234,19 @@ impl Procedure for WasmProcedure {
     }
 
     fn run(&self, mem: &dyn Memory, addr: u64, args: &[u8]) -> Result<Outcome, SprocError> {
+        let mut out = Vec::new();
+        Ok(self
+            .run_into(mem, addr, args, &mut out)?
+            .unwrap_or(Outcome::Done(out)))
+    }
+
+    fn run_into(
+        &self,
+        mem: &dyn Memory,
+        addr: u64,
+        args: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<Option<Outcome>, SprocError> {
         let short: *const (dyn Memory + '_) = mem;
         // SAFETY: only the lifetime is erased. Host functions dereference the pointer
         // only while `run.call` below executes, inside this borrow of `mem`; between
@@ -247,7 +261,7 @@ impl Procedure for WasmProcedure {
                     w.len() - 1
                 }
             };
-            let r = self.call(&mut w[i].1, mem_ptr, addr, args);
+            let r = self.call(&mut w[i].1, mem_ptr, addr, args, out);
             if matches!(r, Err(Failure::Trap(_))) {
                 // A trapped instance may be half-way through anything: start afresh.
                 w.swap_remove(i);
@@ -330,7 +344,8 @@ impl WasmProcedure {
         mem: *const (dyn Memory + 'static),
         addr: u64,
         args: &[u8],
-    ) -> Result<Outcome, Failure> {
+        done: &mut Vec<u8>,
+    ) -> Result<Option<Outcome>, Failure> {
         let trap = |e: &wasmtime::Error| Failure::Trap(self.trapped(e));
         let h = w.store.data_mut();
         h.mem = mem;
@@ -357,21 +372,25 @@ impl WasmProcedure {
             .call(&mut w.store, (addr as i64, ptr, len))
             .map_err(|e| trap(&e))?;
         let h = w.store.data_mut();
+        if code == 0 {
+            // The host buffer keeps its capacity for the next call.
+            done.extend_from_slice(&h.out);
+            return Ok(None);
+        }
         let out = std::mem::take(&mut h.out);
         match (code, h.resume_at) {
-            (0, _) => Ok(Outcome::Done(out)),
-            (1, Some(at)) => Ok(Outcome::Continue {
+            (1, Some(at)) => Ok(Some(Outcome::Continue {
                 addr: at,
                 state: out,
-            }),
+            })),
             (1, None) => Err(Failure::Abi(SprocError::Trapped {
                 proc: self.name.clone(),
                 reason: "returned 1 (continue) without continue_at".into(),
             })),
-            (RUN_PULL, _) if !h.pulls.is_empty() => Ok(Outcome::Pull {
+            (RUN_PULL, _) if !h.pulls.is_empty() => Ok(Some(Outcome::Pull {
                 ranges: std::mem::take(&mut h.pulls),
                 state: out,
-            }),
+            })),
             (RUN_PULL, _) => Err(Failure::Abi(SprocError::Trapped {
                 proc: self.name.clone(),
                 reason: format!("returned {RUN_PULL} (pull) without calling pull"),

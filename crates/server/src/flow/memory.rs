@@ -102,6 +102,24 @@ impl Memory for FlowMemory<'_> {
         self.last_miss.set(Some((addr, out.len() as u64)));
         Err(Miss::Remote)
     }
+
+    /// One word inside one local region (the common case) is a single load.
+    #[inline]
+    fn read_u64(&self, addr: u64) -> Result<u64, Miss> {
+        let rs = self.c.region_size;
+        let off = addr % rs;
+        if off + 8 <= rs
+            && addr < self.c.capacity.saturating_sub(7)
+            && let Some(Some(r)) = self.c.regions.get((addr / rs) as usize)
+        {
+            let mut b = [0u8; 8];
+            r.read_into(off as usize, &mut b);
+            return Ok(u64::from_le_bytes(b));
+        }
+        let mut b = [0u8; 8];
+        self.read(addr, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
 }
 
 #[cfg(test)]

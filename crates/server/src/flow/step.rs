@@ -32,7 +32,23 @@ pub fn run(
     args: &[u8],
 ) -> Step {
     let mem = FlowMemory::new(c, pulled);
-    match p.run(&mem, addr, args) {
+    let mut out = Vec::new();
+    match p.run_into(&mem, addr, args, &mut out) {
+        Ok(None) => Step::Done(out),
+        Ok(Some(o)) => next(p, c, &mem, addr, Ok(o)),
+        Err(e) => next(p, c, &mem, addr, Err(e)),
+    }
+}
+
+/// What a run at `addr` that ended with `r` asks for next.
+pub fn next(
+    p: &dyn Procedure,
+    c: &CacheRegions,
+    mem: &FlowMemory<'_>,
+    addr: u64,
+    r: Result<Outcome, SprocError>,
+) -> Step {
+    match r {
         Ok(Outcome::Done(r)) => Step::Done(r),
         Err(e) => Step::Fail(e),
         Ok(Outcome::Pull { ranges, state }) => Step::Pull {
