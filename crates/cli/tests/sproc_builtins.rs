@@ -483,3 +483,86 @@ fn peer_messages_are_batched_per_destination() {
         cluster.shutdown();
     }
 }
+
+/// Hundreds of hand-offs arriving at one worker of a server in a few frames: the
+/// worker queues them, wakes its idle sibling, and the sibling steals part of the
+/// queue. Every answer stays right.
+#[test]
+fn handed_over_invocations_are_shared_between_workers() {
+    const REGIONS: u64 = 8;
+    let opts = ClusterOptions::default()
+        .servers(2)
+        .server_threads(2)
+        .region_size(REGION)
+        .server_memory(8 << 20);
+    let cluster = LocalCluster::start(&opts).expect("cluster");
+    let client = cluster
+        .client_with(ClientConfig::new("").op_timeout(Duration::from_secs(10)))
+        .expect("client");
+    let cache = client
+        .create_with_region_size("steal", REGIONS * REGION, Some(REGION))
+        .expect("create");
+    let info = cache.info();
+    let (a, b) = (
+        info.regions[0],
+        info.regions[1..].iter().find(|&&s| s != info.regions[0]),
+    );
+    let b = *b.expect("cache spans both servers");
+    let on = |server: u32| -> Vec<u64> {
+        (0..REGIONS)
+            .filter(|&r| info.regions[r as usize] == server)
+            .map(|r| r * REGION)
+            .collect()
+    };
+    // One chain: a head on server A, then 63 nodes on server B. Every invocation makes
+    // one hand-off A -> B and 63 local hops on B.
+    let (a_regions, b_regions) = (on(a), on(b));
+    let mut rng = StdRng::seed_from_u64(5);
+    let head = a_regions[0] + 32 * rng.gen_range(0..REGION / 32);
+    let mut chain = vec![head];
+    let mut used = HashSet::from([head]);
+    while chain.len() < 64 {
+        let r = b_regions[rng.gen_range(0..b_regions.len())];
+        let n = r + 32 * rng.gen_range(0..REGION / 32);
+        if used.insert(n) {
+            chain.push(n);
+        }
+    }
+    let mut w = cache.batch();
+    for (i, &n) in chain.iter().enumerate() {
+        let next = chain.get(i + 1).copied().unwrap_or(NULL);
+        w.write(n + 8, &next.to_le_bytes());
+    }
+    assert!(w.run().first_error().is_none());
+
+    let b_handle = cluster
+        .servers()
+        .iter()
+        .find(|s| s.stats().server_id == b)
+        .expect("server B");
+    let mut rounds = 0;
+    while b_handle.stats().peer.stolen == 0 {
+        rounds += 1;
+        assert!(rounds <= 20, "no steal after 20 batches of 400 hand-offs");
+        let mut batch = cache.batch();
+        let asked: Vec<_> = (0..400)
+            .map(|_| {
+                batch.execute(
+                    Chase::NAME,
+                    head,
+                    &Chase::args_with(head, 8, 64, Flow::Ship),
+                )
+            })
+            .collect();
+        let res = batch.run();
+        for i in asked {
+            let r = Chase::result(res.data(i).expect("chase")).expect("decode");
+            assert_eq!(r, (NULL, 64), "round {rounds}");
+        }
+    }
+    let p = b_handle.stats().peer;
+    assert!(p.queued >= 400, "hand-offs go through the queue: {p:?}");
+    assert!(p.stolen <= p.queued, "{p:?}");
+    drop(cache);
+    cluster.shutdown();
+}

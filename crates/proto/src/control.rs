@@ -122,6 +122,12 @@ pub struct PeerStats {
     pub results: u64,
     /// Hand-offs given up: unreachable peer or no result before the deadline.
     pub failures: u64,
+    /// Invocations put on a worker's run queue (hand-offs received, pulls completed).
+    #[serde(default)]
+    pub queued: u64,
+    /// Queued invocations taken over by another, idle worker of this server.
+    #[serde(default)]
+    pub stolen: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

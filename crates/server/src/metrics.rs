@@ -31,6 +31,8 @@ pub struct PeerCounters {
     pub fetches: AtomicU64,
     pub results: AtomicU64,
     pub failures: AtomicU64,
+    pub queued: AtomicU64,
+    pub stolen: AtomicU64,
 }
 
 impl PeerCounters {
@@ -42,6 +44,8 @@ impl PeerCounters {
             fetches: self.fetches.load(Relaxed),
             results: self.results.load(Relaxed),
             failures: self.failures.load(Relaxed),
+            queued: self.queued.load(Relaxed),
+            stolen: self.stolen.load(Relaxed),
         }
     }
 
@@ -113,6 +117,8 @@ impl Metrics {
             ("fetches", p.fetches),
             ("results", p.results),
             ("failures", p.failures),
+            ("queued", p.queued),
+            ("stolen", p.stolen),
         ] {
             s += &format!("farcache_peer_{name}_total {v}\n");
         }

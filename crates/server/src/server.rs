@@ -29,6 +29,8 @@ pub struct Shared {
     pub shutdown: AtomicBool,
     /// Every worker's inbox (set once all workers exist).
     pub inboxes: std::sync::OnceLock<Vec<WorkerInbox>>,
+    /// Every worker's run queue, for idle workers to steal from.
+    pub sched: std::sync::OnceLock<crate::flow::sched::Board>,
     server_id: AtomicU32,
     nap: (Mutex<()>, Condvar),
 }
@@ -81,6 +83,7 @@ impl Server {
             procs: crate::procs::ProcTable::default(),
             shutdown: AtomicBool::new(false),
             inboxes: std::sync::OnceLock::new(),
+            sched: std::sync::OnceLock::new(),
             server_id: AtomicU32::new(0),
             nap: (Mutex::new(()), Condvar::new()),
             advertise,
@@ -91,7 +94,9 @@ impl Server {
         let mut wakers = Vec::new();
         let mut inboxes = Vec::new();
         let mut workers = Vec::new();
-        for id in 0..shared.config.threads {
+        let (board, queues) = crate::flow::sched::Board::new(shared.config.threads);
+        let _ = shared.sched.set(board);
+        for (id, queue) in queues.into_iter().enumerate() {
             let poll = Poll::new()?;
             let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
             let (tx, rx) = std::sync::mpsc::channel();
@@ -104,6 +109,7 @@ impl Server {
                 id,
                 poll,
                 incoming: rx,
+                queue,
                 shared: shared.clone(),
             });
         }

@@ -1,6 +1,8 @@
 //! A worker thread: one mio event loop owning its connections and its sessions to other
 //! servers. Every request runs to completion on the thread that read it; a procedure
 //! that continues elsewhere is parked in the worker's flow engine, not on the thread.
+//! Invocations that can run again wait on the worker's queue; a worker about to sleep
+//! steals from the others' queues first, and a worker with a backlog wakes a sleeper.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -14,13 +16,16 @@ use slab::Slab;
 use tracing::{debug, warn};
 
 use crate::conn::{Conn, WorkerCtx};
-use crate::flow::Engine;
+use crate::flow::sched::SHARE_AT;
 use crate::flow::sessions::PEER_BASE;
+use crate::flow::{Engine, Invocation};
 use crate::server::Shared;
 
 pub const WAKER: Token = Token(usize::MAX);
 /// How often parked invocations' deadlines are checked while the worker is idle.
 const DEADLINE_TICK: Duration = Duration::from_millis(10);
+/// Queued invocations run per loop turn before the worker looks at its sockets again.
+const RUN_BUDGET: usize = 256;
 
 /// What other threads hand a worker.
 pub enum WorkerMsg {
@@ -34,6 +39,7 @@ pub struct Worker {
     pub id: usize,
     pub poll: Poll,
     pub incoming: Receiver<WorkerMsg>,
+    pub queue: crossbeam_deque::Worker<Invocation>,
     pub shared: Arc<Shared>,
 }
 
@@ -60,27 +66,46 @@ struct Loop {
 impl Worker {
     pub fn run(mut self) {
         let mut events = Events::with_capacity(1024);
+        let queue = std::mem::replace(&mut self.queue, crossbeam_deque::Worker::new_fifo());
         let mut st = Loop {
             conns: Slab::new(),
-            engine: Engine::new(self.id, self.shared.config.peer_batching),
+            engine: Engine::new(self.id, self.shared.config.peer_batching, queue),
             serial: 0,
         };
         let spin = self.shared.config.busy_poll;
         let mut last_work = Instant::now();
         loop {
+            let sh = &*self.shared;
             let mut timeout =
                 (!spin.is_zero() && last_work.elapsed() < spin).then_some(Duration::ZERO);
-            if st.engine.has_waits() {
+            if st.engine.queued() > 0 {
+                timeout = Some(Duration::ZERO);
+            } else if st.engine.has_waits() {
                 timeout = Some(timeout.unwrap_or(DEADLINE_TICK));
             }
-            if let Err(e) = self.poll.poll(&mut events, timeout) {
+            // About to sleep: help a busier worker first. The idle bit goes up before
+            // the last look, so a worker queueing work after it wakes this one.
+            let sleeping = timeout != Some(Duration::ZERO);
+            if sleeping && let Some(board) = sh.sched.get() {
+                board.set_idle(self.id);
+                if st.engine.steal(sh, self.poll.registry()) {
+                    board.clear_idle(self.id);
+                    self.settle(&mut st);
+                    continue;
+                }
+            }
+            let polled = self.poll.poll(&mut events, timeout);
+            if sleeping && let Some(board) = sh.sched.get() {
+                board.clear_idle(self.id);
+            }
+            if let Err(e) = polled {
                 if e.kind() == std::io::ErrorKind::Interrupted {
                     continue;
                 }
                 warn!(worker = self.id, "poll failed: {e}");
                 return;
             }
-            if self.shared.shutdown.load(Ordering::Acquire) {
+            if sh.shutdown.load(Ordering::Acquire) {
                 return;
             }
             if !events.is_empty() {
@@ -91,18 +116,37 @@ impl Worker {
                 if t == WAKER {
                     self.adopt(&mut st);
                 } else if t.0 >= PEER_BASE {
-                    st.engine
-                        .on_session_event(&self.shared, self.poll.registry(), t, ev);
+                    st.engine.on_session_event(sh, self.poll.registry(), t, ev);
                 } else {
                     self.serve(&mut st, t.0);
                 }
             }
+            self.share(&st);
+            if st.engine.queued() > 0 {
+                st.engine.run_queue(sh, self.poll.registry(), RUN_BUDGET);
+            } else if events.is_empty() && !sleeping {
+                // Spinning with nothing to do (busy polling): look for work elsewhere.
+                st.engine.steal(sh, self.poll.registry());
+            }
             if st.engine.has_waits() {
-                st.engine
-                    .expire(&self.shared, self.poll.registry(), Instant::now());
+                st.engine.expire(sh, self.poll.registry(), Instant::now());
             }
             self.settle(&mut st);
             st.engine.forget_deadlines();
+        }
+    }
+
+    /// Wakes one sleeping worker when this one has more queued than it should run alone.
+    fn share(&self, st: &Loop) {
+        if st.engine.queued() < SHARE_AT {
+            return;
+        }
+        let sh = &*self.shared;
+        if let (Some(board), Some(inboxes)) = (sh.sched.get(), sh.inboxes.get())
+            && let Some(w) = board.claim_idle(self.id)
+            && let Some(inbox) = inboxes.get(w)
+        {
+            let _ = inbox.waker.wake();
         }
     }
 

@@ -3,11 +3,14 @@
 //! messages it exchanges with other servers.
 //!
 //! A parked invocation costs the worker nothing: it is a map entry, and the worker
-//! serves other requests until the answer (or the deadline) comes.
+//! serves other requests until the answer (or the deadline) comes. An invocation that
+//! can run again (handed over, or its pulled bytes arrived) goes on the worker's queue,
+//! from which idle workers of this server may steal it (see [`super::sched`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
+use crossbeam_deque::Worker as Deque;
 use farcache_proto::peer::PeerMsg;
 use farcache_proto::{CacheId, MAX_OP_BYTES, Status};
 use farcache_sproc::outcome::{TAG_CONTINUE, TAG_DONE, encode_failure};
@@ -67,6 +70,8 @@ pub struct Engine {
     pub foreign: Vec<(usize, Vec<u8>)>,
     pub sessions: Sessions,
     fallout: Fallout,
+    /// Invocations ready to run again; other workers steal from its far end.
+    queue: Deque<Invocation>,
 }
 
 fn worker_of(ticket: u64) -> usize {
@@ -80,8 +85,9 @@ fn failure(e: &SprocError) -> Vec<u8> {
 }
 
 impl Engine {
-    pub fn new(worker: usize, batching: bool) -> Self {
+    pub fn new(worker: usize, batching: bool, queue: Deque<Invocation>) -> Self {
         Self {
+            queue,
             worker,
             next: 0,
             waits: HashMap::new(),
@@ -95,6 +101,61 @@ impl Engine {
 
     pub fn has_waits(&self) -> bool {
         !self.waits.is_empty()
+    }
+
+    /// Invocations waiting on this worker's queue.
+    pub fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Puts a runnable invocation on the queue. Any worker may end up running it, so
+    /// an answer owed to one of this worker's clients becomes a ticket this worker
+    /// waits on, like a hand-off to another server.
+    fn enqueue(&mut self, sh: &Shared, mut inv: Invocation) {
+        if let Target::Local(hole) = inv.target {
+            let via = sh.advertise.clone();
+            let ticket = self.ticket(sh, Wait::Result { hole, via });
+            inv.target = Target::Remote {
+                origin: sh.advertise.clone(),
+                ticket,
+            };
+        }
+        PeerCounters::add(&sh.metrics.peer.queued, 1);
+        self.queue.push(inv);
+    }
+
+    fn run_one(&mut self, sh: &Shared, reg: &Registry, inv: Invocation) {
+        let step = Self::rerun(sh, &inv);
+        self.advance(sh, reg, inv, step);
+    }
+
+    /// Runs up to `budget` queued invocations; true if some are left.
+    pub fn run_queue(&mut self, sh: &Shared, reg: &Registry, budget: usize) -> bool {
+        for _ in 0..budget {
+            let Some(inv) = self.queue.pop() else {
+                break;
+            };
+            self.run_one(sh, reg, inv);
+        }
+        self.settle(sh, reg);
+        !self.queue.is_empty()
+    }
+
+    /// Takes part of another worker's queue and runs one of it; false if every other
+    /// queue was empty.
+    pub fn steal(&mut self, sh: &Shared, reg: &Registry) -> bool {
+        let Some(board) = sh.sched.get() else {
+            return false;
+        };
+        let before = self.queue.len();
+        let Some(first) = board.steal(self.worker, &self.queue) else {
+            return false;
+        };
+        let n = 1 + self.queue.len().saturating_sub(before);
+        PeerCounters::add(&sh.metrics.peer.stolen, n as u64);
+        self.run_one(sh, reg, first);
+        self.settle(sh, reg);
+        true
     }
 
     /// Drops the deadlines of answered waits once nothing is waiting any more.
@@ -350,8 +411,7 @@ impl Engine {
                         ticket,
                     },
                 };
-                let step = Self::rerun(sh, &inv);
-                self.advance(sh, reg, inv, step);
+                self.enqueue(sh, inv);
             }
             PeerMsg::Fetch {
                 ticket,
@@ -421,8 +481,7 @@ impl Engine {
                 if *outstanding == 0
                     && let Some(Wait::Data { inv, .. }) = self.waits.remove(&ticket)
                 {
-                    let step = Self::rerun(sh, &inv);
-                    self.advance(sh, reg, inv, step);
+                    self.enqueue(sh, inv);
                 }
             }
         }

@@ -4,12 +4,14 @@
 //! - [`step`]: one run of a procedure and what it asks for next;
 //! - [`memory`]: local regions plus the bytes pulled for an invocation;
 //! - [`engine`]: per-worker parked invocations, tickets, deadlines, peer messages;
+//! - [`sched`]: per-worker queues of runnable invocations, stolen by idle workers;
 //! - [`sessions`]: per-worker sessions to other servers, batched per destination;
 //! - [`pending`]: client responses waiting for answers from other servers.
 
 pub mod engine;
 pub mod memory;
 pub mod pending;
+pub mod sched;
 pub mod sessions;
 pub mod step;
 
