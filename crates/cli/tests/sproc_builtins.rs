@@ -566,3 +566,79 @@ fn handed_over_invocations_are_shared_between_workers() {
     drop(cache);
     cluster.shutdown();
 }
+
+/// Server A's region table says server B holds a region that server C holds. A hands
+/// a procedure to B, which knows better and passes it on to C (FFlow); A pulls from
+/// B, which answers `wrong server` naming C, and A asks C (DFlow). Answers stay right.
+#[test]
+fn stale_region_tables_are_corrected_on_the_way() {
+    use farcache_proto::Role;
+    use farcache_proto::blocking::{control_call, handshake};
+    use farcache_proto::control::{ControlRequest, ControlResponse};
+
+    let (cluster, cache, _) = cluster();
+    let info = cache.info();
+    let a = info.regions[0];
+    let r = (1..REGIONS as usize)
+        .find(|&i| info.regions[i] != a)
+        .expect("a region off server A");
+    let c = info.regions[r];
+    let b = info
+        .servers
+        .iter()
+        .map(|s| s.id)
+        .find(|&id| id != a && id != c)
+        .expect("a third server");
+    let addr_of = |id: u32| info.server(id).expect("server").addr.clone();
+    let handle = |id: u32| {
+        cluster
+            .servers()
+            .iter()
+            .find(|s| s.server_id() == id)
+            .expect("handle")
+    };
+
+    // A two-node chain: the head in region 0 (on A), the second node in region r (C).
+    let (n0, n1) = (64, r as u64 * REGION + 96);
+    cache.write(n0 + 8, &n1.to_le_bytes()).expect("link");
+    cache.write(n1 + 8, &NULL.to_le_bytes()).expect("end");
+
+    // Tell A, with a newer epoch than the manager's, that B holds region r.
+    let mut owners: Vec<String> = info.regions.iter().map(|&id| addr_of(id)).collect();
+    owners[r] = addr_of(b);
+    let mut s = std::net::TcpStream::connect(addr_of(a)).expect("connect A");
+    handshake(&mut s, Role::Manager, 77).expect("hello");
+    let req = ControlRequest::SetRoutes {
+        cache: info.id,
+        epoch: info.epoch + 1000,
+        owners,
+    };
+    assert!(matches!(
+        control_call(&mut s, &req),
+        Ok(ControlResponse::Ok)
+    ));
+
+    let before_b = handle(b).stats().peer;
+    let got = cache
+        .execute(Chase::NAME, n0, &Chase::args_with(n0, 8, 2, Flow::Ship))
+        .expect("FFlow through a stale table");
+    assert_eq!(Chase::result(&got).expect("decode"), (NULL, 2));
+    let after_b = handle(b).stats().peer;
+    assert!(
+        after_b.forwards > before_b.forwards,
+        "B passed the hand-off on: {after_b:?}"
+    );
+
+    let before_a = handle(a).stats().peer;
+    let got = cache
+        .execute(Chase::NAME, n0, &Chase::args_with(n0, 8, 2, Flow::Pull))
+        .expect("DFlow through a stale table");
+    assert_eq!(Chase::result(&got).expect("decode"), (NULL, 2));
+    let after_a = handle(a).stats().peer;
+    assert!(
+        after_a.fetches >= before_a.fetches + 2,
+        "A asked B, then C: {after_a:?}"
+    );
+    drop(cache);
+    cluster.shutdown();
+}

@@ -24,6 +24,7 @@ use super::sessions::{Fallout, Sessions};
 use super::step::{self, Step};
 use crate::metrics::PeerCounters;
 use crate::server::Shared;
+use crate::store::CacheRegions;
 
 /// Hand-offs plus pulls one invocation may make (as many as the client allows).
 pub const MAX_HOPS: u32 = 4096;
@@ -55,7 +56,26 @@ enum Wait {
         inv: Invocation,
         outstanding: u32,
         sources: Vec<String>,
+        /// Every piece asked for, to ask again where a `wrong server` answer points.
+        pieces: Vec<(u64, u32)>,
+        redirects: u32,
     },
+}
+
+/// `wrong server` answers one parked invocation follows before it fails: region
+/// tables that disagree for longer than this are not converging.
+const MAX_REDIRECTS: u32 = 16;
+
+/// The server this one believes holds `addr` of cache `c`: where the region went if it
+/// left this server, else the manager's table; never this server itself.
+fn owner_hint<'c>(c: &'c CacheRegions, addr: u64, me: &str) -> Option<&'c str> {
+    let moved = u32::try_from(addr / c.region_size)
+        .ok()
+        .and_then(|r| c.moved.get(&r))
+        .map(String::as_str);
+    moved
+        .or_else(|| c.owner(addr))
+        .filter(|o| !o.is_empty() && *o != me)
 }
 
 pub struct Engine {
@@ -237,8 +257,7 @@ impl Engine {
             let owner = map
                 .caches
                 .get(&inv.cache)
-                .and_then(|c| c.owner(addr))
-                .filter(|o| !o.is_empty() && *o != sh.advertise)
+                .and_then(|c| owner_hint(c, addr, &sh.advertise))
                 .map(str::to_owned);
             let Some(owner) = owner else {
                 // No region table here (or a stale one): the client library continues it.
@@ -322,7 +341,7 @@ impl Engine {
                 let n = (rs - at % rs).min(end - at);
                 match c.holds(at) {
                     true => {}
-                    false => match c.owner(at).filter(|o| !o.is_empty() && *o != sh.advertise) {
+                    false => match owner_hint(c, at, &sh.advertise) {
                         Some(o) => fetches.push((o.to_owned(), at, n as u32)),
                         None => {
                             let s = fail(format!(
@@ -350,6 +369,8 @@ impl Engine {
                 inv,
                 outstanding: fetches.len() as u32,
                 sources,
+                pieces: fetches.iter().map(|f| (f.1, f.2)).collect(),
+                redirects: 0,
             },
         );
         PeerCounters::add(&sh.metrics.peer.fetches, fetches.len() as u64);
@@ -437,6 +458,15 @@ impl Engine {
                 if status != Status::Ok {
                     data.clear();
                 }
+                // A stale table sent the FETCH here: say who holds the bytes, if known.
+                if status == Status::WrongServer
+                    && let Some(o) = map
+                        .caches
+                        .get(&cache)
+                        .and_then(|c| owner_hint(c, addr, &sh.advertise))
+                {
+                    data.extend_from_slice(o.as_bytes());
+                }
                 let reply = PeerMsg::Fetched {
                     ticket,
                     addr,
@@ -460,11 +490,39 @@ impl Engine {
                 data,
             } => {
                 let Some(Wait::Data {
-                    inv, outstanding, ..
+                    inv,
+                    outstanding,
+                    sources,
+                    pieces,
+                    redirects,
                 }) = self.waits.get_mut(&ticket)
                 else {
                     return debug!(ticket, "pulled data after its deadline, dropped");
                 };
+                // Asked a server that no longer holds the bytes: ask the one it names.
+                let hint = std::str::from_utf8(data).ok().filter(|h| !h.is_empty());
+                if status == Status::WrongServer
+                    && *redirects < MAX_REDIRECTS
+                    && let Some(owner) = hint.filter(|h| *h != sh.advertise)
+                    && let Some(&(_, len)) = pieces.iter().find(|p| p.0 == addr)
+                {
+                    *redirects += 1;
+                    if !sources.iter().any(|s| s == owner) {
+                        sources.push(owner.to_owned());
+                    }
+                    let cache = inv.cache;
+                    let owner = owner.to_owned();
+                    PeerCounters::add(&sh.metrics.peer.fetches, 1);
+                    let msg = PeerMsg::Fetch {
+                        ticket,
+                        origin: &sh.advertise,
+                        cache,
+                        addr,
+                        len,
+                    };
+                    self.send(sh, reg, &owner, &msg);
+                    return self.settle(sh, reg);
+                }
                 if status != Status::Ok {
                     if let Some(Wait::Data { inv, .. }) = self.waits.remove(&ticket) {
                         let e = SprocError::Flow(format!(
