@@ -14,7 +14,8 @@ pub(crate) enum Kind {
     Write,
     Cas,
     FetchAdd,
-    /// A stored procedure: name then args in the data buffer (`a` = name length).
+    /// A stored procedure: name at `data_off` (`a` bytes, shared by consecutive
+    /// calls of one procedure), args at `b` (`len` bytes) in the data buffer.
     Execute,
 }
 
@@ -27,7 +28,7 @@ pub(crate) struct BatchOp {
     pub data_off: usize,
     /// CAS expected / FETCH_ADD delta.
     pub a: u64,
-    /// CAS new value.
+    /// CAS new value; EXECUTE args offset.
     pub b: u64,
 }
 
@@ -51,6 +52,8 @@ pub struct Batch {
     pub(crate) cache: Arc<CacheShared>,
     pub(crate) ops: Vec<BatchOp>,
     pub(crate) data: Vec<u8>,
+    /// The last EXECUTE's name (offset, length) in `data`, reused by repeats.
+    last_proc: Option<(usize, usize)>,
 }
 
 impl Batch {
@@ -59,6 +62,7 @@ impl Batch {
             cache,
             ops: Vec::new(),
             data: Vec::new(),
+            last_proc: None,
         }
     }
 
@@ -125,16 +129,29 @@ impl Batch {
     /// result is its output bytes. A procedure that needs data held by another server
     /// continues there transparently (each hop is one more server round trip).
     pub fn execute(&mut self, proc: &str, addr: u64, args: &[u8]) -> usize {
-        let data_off = self.data.len();
-        self.data.extend_from_slice(proc.as_bytes());
+        // A batch usually calls one procedure many times: keep its name once.
+        let name_off = match self.last_proc {
+            Some((at, len))
+                if farcache_proto::op::same_name(&self.data[at..at + len], proc.as_bytes()) =>
+            {
+                at
+            }
+            _ => {
+                let at = self.data.len();
+                self.data.extend_from_slice(proc.as_bytes());
+                self.last_proc = Some((at, proc.len()));
+                at
+            }
+        };
+        let args_off = self.data.len();
         self.data.extend_from_slice(args);
         self.push(BatchOp {
             kind: Kind::Execute,
             addr,
             len: args.len() as u64,
-            data_off,
+            data_off: name_off,
             a: proc.len() as u64,
-            b: 0,
+            b: args_off as u64,
         })
     }
 

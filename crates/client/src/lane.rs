@@ -139,7 +139,9 @@ fn op_error(slot: &mut Slot, e: OpError) {
 
 impl LaneInner {
     fn submit(&mut self, batch: Batch) -> (usize, u64) {
-        let Batch { cache, ops, data } = batch;
+        let Batch {
+            cache, ops, data, ..
+        } = batch;
         let info = cache.info();
         let n = ops.len();
         let id = self.next_id;
@@ -354,8 +356,7 @@ impl LaneInner {
                     10,
                 ),
                 Kind::Execute => {
-                    let name_end = op.data_off + op.a as usize;
-                    let name = &t.data[op.data_off..name_end];
+                    let name = &t.data[op.data_off..op.data_off + op.a as usize];
                     if !farcache_proto::op::same_name(name, last_proc.as_bytes()) {
                         // The batch got it as a &str, so this only fails on a bug.
                         last_proc.clear();
@@ -369,7 +370,7 @@ impl LaneInner {
                     };
                     let args = match hop {
                         Some((state, _)) => state.as_slice(),
-                        None => &t.data[name_end..name_end + op.len as usize],
+                        None => &t.data[op.b as usize..op.b as usize + op.len as usize],
                     };
                     (
                         Op::Execute {

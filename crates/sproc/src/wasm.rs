@@ -254,6 +254,7 @@ impl Procedure for WasmProcedure {
         let mem_ptr: *const (dyn Memory + 'static) = unsafe { std::mem::transmute(short) };
         WARM.with(|w| {
             let mut w = w.borrow_mut();
+            purge_retired(&mut w);
             let i = match w.iter().position(|(id, _)| *id == self.id) {
                 Some(i) => i,
                 None => {
@@ -285,6 +286,45 @@ struct Warm {
 thread_local! {
     // A thread holds few procedures: a scan beats hashing the id on every call.
     static WARM: RefCell<Vec<(u64, Warm)>> = const { RefCell::new(Vec::new()) };
+    /// The value of [`RETIRED_GEN`] this thread's instances were last checked against.
+    static SEEN_GEN: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Ids of dropped procedures (re-registered, or their cache dropped), and a counter
+/// bumped with each: threads drop their instances of those at their next call, so a
+/// procedure's instances do not outlive it in threads that never run it again.
+static RETIRED: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
+static RETIRED_GEN: AtomicU64 = AtomicU64::new(0);
+
+impl Drop for WasmProcedure {
+    fn drop(&mut self) {
+        if let Ok(mut r) = RETIRED.lock() {
+            r.push(self.id);
+        }
+        RETIRED_GEN.fetch_add(1, Ordering::Release);
+    }
+}
+
+/// Drops this thread's instances of retired procedures, if any retired since the
+/// last look (one atomic load otherwise).
+fn purge_retired(warm: &mut Vec<(u64, Warm)>) {
+    let now = RETIRED_GEN.load(Ordering::Acquire);
+    if SEEN_GEN.get() == now {
+        return;
+    }
+    SEEN_GEN.set(now);
+    if let Ok(r) = RETIRED.lock() {
+        warm.retain(|(id, _)| !r.contains(id));
+    }
+}
+
+/// Instances of procedures this thread holds (for tests of the purge).
+pub fn warm_instances() -> usize {
+    WARM.with(|w| {
+        let mut w = w.borrow_mut();
+        purge_retired(&mut w);
+        w.len()
+    })
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);

@@ -193,3 +193,37 @@ fn sum_pull_asks_for_the_remote_records_once() {
     let e = bad.run(&mem, 0, b"").expect_err("no pull named");
     assert!(e.to_string().contains("without calling pull"), "{e}");
 }
+
+/// A thread keeps an instance per procedure it ran; when the procedure is dropped
+/// (re-registered, or its cache dropped), the thread lets go of the instance too.
+#[test]
+fn instances_of_dropped_procedures_are_released() {
+    let rt = runtime();
+    let bytes = vec![1u8; 64];
+    let local = [true];
+    let mem = VecMemory {
+        bytes: &bytes,
+        region_size: 64,
+        local: &local,
+    };
+    let before = farcache_sproc::wasm::warm_instances();
+    let (a, b) = (
+        rt.compile("a", SUM.as_bytes()).expect("compile a"),
+        rt.compile("b", SUM.as_bytes()).expect("compile b"),
+    );
+    for p in [&a, &b] {
+        assert!(matches!(
+            p.run(&mem, 0, &sum_args(0, 2)),
+            Ok(Outcome::Done(_))
+        ));
+    }
+    assert_eq!(farcache_sproc::wasm::warm_instances(), before + 2);
+    drop(a);
+    assert_eq!(farcache_sproc::wasm::warm_instances(), before + 1);
+    assert!(
+        matches!(b.run(&mem, 0, &sum_args(0, 2)), Ok(Outcome::Done(_))),
+        "the other procedure keeps its instance and works"
+    );
+    drop(b);
+    assert_eq!(farcache_sproc::wasm::warm_instances(), before);
+}
