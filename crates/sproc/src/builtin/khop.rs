@@ -2,9 +2,10 @@
 //! CSR layout: vertex `v`'s entry at `vbase + 16 v` is (`first edge index` u64,
 //! `degree` u32, padding u32); the edge list at `ebase` is u32 vertex ids.
 //!
-//! The breadth-first search keeps its whole state (visited set, frontier, position in
-//! the current adjacency list) in the continuation. With [`Flow::Ship`] it moves to
-//! whichever server holds the next vertex entry or edge list; with [`Flow::Pull`] it
+//! The breadth-first search keeps its whole state (visited set, frontier, positions in
+//! the adjacency lists being walked) in the continuation. With [`Flow::Ship`] it does
+//! every part of the level this server can read (entries and edge lists in any order),
+//! and only then moves to a server holding something still missing; with [`Flow::Pull`] it
 //! stays where it started and, once per level, pulls every remote vertex entry and then
 //! every remote edge list of the frontier in one request per phase, which the server
 //! batches per destination.
@@ -29,8 +30,8 @@ struct Bfs {
     vertices: u32,
     k: u8,
     depth: u8,
-    /// Adjacency list being walked: (vertex, first edge, degree, next edge).
-    cur: Option<(u32, u64, u32, u32)>,
+    /// Adjacency lists being walked: (vertex, first edge, degree, next edge).
+    adj: Vec<(u32, u64, u32, u32)>,
     visited: Vec<u32>,
     frontier: Vec<u32>,
     next: Vec<u32>,
@@ -100,21 +101,17 @@ fn read_list(r: &mut ArgReader<'_>, what: &str, limit: u32) -> Result<Vec<u32>, 
 
 impl Bfs {
     fn encode(&self) -> Vec<u8> {
-        let (flag, (v, s, d, j)) = match self.cur {
-            Some(c) => (1, c),
-            None => (0, (0, 0, 0, 0)),
-        };
         let w = ArgWriter::default()
             .u64(self.vbase)
             .u64(self.ebase)
             .u32(self.vertices)
             .u8(self.k)
             .u8(self.depth)
-            .u8(flag)
-            .u32(v)
-            .u64(s)
-            .u32(d)
-            .u32(j);
+            .u32(self.adj.len() as u32);
+        let w = self
+            .adj
+            .iter()
+            .fold(w, |w, &(v, s, d, j)| w.u32(v).u64(s).u32(d).u32(j));
         let w = list(w, &self.visited);
         let w = list(w, &self.frontier);
         list(w, &self.next)
@@ -181,20 +178,27 @@ impl Bfs {
         let vertices = r.u32("vertices")?;
         let k = r.u8("k")?;
         let depth = r.u8("depth")?;
-        let flag = r.u8("cursor flag")?;
-        let cur = (
-            r.u32("vertex")?,
-            r.u64("first edge")?,
-            r.u32("degree")?,
-            r.u32("edge")?,
-        );
+        let walks = r.u32("walks")?;
+        if walks as usize > MAX_OUTPUT / 20 {
+            return Err(SprocError::bad(NAME, "too many adjacency walks"));
+        }
+        let adj = (0..walks)
+            .map(|_| {
+                Ok((
+                    r.u32("vertex")?,
+                    r.u64("first edge")?,
+                    r.u32("degree")?,
+                    r.u32("edge")?,
+                ))
+            })
+            .collect::<Result<Vec<_>, SprocError>>()?;
         let mut b = Bfs {
             vbase,
             ebase,
             vertices,
             k,
             depth,
-            cur: (flag == 1).then_some(cur),
+            adj,
             visited: read_list(&mut r, "visited", vertices)?,
             frontier: read_list(&mut r, "frontier", vertices)?,
             next: read_list(&mut r, "next", vertices)?,
@@ -218,36 +222,7 @@ impl Procedure for KHop {
     fn run(&self, mem: &dyn Memory, _addr: u64, args: &[u8]) -> Result<Outcome, SprocError> {
         let mut b = Bfs::decode(args)?;
         let mut seen: HashSet<u32> = b.visited.iter().copied().collect();
-        loop {
-            if let Some((v, first, degree, mut j)) = b.cur {
-                while j < degree {
-                    let idx = first.checked_add(j.into()).ok_or_else(|| {
-                        SprocError::bad(NAME, format!("edge index overflow at vertex {v}"))
-                    })?;
-                    let at = super::element(NAME, b.ebase, idx, 4)?;
-                    match mem.read_u32(at) {
-                        Ok(u) if u >= b.vertices => {
-                            return Err(SprocError::bad(NAME, format!("edge to vertex {u}")));
-                        }
-                        Ok(u) => {
-                            if seen.insert(u) {
-                                b.visited.push(u);
-                                b.next.push(u);
-                            }
-                        }
-                        Err(m) => {
-                            b.cur = Some((v, first, degree, j));
-                            return super::on_miss(NAME, m, at, 4, || b.encode());
-                        }
-                    }
-                    j += 1;
-                }
-                b.cur = None;
-                continue;
-            }
-            if b.depth >= b.k {
-                break;
-            }
+        while b.depth < b.k {
             // Starting a level's walk: under DFlow bring its bytes here first.
             if b.flow == Flow::Pull && b.ready != b.depth + 1 {
                 let want = b.missing(mem)?;
@@ -259,32 +234,104 @@ impl Procedure for KHop {
                 }
                 b.ready = b.depth + 1;
             }
-            let Some(&v) = b.frontier.last() else {
-                if b.next.is_empty() {
-                    break;
+            // Everything of this level readable here, until a pass gets nowhere.
+            let blocked = loop {
+                let (progress, blocked) = b.pass(mem, &mut seen)?;
+                if !progress {
+                    break blocked;
                 }
-                b.frontier = std::mem::take(&mut b.next);
-                b.depth += 1;
-                continue;
             };
-            let at = super::element(NAME, b.vbase, v.into(), VERTEX_ENTRY)?;
-            let mut e = [0u8; 12];
-            if let Err(m) = mem.read(at, &mut e) {
-                return super::on_miss(NAME, m, at, 12, || b.encode());
+            if let Some((at, len)) = blocked {
+                // The rest lives elsewhere: continue where the first of it is.
+                return super::on_miss(NAME, Miss::Remote, at, len, || b.encode());
             }
-            b.frontier.pop();
-            let (mut f, mut d) = ([0u8; 8], [0u8; 4]);
-            f.copy_from_slice(&e[..8]);
-            d.copy_from_slice(&e[8..]);
-            b.cur = Some((v, u64::from_le_bytes(f), u32::from_le_bytes(d), 0));
-            if b.visited.len() * 4 > MAX_OUTPUT {
-                return Err(SprocError::TooLarge {
-                    proc: NAME,
-                    limit: MAX_OUTPUT,
-                });
+            if b.next.is_empty() {
+                break;
             }
+            b.frontier = std::mem::take(&mut b.next);
+            b.depth += 1;
         }
         let within = b.visited.len().saturating_sub(1) as u64;
         Ok(Outcome::Done(within.to_le_bytes().to_vec()))
+    }
+}
+
+impl Bfs {
+    /// Walks the adjacency lists and reads the frontier's vertex entries as far as this
+    /// server can. Returns whether anything moved, and the first range it could not read.
+    fn pass(
+        &mut self,
+        mem: &dyn Memory,
+        seen: &mut HashSet<u32>,
+    ) -> Result<(bool, Option<(u64, u64)>), SprocError> {
+        let (mut progress, mut blocked) = (false, None);
+        let remote = |m: Miss, at: u64, len: u64| match m {
+            Miss::Remote => Ok((at, len)),
+            Miss::OutOfRange => Err(SprocError::OutOfRange {
+                proc: NAME,
+                addr: at,
+                len,
+            }),
+        };
+        let mut i = 0;
+        while i < self.adj.len() {
+            let (v, first, degree, mut j) = self.adj[i];
+            let mut stuck = false;
+            while j < degree {
+                let idx = first.checked_add(j.into()).ok_or_else(|| {
+                    SprocError::bad(NAME, format!("edge index overflow at vertex {v}"))
+                })?;
+                let at = super::element(NAME, self.ebase, idx, 4)?;
+                match mem.read_u32(at) {
+                    Ok(u) if u >= self.vertices => {
+                        return Err(SprocError::bad(NAME, format!("edge to vertex {u}")));
+                    }
+                    Ok(u) => {
+                        if seen.insert(u) {
+                            self.visited.push(u);
+                            self.next.push(u);
+                        }
+                    }
+                    Err(m) => {
+                        blocked.get_or_insert(remote(m, at, 4)?);
+                        stuck = true;
+                        break;
+                    }
+                }
+                j += 1;
+                progress = true;
+            }
+            if stuck {
+                self.adj[i].3 = j;
+                i += 1;
+            } else {
+                self.adj.swap_remove(i);
+            }
+        }
+        let mut i = 0;
+        while i < self.frontier.len() {
+            let v = self.frontier[i];
+            let at = super::element(NAME, self.vbase, v.into(), VERTEX_ENTRY)?;
+            let mut e = [0u8; 12];
+            if let Err(m) = mem.read(at, &mut e) {
+                blocked.get_or_insert(remote(m, at, 12)?);
+                i += 1;
+                continue;
+            }
+            self.frontier.swap_remove(i);
+            let (mut f, mut d) = ([0u8; 8], [0u8; 4]);
+            f.copy_from_slice(&e[..8]);
+            d.copy_from_slice(&e[8..]);
+            self.adj
+                .push((v, u64::from_le_bytes(f), u32::from_le_bytes(d), 0));
+            progress = true;
+        }
+        if self.visited.len() * 4 > MAX_OUTPUT {
+            return Err(SprocError::TooLarge {
+                proc: NAME,
+                limit: MAX_OUTPUT,
+            });
+        }
+        Ok((progress, blocked))
     }
 }
