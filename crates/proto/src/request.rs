@@ -83,27 +83,6 @@ impl RequestEncoder {
                 self.count += 1;
                 return;
             }
-            _ => {}
-        }
-        out.push(op.code() as u8);
-        match *op {
-            Op::Read { .. } | Op::Write { .. } => {}
-            Op::Cas {
-                cache,
-                addr,
-                expected,
-                new,
-            } => {
-                out.extend_from_slice(&cache.to_le_bytes());
-                out.extend_from_slice(&addr.to_le_bytes());
-                out.extend_from_slice(&expected.to_le_bytes());
-                out.extend_from_slice(&new.to_le_bytes());
-            }
-            Op::FetchAdd { cache, addr, delta } => {
-                out.extend_from_slice(&cache.to_le_bytes());
-                out.extend_from_slice(&addr.to_le_bytes());
-                out.extend_from_slice(&delta.to_le_bytes());
-            }
             Op::Execute {
                 cache,
                 addr,
@@ -121,18 +100,43 @@ impl RequestEncoder {
                         out.get(self.start + at..self.start + at + len)
                             .is_some_and(|prev| crate::op::same_name(prev, name))
                     });
-                out.reserve(4 + 8 + 1 + name.len() + 4 + args.len());
-                out.extend_from_slice(&cache.to_le_bytes());
-                out.extend_from_slice(&addr.to_le_bytes());
-                if repeat {
-                    out.push(0);
-                } else {
-                    out.push(name.len() as u8);
+                let sent = if repeat { 0 } else { name.len() };
+                let mut h = [0u8; 14];
+                h[0] = OpCode::Execute as u8;
+                h[1..5].copy_from_slice(&cache.to_le_bytes());
+                h[5..13].copy_from_slice(&addr.to_le_bytes());
+                h[13] = sent as u8;
+                out.reserve(h.len() + sent + 4 + args.len());
+                out.extend_from_slice(&h);
+                if !repeat {
                     self.last_name = Some((out.len() - self.start, name.len()));
                     out.extend_from_slice(name);
                 }
                 out.extend_from_slice(&(args.len() as u32).to_le_bytes());
                 out.extend_from_slice(args);
+                self.count += 1;
+                return;
+            }
+            _ => {}
+        }
+        out.push(op.code() as u8);
+        match *op {
+            Op::Read { .. } | Op::Write { .. } | Op::Execute { .. } => {}
+            Op::Cas {
+                cache,
+                addr,
+                expected,
+                new,
+            } => {
+                out.extend_from_slice(&cache.to_le_bytes());
+                out.extend_from_slice(&addr.to_le_bytes());
+                out.extend_from_slice(&expected.to_le_bytes());
+                out.extend_from_slice(&new.to_le_bytes());
+            }
+            Op::FetchAdd { cache, addr, delta } => {
+                out.extend_from_slice(&cache.to_le_bytes());
+                out.extend_from_slice(&addr.to_le_bytes());
+                out.extend_from_slice(&delta.to_le_bytes());
             }
             Op::Ping => {}
         }

@@ -172,34 +172,38 @@ impl<'a> ResponseDecoder<'a> {
         Ok(())
     }
 
-    /// Successful READ and WRITE replies, the common case, with one bounds check.
+    /// Successful READ, WRITE and EXECUTE replies, the common case, with one bounds
+    /// check.
     #[inline]
     fn decode_fast(&mut self) -> Option<Reply<'a>> {
         let r = self.cur.rest();
         if r.len() < 2 || r[1] != Status::Ok as u8 {
             return None;
         }
-        match r[0] {
+        let op = match r[0] {
             x if x == OpCode::Write as u8 => {
                 self.cur.advance(2);
-                Some(Reply {
+                return Some(Reply {
                     op: OpCode::Write,
                     status: Status::Ok,
                     body: ReplyBody::None,
-                })
+                });
             }
-            x if x == OpCode::Read as u8 && r.len() >= 6 => {
-                let len = le_u32(r, 2) as usize;
-                let data = r.get(6..6 + len)?;
-                self.cur.advance(6 + len);
-                Some(Reply {
-                    op: OpCode::Read,
-                    status: Status::Ok,
-                    body: ReplyBody::Data(data),
-                })
-            }
-            _ => None,
+            x if x == OpCode::Read as u8 => OpCode::Read,
+            x if x == OpCode::Execute as u8 => OpCode::Execute,
+            _ => return None,
+        };
+        if r.len() < 6 {
+            return None;
         }
+        let len = le_u32(r, 2) as usize;
+        let data = r.get(6..6usize.checked_add(len)?)?;
+        self.cur.advance(6 + len);
+        Some(Reply {
+            op,
+            status: Status::Ok,
+            body: ReplyBody::Data(data),
+        })
     }
 
     /// Every op kind, with full checks (the fast path above covers the common ones).
