@@ -37,6 +37,18 @@ pub trait Procedure: Send + Sync {
     }
 }
 
+/// [`Procedure::run`] for a procedure whose work is in its `run_into`.
+pub fn run_by_into<P: Procedure + ?Sized>(
+    p: &P,
+    mem: &dyn Memory,
+    addr: u64,
+    args: &[u8],
+) -> Result<Outcome, SprocError> {
+    let mut out = Vec::new();
+    Ok(p.run_into(mem, addr, args, &mut out)?
+        .unwrap_or(Outcome::Done(out)))
+}
+
 /// Procedures a server can run, by name.
 #[derive(Clone, Default)]
 pub struct Registry {

@@ -234,10 +234,7 @@ impl Procedure for WasmProcedure {
     }
 
     fn run(&self, mem: &dyn Memory, addr: u64, args: &[u8]) -> Result<Outcome, SprocError> {
-        let mut out = Vec::new();
-        Ok(self
-            .run_into(mem, addr, args, &mut out)?
-            .unwrap_or(Outcome::Done(out)))
+        crate::procedure::run_by_into(self, mem, addr, args)
     }
 
     fn run_into(

@@ -373,18 +373,31 @@ impl Engine {
                 redirects: 0,
             },
         );
-        PeerCounters::add(&sh.metrics.peer.fetches, fetches.len() as u64);
         for (dest, addr, len) in fetches {
-            let msg = PeerMsg::Fetch {
-                ticket,
-                origin: &sh.advertise,
-                cache,
-                addr,
-                len,
-            };
-            self.send(sh, reg, &dest, &msg);
+            self.fetch(sh, reg, &dest, ticket, cache, (addr, len));
         }
         None
+    }
+
+    /// Asks `dest` for the bytes `piece` = (addr, len) of `cache` on behalf of `ticket`.
+    fn fetch(
+        &mut self,
+        sh: &Shared,
+        reg: &Registry,
+        dest: &str,
+        ticket: u64,
+        cache: CacheId,
+        piece: (u64, u32),
+    ) {
+        PeerCounters::add(&sh.metrics.peer.fetches, 1);
+        let msg = PeerMsg::Fetch {
+            ticket,
+            origin: &sh.advertise,
+            cache,
+            addr: piece.0,
+            len: piece.1,
+        };
+        self.send(sh, reg, dest, &msg);
     }
 
     fn deliver(&mut self, sh: &Shared, reg: &Registry, target: Target, hops: u32, body: Vec<u8>) {
@@ -510,17 +523,8 @@ impl Engine {
                     if !sources.iter().any(|s| s == owner) {
                         sources.push(owner.to_owned());
                     }
-                    let cache = inv.cache;
-                    let owner = owner.to_owned();
-                    PeerCounters::add(&sh.metrics.peer.fetches, 1);
-                    let msg = PeerMsg::Fetch {
-                        ticket,
-                        origin: &sh.advertise,
-                        cache,
-                        addr,
-                        len,
-                    };
-                    self.send(sh, reg, &owner, &msg);
+                    let (cache, owner) = (inv.cache, owner.to_owned());
+                    self.fetch(sh, reg, &owner, ticket, cache, (addr, len));
                     return self.settle(sh, reg);
                 }
                 if status != Status::Ok {
