@@ -268,7 +268,16 @@ impl Engine {
                 return self.deliver(sh, reg, inv.target, inv.hops, body);
             };
             let (origin, ticket) = match inv.target {
-                Target::Remote { origin, ticket } => (origin, ticket),
+                Target::Remote { origin, ticket } => {
+                    // A queued invocation of this worker's own client: its wait now
+                    // depends on the server it goes to (a broken session fails it).
+                    if origin == sh.advertise
+                        && let Some(Wait::Result { via, .. }) = self.waits.get_mut(&ticket)
+                    {
+                        via.clone_from(&owner);
+                    }
+                    (origin, ticket)
+                }
                 Target::Local(hole) => {
                     let via = owner.clone();
                     let t = self.ticket(sh, Wait::Result { hole, via });
@@ -573,9 +582,13 @@ impl Engine {
             let Fallout { bounced, down } = std::mem::take(&mut self.fallout);
             for (why, raw) in bounced {
                 match PeerMsg::decode(&raw) {
-                    Ok(PeerMsg::Forward { ticket, origin, .. }) if origin == sh.advertise => {
+                    Ok(PeerMsg::Forward { ticket, origin, .. })
+                        if origin == sh.advertise && worker_of(ticket) == self.worker =>
+                    {
                         self.fail_wait(sh, reg, ticket, &why)
                     }
+                    // Another server's invocation, or one of another worker's here
+                    // (stolen from its queue): the failure goes to whoever waits.
                     Ok(PeerMsg::Forward {
                         ticket,
                         origin,
@@ -584,13 +597,11 @@ impl Engine {
                     }) => {
                         PeerCounters::add(&sh.metrics.peer.failures, 1);
                         let body = failure(&SprocError::Flow(why));
-                        let msg = PeerMsg::Result {
+                        let target = Target::Remote {
+                            origin: origin.to_owned(),
                             ticket,
-                            hops,
-                            body: &body,
                         };
-                        let origin = origin.to_owned();
-                        self.send(sh, reg, &origin, &msg);
+                        self.deliver(sh, reg, target, hops, body);
                     }
                     Ok(PeerMsg::Fetch { ticket, .. }) => self.fail_wait(sh, reg, ticket, &why),
                     Ok(_) | Err(_) => debug!("undeliverable answer dropped: {why}"),
