@@ -99,6 +99,10 @@ pub struct SprocBenchOptions {
     /// Requests per redis-benchmark run (default: those of `bench io`).
     pub redis_requests: Option<u64>,
     pub quick: bool,
+    /// Run rows 1–2 (records on one server).
+    pub records_rows: bool,
+    /// Run rows 3–4 (chase and k-hop over 3 servers).
+    pub spread_rows: bool,
 }
 
 impl SprocBenchOptions {
@@ -115,10 +119,15 @@ impl SprocBenchOptions {
             baselines: true,
             redis_requests: None,
             quick,
+            records_rows: true,
+            spread_rows: true,
         }
     }
 
     fn validate(&self) -> Result<()> {
+        if !(self.records_rows || self.spread_rows) {
+            return Err(BenchError::InvalidArgument("no section selected".into()));
+        }
         if self.b.is_empty() || self.q.is_empty() {
             return Err(BenchError::InvalidArgument("no b or q given".into()));
         }
@@ -179,7 +188,7 @@ fn cluster_err(e: impl std::fmt::Display) -> BenchError {
 pub fn run_sproc_bench(opts: &SprocBenchOptions) -> Result<BenchReport> {
     opts.validate()?;
     let mut report = BenchReport::new("sproc");
-    if opts.baselines {
+    if opts.baselines && opts.records_rows {
         ensure_tools(&[Tool::RedisServer, Tool::RedisBenchmark])?;
         if let Err(e) = ensure_tools(&[Tool::DejaVuFont]) {
             tracing::debug!("chart font unavailable: {e}");
@@ -197,8 +206,12 @@ pub fn run_sproc_bench(opts: &SprocBenchOptions) -> Result<BenchReport> {
                 .into(),
         );
     }
-    records_section(opts, &mut report)?;
-    spread_section(opts, &mut report)?;
+    if opts.records_rows {
+        records_section(opts, &mut report)?;
+    }
+    if opts.spread_rows {
+        spread_section(opts, &mut report)?;
+    }
     Ok(report)
 }
 
@@ -218,7 +231,6 @@ struct AggTable {
     k: u32,
     ops: Vec<(u64, u32)>,
     expected: Vec<u64>,
-    args: Vec<Vec<u8>>,
 }
 
 impl AggTable {
@@ -228,7 +240,6 @@ impl AggTable {
             k,
             ops: Vec::with_capacity(TABLE),
             expected: Vec::with_capacity(TABLE),
-            args: Vec::with_capacity(TABLE),
         };
         for _ in 0..TABLE {
             let (first, step) = if k == 1 {
@@ -243,14 +254,19 @@ impl AggTable {
                 (0..u64::from(k)).fold(0u64, |a, j| a.wrapping_add(record_value(first + j * step)));
             t.ops.push((base, stride));
             t.expected.push(sum);
-            t.args.push(Aggregate::call(AggFn::Sum, k, stride));
         }
         t
     }
 
+    /// Op `j`'s arguments, built on the stack like the reads' addresses (a table of
+    /// heap-allocated arguments would cost this variant a cache miss per op).
+    fn args(&self, j: usize) -> [u8; 9] {
+        Aggregate::call(AggFn::Sum, self.k, self.ops[j].1)
+    }
+
     fn execute(&self, b: &mut Batch, j: usize) {
         let (base, _) = self.ops[j];
-        b.execute(Aggregate::NAME, base, &self.args[j]);
+        b.execute(Aggregate::NAME, base, &self.args(j));
     }
 
     /// Errors among the `n` logical ops starting at table index `first`.
@@ -262,6 +278,29 @@ impl AggTable {
                     .ok()
                     .and_then(|d| Aggregate::result(d).ok())
                     .is_none_or(|v| v != want)
+            })
+            .count() as u64
+    }
+
+    /// Op `j` as a call of `sum.wat` (one record only): base u64, n u32, then a zero
+    /// index and partial sum.
+    fn execute_wasm(&self, b: &mut Batch, j: usize) {
+        let base = self.ops[j].0;
+        let mut a = [0u8; 24];
+        a[..8].copy_from_slice(&base.to_le_bytes());
+        a[8..12].copy_from_slice(&self.k.to_le_bytes());
+        b.execute("sum", base, &a);
+    }
+
+    fn check_wasm(&self, r: &BatchResults, first: usize, n: usize) -> u64 {
+        (0..n)
+            .filter(|&i| {
+                let want = self.expected[(first + i) % TABLE];
+                r.data(i)
+                    .ok()
+                    .and_then(|d| d.get(..8).and_then(|s| s.try_into().ok()))
+                    .map(u64::from_le_bytes)
+                    != Some(want)
             })
             .count() as u64
     }
@@ -300,70 +339,131 @@ struct RunOutcome {
     latency: LatencySummary,
 }
 
-/// Keeps `q` batches of `b` logical ops in flight for `duration` after a warm-up;
-/// `fill` adds logical op `j` (a table index) to a batch, `check` counts the wrong
-/// answers among a completed batch's `n` logical ops starting at table index `first`.
-fn run_batched(
+/// Slices per variant of [`run_paired`]; each variant is measured for `duration` in all.
+const PAIRED_SLICES: u32 = 6;
+
+/// Two variants of the same logical work measured in alternating slices (A B B A A B …)
+/// of `duration / PAIRED_SLICES` each (`duration` per variant), so their ratio is not skewed by the shared
+/// machine speeding up or slowing down between two long runs.
+fn run_paired<FA, CA, FB, CB>(
     cache: &Cache,
     b: usize,
     q: usize,
     duration: Duration,
-    mut fill: impl FnMut(&mut Batch, usize),
-    mut check: impl FnMut(&BatchResults, usize, usize) -> u64,
-) -> RunOutcome {
-    let mut hist = LatencyHistogram::new();
-    let mut inflight: VecDeque<(Instant, usize, Ticket)> = VecDeque::with_capacity(q + 1);
-    let mut next = 0usize;
-    let (mut ops, mut errors, mut submitted) = (0u64, 0u64, 0u64);
-    let mut measuring = false;
-    let mut start = Instant::now();
-    let mut end = start + WARMUP;
-    loop {
-        let now = Instant::now();
-        if now >= end {
-            if measuring {
-                break;
-            }
-            // Warm-up over: finish its batches, then start the clock.
-            while let Some((_, first, t)) = inflight.pop_front() {
-                errors += check(&t.wait(), first, b);
-            }
-            measuring = true;
-            start = Instant::now();
-            end = start + duration;
+    a: &mut Batched<FA, CA>,
+    bv: &mut Batched<FB, CB>,
+) -> (RunOutcome, RunOutcome)
+where
+    FA: FnMut(&mut Batch, usize),
+    CA: FnMut(&BatchResults, usize, usize) -> u64,
+    FB: FnMut(&mut Batch, usize),
+    CB: FnMut(&BatchResults, usize, usize) -> u64,
+{
+    let slice = duration / PAIRED_SLICES;
+    for i in 0..PAIRED_SLICES {
+        if i % 2 == 0 {
+            a.slice(cache, b, q, slice);
+            bv.slice(cache, b, q, slice);
+        } else {
+            bv.slice(cache, b, q, slice);
+            a.slice(cache, b, q, slice);
         }
-        let mut batch = cache.batch();
-        let first = next;
-        for _ in 0..b {
-            fill(&mut batch, next);
-            next = (next + 1) % TABLE;
+    }
+    (a.outcome(), bv.outcome())
+}
+
+/// A batched run measured in one or more slices: `q` batches of `b` logical ops kept in
+/// flight, `fill` adds logical op `j` (a table index) to a batch, `check` counts the
+/// wrong answers among a completed batch's `n` logical ops starting at table index
+/// `first`.
+struct Batched<F, C> {
+    fill: F,
+    check: C,
+    hist: LatencyHistogram,
+    /// Next table index.
+    next: usize,
+    /// Logical ops submitted (warm-ups included), measured, and wrong.
+    submitted: u64,
+    ops: u64,
+    errors: u64,
+    /// Measured time over all slices.
+    secs: f64,
+}
+
+impl<F, C> Batched<F, C>
+where
+    F: FnMut(&mut Batch, usize),
+    C: FnMut(&BatchResults, usize, usize) -> u64,
+{
+    fn new(fill: F, check: C) -> Self {
+        Self {
+            fill,
+            check,
+            hist: LatencyHistogram::new(),
+            next: 0,
+            submitted: 0,
+            ops: 0,
+            errors: 0,
+            secs: 0.0,
         }
-        inflight.push_back((Instant::now(), first, batch.submit()));
-        submitted += b as u64;
-        if inflight.len() >= q
-            && let Some((t0, first, t)) = inflight.pop_front()
-        {
+    }
+
+    /// A warm-up, then `duration` measured.
+    fn slice(&mut self, cache: &Cache, b: usize, q: usize, duration: Duration) {
+        let mut inflight: VecDeque<(Instant, usize, Ticket)> = VecDeque::with_capacity(q + 1);
+        let mut measuring = false;
+        let mut start = Instant::now();
+        let mut end = start + WARMUP;
+        loop {
+            let now = Instant::now();
+            if now >= end {
+                if measuring {
+                    break;
+                }
+                // Warm-up over: finish its batches, then start the clock.
+                while let Some((_, first, t)) = inflight.pop_front() {
+                    self.errors += (self.check)(&t.wait(), first, b);
+                }
+                measuring = true;
+                start = Instant::now();
+                end = start + duration;
+            }
+            let mut batch = cache.batch();
+            let first = self.next;
+            for _ in 0..b {
+                (self.fill)(&mut batch, self.next);
+                self.next = (self.next + 1) % TABLE;
+            }
+            inflight.push_back((Instant::now(), first, batch.submit()));
+            self.submitted += b as u64;
+            if inflight.len() >= q
+                && let Some((t0, first, t)) = inflight.pop_front()
+            {
+                let r = t.wait();
+                self.errors += (self.check)(&r, first, b);
+                // Batches finished during the warm-up are checked but not counted.
+                if measuring {
+                    self.hist.record_n(t0.elapsed().as_nanos() as u64, b as u64);
+                    self.ops += b as u64;
+                }
+            }
+        }
+        while let Some((t0, first, t)) = inflight.pop_front() {
             let r = t.wait();
-            errors += check(&r, first, b);
-            // Batches finished during the warm-up are checked but not counted.
-            if measuring {
-                hist.record_n(t0.elapsed().as_nanos() as u64, b as u64);
-                ops += b as u64;
-            }
+            self.hist.record_n(t0.elapsed().as_nanos() as u64, b as u64);
+            self.errors += (self.check)(&r, first, b);
+            self.ops += b as u64;
         }
+        self.secs += start.elapsed().as_secs_f64();
     }
-    while let Some((t0, first, t)) = inflight.pop_front() {
-        let r = t.wait();
-        hist.record_n(t0.elapsed().as_nanos() as u64, b as u64);
-        errors += check(&r, first, b);
-        ops += b as u64;
-    }
-    let secs = start.elapsed().as_secs_f64();
-    RunOutcome {
-        total: submitted,
-        errors,
-        mops: ops as f64 / secs / 1e6,
-        latency: hist.summary(),
+
+    fn outcome(&self) -> RunOutcome {
+        RunOutcome {
+            total: self.submitted,
+            errors: self.errors,
+            mops: self.ops as f64 / self.secs.max(1e-9) / 1e6,
+            latency: self.hist.summary(),
+        }
     }
 }
 
@@ -507,15 +607,29 @@ fn records_section(opts: &SprocBenchOptions, report: &mut BenchReport) -> Result
                 .map_err(cluster_err)?;
             let cache = client.open("bench-sproc-records").map_err(cluster_err)?;
 
-            pb.set_message(format!("verify 1 record b={b} q={q}"));
-            let out = run_batched(
-                &cache,
-                b,
-                q,
-                opts.duration,
-                |bt, j| verify.execute(bt, j),
-                |r, f, n| verify.check_execute(r, f, n),
+            pb.set_message(format!(
+                "verify 1 record, built-in and WebAssembly, b={b} q={q}"
+            ));
+            let mut builtin = Batched::new(
+                |bt: &mut Batch, j| verify.execute(bt, j),
+                |r: &BatchResults, f, n| verify.check_execute(r, f, n),
             );
+            let (out, wasm_out) = match cache.register("sum", SUM_WAT.as_bytes()) {
+                Ok(()) => {
+                    // Measured in alternating slices: the WebAssembly target is a ratio.
+                    let mut wasm = Batched::new(
+                        |bt: &mut Batch, j| verify.execute_wasm(bt, j),
+                        |r: &BatchResults, f, n| verify.check_wasm(r, f, n),
+                    );
+                    let (a, w) = run_paired(&cache, b, q, opts.duration, &mut builtin, &mut wasm);
+                    (a, Some(w))
+                }
+                Err(e) => {
+                    tracing::warn!("wasm variant skipped: {e}");
+                    builtin.slice(&cache, b, q, opts.duration);
+                    (builtin.outcome(), None)
+                }
+            };
             let mut row = farcache_row(
                 "read one record and verify (built-in)".into(),
                 Aggregate::NAME,
@@ -533,39 +647,24 @@ fn records_section(opts: &SprocBenchOptions, report: &mut BenchReport) -> Result
             }
             report.rows.push(with_targets(row, out.errors, &targets));
             let redis = eval_for(report, "verify 1 key").cloned();
-            let wasm = wasm_variant(
-                &cache,
-                &verify,
-                (b, q),
-                opts.duration,
-                redis.as_ref(),
-                out.mops,
-            );
+            let wasm = wasm_out.map(|w| wasm_row(&w, (b, q), redis.as_ref(), out.mops));
             report.rows.extend(wasm);
             pb.inc(1);
 
             for t in &tables {
                 let k = t.k;
-                pb.set_message(format!("aggregate {k} records b={b} q={q}"));
-                let exec = run_batched(
+                pb.set_message(format!(
+                    "aggregate {k} records vs client read+add, b={b} q={q}"
+                ));
+                let (exec, local) = run_paired(
                     &cache,
                     b,
                     q,
                     opts.duration,
-                    |bt, j| t.execute(bt, j),
-                    |r, f, n| t.check_execute(r, f, n),
+                    &mut Batched::new(|bt, j| t.execute(bt, j), |r, f, n| t.check_execute(r, f, n)),
+                    &mut Batched::new(|bt, j| t.reads(bt, j), |r, f, n| t.check_reads(r, f, n)),
                 );
-                pb.inc(1);
-                pb.set_message(format!("client-side read+add {k} records b={b} q={q}"));
-                let local = run_batched(
-                    &cache,
-                    b,
-                    q,
-                    opts.duration,
-                    |bt, j| t.reads(bt, j),
-                    |r, f, n| t.check_reads(r, f, n),
-                );
-                pb.inc(1);
+                pb.inc(2);
                 let client_target = if k == 2 {
                     TARGET_AGG2_CLIENT_RATIO
                 } else {
@@ -612,7 +711,7 @@ fn records_section(opts: &SprocBenchOptions, report: &mut BenchReport) -> Result
         i += 1;
         let (base, _) = verify.ops[j];
         cache
-            .execute(Aggregate::NAME, base, &verify.args[j])
+            .execute(Aggregate::NAME, base, &verify.args(j))
             .ok()
             .and_then(|d| Aggregate::result(&d).ok())
             == Some(verify.expected[j])
@@ -645,56 +744,19 @@ fn records_section(opts: &SprocBenchOptions, report: &mut BenchReport) -> Result
 /// WebAssembly module used for the wasm variant (crates/sproc/procs/sum.wat).
 const SUM_WAT: &str = include_str!("../../sproc/procs/sum.wat");
 
-/// The WebAssembly variant of "read one record and verify": `sum.wat` registered on the
-/// cache and run over one record, measured like the built-in row with the same
-/// records, expected values, `b`, `q` and `duration`, against the same Redis script.
-fn wasm_variant(
-    cache: &Cache,
-    ops: &AggTable,
+/// The row of the WebAssembly variant of "read one record and verify": `sum.wat` run over
+/// one record, measured alongside the built-in row with the same records, expected
+/// values, `b`, `q` and `duration`, against the same Redis script.
+fn wasm_row(
+    out: &RunOutcome,
     (b, q): (usize, usize),
-    duration: Duration,
     redis: Option<&RedisEvalBaseline>,
     builtin_mops: f64,
-) -> Option<BenchRow> {
-    if let Err(e) = cache.register("sum", SUM_WAT.as_bytes()) {
-        tracing::warn!("wasm variant skipped: {e}");
-        return None;
-    }
-    let args: Vec<Vec<u8>> = ops
-        .ops
-        .iter()
-        .map(|&(base, _)| {
-            let mut a = base.to_le_bytes().to_vec();
-            a.extend_from_slice(&1u32.to_le_bytes());
-            a.extend_from_slice(&[0u8; 12]);
-            a
-        })
-        .collect();
-    let out = run_batched(
-        cache,
-        b,
-        q,
-        duration,
-        |bt, j| {
-            bt.execute("sum", ops.ops[j].0, &args[j]);
-        },
-        |r, first, n| {
-            (0..n)
-                .filter(|&i| {
-                    let want = ops.expected[(first + i) % TABLE];
-                    r.data(i)
-                        .ok()
-                        .and_then(|d| d.get(..8).and_then(|s| s.try_into().ok()))
-                        .map(u64::from_le_bytes)
-                        != Some(want)
-                })
-                .count() as u64
-        },
-    );
+) -> BenchRow {
     let mut row = farcache_row(
         "read one record and verify (WebAssembly)".into(),
         "sum.wat",
-        &out,
+        out,
         b,
         q,
     );
@@ -718,7 +780,7 @@ fn wasm_variant(
             .map(|b| format!("{b}; "))
             .unwrap_or_default()
     ));
-    Some(row)
+    row
 }
 
 // ------------------------------------------------------------ rows 3 and 4 ---
@@ -1393,7 +1455,7 @@ mod tests {
                     a.wrapping_add(record_value((base + m * u64::from(stride)) / 8))
                 });
                 assert_eq!(t.expected[j], want);
-                assert_eq!(t.args[j], Aggregate::call(AggFn::Sum, k, stride));
+                assert_eq!(t.args(j), Aggregate::call(AggFn::Sum, k, stride));
             }
         }
     }

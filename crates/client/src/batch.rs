@@ -144,7 +144,7 @@ impl Batch {
             }
         };
         let args_off = self.data.len();
-        self.data.extend_from_slice(args);
+        farcache_proto::op::extend_short(&mut self.data, args);
         self.push(BatchOp {
             kind: Kind::Execute,
             addr,

@@ -106,14 +106,14 @@ impl RequestEncoder {
                 h[1..5].copy_from_slice(&cache.to_le_bytes());
                 h[5..13].copy_from_slice(&addr.to_le_bytes());
                 h[13] = sent as u8;
-                out.reserve(h.len() + sent + 4 + args.len());
+                out.reserve(h.len() + sent + 4 + args.len().max(32));
                 out.extend_from_slice(&h);
                 if !repeat {
                     self.last_name = Some((out.len() - self.start, name.len()));
                     out.extend_from_slice(name);
                 }
                 out.extend_from_slice(&(args.len() as u32).to_le_bytes());
-                out.extend_from_slice(args);
+                crate::op::extend_short(out, args);
                 self.count += 1;
                 return;
             }

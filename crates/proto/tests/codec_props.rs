@@ -608,6 +608,27 @@ proptest! {
         );
     }
 
+    /// The word-wise name compare agrees with slice equality at every length, including
+    /// names that differ in one byte only.
+    #[test]
+    fn same_name_is_byte_equality(a in bytes(40), flip in any::<prop::sample::Index>(), xor in 1u8..) {
+        prop_assert!(farcache_proto::op::same_name(&a, &a.clone()));
+        if !a.is_empty() {
+            let mut b = a.clone();
+            b[flip.index(a.len())] ^= xor;
+            prop_assert!(!farcache_proto::op::same_name(&a, &b));
+            prop_assert!(!farcache_proto::op::same_name(&a, &a[..a.len() - 1]));
+        }
+    }
+
+    #[test]
+    fn extend_short_appends_exactly(prefix in bytes(20), src in bytes(40)) {
+        let mut out = prefix.clone();
+        farcache_proto::op::extend_short(&mut out, &src);
+        prop_assert_eq!(&out[..prefix.len()], &prefix[..]);
+        prop_assert_eq!(&out[prefix.len()..], &src[..]);
+    }
+
     #[test]
     fn control_messages_round_trip(req in control_request(), resp in control_response()) {
         prop_assert_eq!(ControlRequest::from_json(&req.to_json()), Ok(req));

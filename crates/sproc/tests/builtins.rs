@@ -100,7 +100,7 @@ proptest! {
         let (r, _) = drive(&bytes, &owners, Aggregate::NAME, base, Aggregate::args(f, base, n, stride)).expect("run");
         prop_assert_eq!(Aggregate::result(&r).expect("result"), want);
         // The short form, with the base taken from the address, across servers too.
-        let (r, _) = drive(&bytes, &owners, Aggregate::NAME, base, Aggregate::call(f, n, stride)).expect("run short");
+        let (r, _) = drive(&bytes, &owners, Aggregate::NAME, base, Aggregate::call(f, n, stride).to_vec()).expect("run short");
         prop_assert_eq!(Aggregate::result(&r).expect("result"), want);
     }
 

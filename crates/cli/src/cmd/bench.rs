@@ -52,6 +52,18 @@ pub struct SprocArgs {
     /// Requests per redis-benchmark run (default: as `bench io`).
     #[arg(long)]
     redis_requests: Option<u64>,
+    /// Run only these sections (default: all).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<SprocSection>,
+}
+
+/// Sections of `bench sproc`.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum SprocSection {
+    /// Verify and aggregate over records on one server (rows 1–2).
+    Records,
+    /// Pointer chase and k-hop over 3 servers (rows 3–4).
+    Spread,
 }
 
 #[derive(clap::Args)]
@@ -127,6 +139,10 @@ fn sproc(a: SprocArgs) -> Result<()> {
     }
     o.chains = a.chains;
     o.redis_requests = a.redis_requests;
+    if !a.only.is_empty() {
+        o.records_rows = a.only.contains(&SprocSection::Records);
+        o.spread_rows = a.only.contains(&SprocSection::Spread);
+    }
     let report = run_sproc_bench(&o)?;
     finish(&report, &a.out)
 }
