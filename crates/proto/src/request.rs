@@ -101,18 +101,22 @@ impl RequestEncoder {
                             .is_some_and(|prev| crate::op::same_name(prev, name))
                     });
                 let sent = if repeat { 0 } else { name.len() };
-                let mut h = [0u8; 14];
+                let mut h = [0u8; 18];
                 h[0] = OpCode::Execute as u8;
                 h[1..5].copy_from_slice(&cache.to_le_bytes());
                 h[5..13].copy_from_slice(&addr.to_le_bytes());
                 h[13] = sent as u8;
-                out.reserve(h.len() + sent + 4 + args.len().max(32));
-                out.extend_from_slice(&h);
-                if !repeat {
+                h[14..18].copy_from_slice(&(args.len() as u32).to_le_bytes());
+                out.reserve(h.len() + sent + args.len().max(32));
+                if repeat {
+                    // The common batched call: head and args length in one copy.
+                    out.extend_from_slice(&h);
+                } else {
+                    out.extend_from_slice(&h[..14]);
                     self.last_name = Some((out.len() - self.start, name.len()));
                     out.extend_from_slice(name);
+                    out.extend_from_slice(&h[14..]);
                 }
-                out.extend_from_slice(&(args.len() as u32).to_le_bytes());
                 crate::op::extend_short(out, args);
                 self.count += 1;
                 return;
