@@ -278,6 +278,10 @@ struct Warm {
     alloc: TypedFunc<i32, i32>,
     run: TypedFunc<(i64, i32, i32), i32>,
     memory: wasmtime::Memory,
+    /// Where `alloc` last placed arguments and for how many bytes: shorter or equal
+    /// arguments go there again without calling `alloc` (one guest call per
+    /// invocation instead of two).
+    args_at: Option<(i32, usize)>,
 }
 
 thread_local! {
@@ -372,6 +376,7 @@ impl WasmProcedure {
             alloc,
             run,
             memory,
+            args_at: None,
         })
     }
 
@@ -396,7 +401,13 @@ impl WasmProcedure {
                 limit: i32::MAX as usize,
             })
         })?;
-        let ptr = w.alloc.call(&mut w.store, len).map_err(|e| trap(&e))?;
+        let ptr = match w.args_at {
+            Some((at, room)) if args.len() <= room => at,
+            _ => {
+                w.args_at = None;
+                w.alloc.call(&mut w.store, len).map_err(|e| trap(&e))?
+            }
+        };
         w.memory
             .write(&mut w.store, ptr as u32 as usize, args)
             .map_err(|_| {
@@ -404,6 +415,9 @@ impl WasmProcedure {
                     self.trapped(&wasmtime::Error::msg("alloc returned memory out of bounds")),
                 )
             })?;
+        if w.args_at.is_none() {
+            w.args_at = Some((ptr, args.len()));
+        }
         let code = w
             .run
             .call(&mut w.store, (addr as i64, ptr, len))
