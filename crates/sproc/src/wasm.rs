@@ -25,6 +25,7 @@
 //! that state, the pulled bytes now readable.
 
 use std::cell::RefCell;
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use wasmtime::{
@@ -128,8 +129,10 @@ impl WasmRuntime {
             }
         }
         let pre = linker.instantiate_pre(&module).map_err(link)?;
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        live().insert(id);
         Ok(WasmProcedure {
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            id,
             name: name.to_string(),
             pre,
             engine: self.engine.clone(),
@@ -287,36 +290,39 @@ struct Warm {
 thread_local! {
     // A thread holds few procedures: a scan beats hashing the id on every call.
     static WARM: RefCell<Vec<(u64, Warm)>> = const { RefCell::new(Vec::new()) };
-    /// The value of [`RETIRED_GEN`] this thread's instances were last checked against.
+    /// The value of [`DROPPED_GEN`] this thread's instances were last checked against.
     static SEEN_GEN: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
-/// Ids of dropped procedures (re-registered, or their cache dropped), and a counter
-/// bumped with each: threads drop their instances of those at their next call, so a
-/// procedure's instances do not outlive it in threads that never run it again.
-static RETIRED: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
-static RETIRED_GEN: AtomicU64 = AtomicU64::new(0);
+/// Ids of the compiled procedures not yet dropped (re-registered, or their cache
+/// dropped), and a counter bumped with each drop: threads drop their instances of
+/// procedures no longer live at their next call, so instances do not outlive their
+/// procedure in threads that never run it again. The set holds live procedures only.
+static LIVE: std::sync::Mutex<BTreeSet<u64>> = std::sync::Mutex::new(BTreeSet::new());
+static DROPPED_GEN: AtomicU64 = AtomicU64::new(0);
+
+fn live() -> std::sync::MutexGuard<'static, BTreeSet<u64>> {
+    // The set stays consistent whatever panicked while holding it.
+    LIVE.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 impl Drop for WasmProcedure {
     fn drop(&mut self) {
-        if let Ok(mut r) = RETIRED.lock() {
-            r.push(self.id);
-        }
-        RETIRED_GEN.fetch_add(1, Ordering::Release);
+        live().remove(&self.id);
+        DROPPED_GEN.fetch_add(1, Ordering::Release);
     }
 }
 
-/// Drops this thread's instances of retired procedures, if any retired since the
-/// last look (one atomic load otherwise).
+/// Drops this thread's instances of procedures dropped since the last look (one
+/// atomic load when none was).
 fn purge_retired(warm: &mut Vec<(u64, Warm)>) {
-    let now = RETIRED_GEN.load(Ordering::Acquire);
+    let now = DROPPED_GEN.load(Ordering::Acquire);
     if SEEN_GEN.get() == now {
         return;
     }
     SEEN_GEN.set(now);
-    if let Ok(r) = RETIRED.lock() {
-        warm.retain(|(id, _)| !r.contains(id));
-    }
+    let live = live();
+    warm.retain(|(id, _)| live.contains(id));
 }
 
 /// Instances of procedures this thread holds (for tests of the purge).
