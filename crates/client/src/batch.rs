@@ -14,22 +14,64 @@ pub(crate) enum Kind {
     Write,
     Cas,
     FetchAdd,
-    /// A stored procedure: name at `data_off` (`a` bytes, shared by consecutive
-    /// calls of one procedure), args at `b` (`len` bytes) in the data buffer.
+    /// A stored procedure: name at `data_off` (`name_len` bytes, shared by consecutive
+    /// calls of one procedure) in the names buffer, `len` bytes of arguments (see
+    /// [`BatchOp::args`]).
     Execute,
 }
+
+/// Arguments up to this long travel inside the op instead of the data buffer.
+const INLINE_ARGS: usize = 16;
 
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct BatchOp {
     pub kind: Kind,
+    /// EXECUTE: the procedure name's length (saturating).
+    pub name_len: u16,
     pub addr: u64,
     pub len: u64,
-    /// Write payload offset in the batch's data buffer.
+    /// WRITE payload offset in the data buffer; EXECUTE name offset in the names buffer.
     pub data_off: usize,
-    /// CAS expected / FETCH_ADD delta.
-    pub a: u64,
-    /// CAS new value; EXECUTE args offset.
-    pub b: u64,
+    /// CAS expected and new value, FETCH_ADD delta ([`a`](Self::a), [`b`](Self::b));
+    /// EXECUTE arguments of up to [`INLINE_ARGS`] bytes, else their offset in the data
+    /// buffer as `a`.
+    pub ab: [u8; 16],
+}
+
+impl BatchOp {
+    fn new(kind: Kind, addr: u64, len: u64, data_off: usize, a: u64, b: u64) -> Self {
+        let mut ab = [0u8; 16];
+        ab[..8].copy_from_slice(&a.to_le_bytes());
+        ab[8..].copy_from_slice(&b.to_le_bytes());
+        Self {
+            kind,
+            name_len: 0,
+            addr,
+            len,
+            data_off,
+            ab,
+        }
+    }
+
+    pub fn a(&self) -> u64 {
+        u64::from_le_bytes(self.ab[..8].try_into().unwrap_or_default())
+    }
+
+    pub fn b(&self) -> u64 {
+        u64::from_le_bytes(self.ab[8..].try_into().unwrap_or_default())
+    }
+
+    /// An EXECUTE's arguments: inline, or in the batch's `data`.
+    #[inline]
+    pub fn args<'a>(&'a self, data: &'a [u8]) -> &'a [u8] {
+        let n = self.len as usize;
+        if n <= INLINE_ARGS {
+            &self.ab[..n]
+        } else {
+            let at = self.a() as usize;
+            data.get(at..at + n).unwrap_or_default()
+        }
+    }
 }
 
 /// The outcome of one op.
@@ -52,7 +94,9 @@ pub struct Batch {
     pub(crate) cache: Arc<CacheShared>,
     pub(crate) ops: Vec<BatchOp>,
     pub(crate) data: Vec<u8>,
-    /// The last EXECUTE's name (offset, length) in `data`, reused by repeats.
+    /// Procedure names, kept as a `str` so sending one needs no UTF-8 check.
+    pub(crate) names: String,
+    /// The last EXECUTE's name (offset, length) in `names`, reused by repeats.
     last_proc: Option<(usize, usize)>,
 }
 
@@ -62,6 +106,7 @@ impl Batch {
             cache,
             ops: Vec::new(),
             data: Vec::new(),
+            names: String::new(),
             last_proc: None,
         }
     }
@@ -78,81 +123,69 @@ impl Batch {
 
     /// Adds a read of `len` bytes at `addr`; returns the op's index in the results.
     pub fn read(&mut self, addr: u64, len: u64) -> usize {
-        self.push(BatchOp {
-            kind: Kind::Read,
-            addr,
-            len,
-            data_off: 0,
-            a: 0,
-            b: 0,
-        })
+        self.push(BatchOp::new(Kind::Read, addr, len, 0, 0, 0))
     }
 
     pub fn write(&mut self, addr: u64, data: &[u8]) -> usize {
         let data_off = self.data.len();
         self.data.extend_from_slice(data);
-        self.push(BatchOp {
-            kind: Kind::Write,
-            addr,
-            len: data.len() as u64,
-            data_off,
-            a: 0,
-            b: 0,
-        })
+        let len = data.len() as u64;
+        self.push(BatchOp::new(Kind::Write, addr, len, data_off, 0, 0))
     }
 
     /// Atomic compare-and-swap of the little-endian u64 at `addr` (8-byte aligned).
     pub fn cas(&mut self, addr: u64, expected: u64, new: u64) -> usize {
-        self.push(BatchOp {
-            kind: Kind::Cas,
-            addr,
-            len: 8,
-            data_off: 0,
-            a: expected,
-            b: new,
-        })
+        self.push(BatchOp::new(Kind::Cas, addr, 8, 0, expected, new))
     }
 
     /// Atomic wrapping add to the little-endian u64 at `addr` (8-byte aligned).
     pub fn fetch_add(&mut self, addr: u64, delta: u64) -> usize {
-        self.push(BatchOp {
-            kind: Kind::FetchAdd,
-            addr,
-            len: 8,
-            data_off: 0,
-            a: delta,
-            b: 0,
-        })
+        self.push(BatchOp::new(Kind::FetchAdd, addr, 8, 0, delta, 0))
     }
 
     /// Runs stored procedure `proc` at the server holding `addr` with `args`; the
     /// result is its output bytes. A procedure that needs data held by another server
     /// continues there transparently (each hop is one more server round trip).
+    #[inline]
     pub fn execute(&mut self, proc: &str, addr: u64, args: &[u8]) -> usize {
         // A batch usually calls one procedure many times: keep its name once.
         let name_off = match self.last_proc {
             Some((at, len))
-                if farcache_proto::op::same_name(&self.data[at..at + len], proc.as_bytes()) =>
+                if farcache_proto::op::same_name(
+                    &self.names.as_bytes()[at..at + len],
+                    proc.as_bytes(),
+                ) =>
             {
                 at
             }
             _ => {
-                let at = self.data.len();
-                self.data.extend_from_slice(proc.as_bytes());
+                let at = self.names.len();
+                self.names.push_str(proc);
                 self.last_proc = Some((at, proc.len()));
                 at
             }
         };
-        let args_off = self.data.len();
-        farcache_proto::op::extend_short(&mut self.data, args);
-        self.push(BatchOp {
+        let mut op = BatchOp {
             kind: Kind::Execute,
+            name_len: u16::try_from(proc.len()).unwrap_or(u16::MAX),
             addr,
             len: args.len() as u64,
             data_off: name_off,
-            a: proc.len() as u64,
-            b: args_off as u64,
-        })
+            ab: [0; 16],
+        };
+        if args.len() > INLINE_ARGS {
+            op.ab[..8].copy_from_slice(&(self.data.len() as u64).to_le_bytes());
+            self.data.extend_from_slice(args);
+        }
+        let i = self.push(op);
+        if args.len() <= INLINE_ARGS
+            && let Some(op) = self.ops.last_mut()
+        {
+            // Straight into the op: bytes copied into a local array and then moved
+            // would be read back before their stores retire (a store-forwarding stall).
+            farcache_proto::op::copy_short(&mut op.ab, args);
+        }
+        i
     }
 
     pub fn len(&self) -> usize {

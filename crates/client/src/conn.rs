@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use farcache_proto::blocking::handshake;
 use farcache_proto::control::CacheInfo;
-use farcache_proto::{FrameHeader, FrameKind, HEADER_LEN, Op, RequestEncoder, Role, ServerId};
+use farcache_proto::{
+    CacheId, FrameHeader, FrameKind, HEADER_LEN, Op, RequestEncoder, Role, ServerId,
+};
 use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
 
@@ -132,12 +134,62 @@ impl ServerConn {
         b: usize,
         q: usize,
     ) -> Append {
+        if !self.open_for(op.encoded_len(), reply_len, b, q) {
+            return Append::Full;
+        }
+        if let Self {
+            open: Some(open),
+            out,
+            ..
+        } = self
+        {
+            open.enc.push(out, op);
+            open.parts.push(part);
+        }
+        Append::Queued
+    }
+
+    /// [`append`](Self::append) of an EXECUTE, without building an [`Op`] (the batched
+    /// call path).
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub fn append_execute(
+        &mut self,
+        part: PartRef,
+        cache: CacheId,
+        addr: u64,
+        proc_name: &str,
+        args: &[u8],
+        reply_len: usize,
+        (b, q): (usize, usize),
+    ) -> Append {
+        let len = Op::EXECUTE_HEAD + proc_name.len() + args.len();
+        if !self.open_for(len, reply_len, b, q) {
+            return Append::Full;
+        }
+        if let Self {
+            open: Some(open),
+            out,
+            ..
+        } = self
+        {
+            open.enc.push_execute(out, cache, addr, proc_name, args);
+            open.parts.push(part);
+        }
+        Append::Queued
+    }
+
+    /// Makes room in the open batch for one more op of `len` bytes and a reply of
+    /// `reply_len`, sealing the current one (or opening one) as needed; false when `q`
+    /// batches are in flight and the open one is full.
+    #[inline]
+    fn open_for(&mut self, len: usize, reply_len: usize, b: usize, q: usize) -> bool {
         if let Some(open) = &self.open {
             let full = open.parts.len() >= b
-                || open.enc.payload_len(&self.out) + op.encoded_len() > self.frame_limit
+                || open.enc.payload_len(&self.out) + len > self.frame_limit
                 || open.reply_bytes + reply_len > self.frame_limit;
             if full && !self.seal(q) {
-                return Append::Full;
+                return false;
             }
         }
         let open = self.open.get_or_insert_with(|| {
@@ -149,10 +201,8 @@ impl ServerConn {
                 reply_bytes: 0,
             }
         });
-        open.enc.push(&mut self.out, op);
-        open.parts.push(part);
         open.reply_bytes += reply_len;
-        Append::Queued
+        true
     }
 
     /// Closes the open batch into a frame ready to send, if fewer than `q` are in flight.

@@ -56,6 +56,7 @@ pub(crate) struct TicketState {
     cache: Arc<CacheShared>,
     ops: Vec<BatchOp>,
     data: Vec<u8>,
+    names: String,
     slots: Vec<Slot>,
     /// Assembly buffers of reads split into several parts, by op index (rare, so kept
     /// out of the per-op slot).
@@ -86,8 +87,6 @@ pub(crate) struct LaneInner {
     hops: Vec<PartRef>,
     in_retry: bool,
     scratch: Vec<Part>,
-    /// The last procedure name sent, already checked as UTF-8 (batches repeat one).
-    last_proc: String,
 }
 
 impl Lane {
@@ -105,7 +104,6 @@ impl Lane {
                 hops: Vec::new(),
                 in_retry: false,
                 scratch: Vec::new(),
-                last_proc: String::new(),
             }),
             async_pending: AtomicUsize::new(0),
         })
@@ -140,7 +138,11 @@ fn op_error(slot: &mut Slot, e: OpError) {
 impl LaneInner {
     fn submit(&mut self, batch: Batch) -> (usize, u64) {
         let Batch {
-            cache, ops, data, ..
+            cache,
+            ops,
+            data,
+            names,
+            ..
         } = batch;
         let info = cache.info();
         let n = ops.len();
@@ -153,6 +155,7 @@ impl LaneInner {
             cache,
             ops,
             data,
+            names,
             slots,
             assembly: IdMap::default(),
             continuations: IdMap::default(),
@@ -233,8 +236,9 @@ impl LaneInner {
         (key, id)
     }
 
+    #[inline]
     fn submit_execute(&mut self, key: usize, i: usize, op: BatchOp, info: &Arc<CacheInfo>) {
-        if op.a == 0 || op.a > farcache_proto::op::MAX_PROC_NAME as u64 {
+        if op.name_len == 0 || usize::from(op.name_len) > farcache_proto::op::MAX_PROC_NAME {
             let e = OpError::Procedure(format!(
                 "procedure names have 1 to {} bytes",
                 farcache_proto::op::MAX_PROC_NAME
@@ -306,63 +310,20 @@ impl LaneInner {
                     c.checked = Some(info.clone());
                 }
             }
-            let Self {
-                conns,
-                tickets,
-                last_proc,
-                ..
-            } = self;
+            let Self { conns, tickets, .. } = self;
             let Some(conn) = conns.get_mut(&server) else {
                 return;
             };
             let t = &tickets[part.key as usize];
-            let op = t.ops[part.op as usize];
-            let (wire, reply_len) = match op.kind {
-                Kind::Read => (
-                    Op::Read {
-                        cache: info.id,
-                        addr: part.addr,
-                        len: part.len,
-                    },
-                    part.len as usize + 6,
-                ),
-                Kind::Write => {
-                    let at = op.data_off + part.op_off as usize;
-                    let data = &t.data[at..at + part.len as usize];
-                    (
-                        Op::Write {
-                            cache: info.id,
-                            addr: part.addr,
-                            data,
-                        },
-                        2,
-                    )
-                }
-                Kind::Cas => (
-                    Op::Cas {
-                        cache: info.id,
-                        addr: part.addr,
-                        expected: op.a,
-                        new: op.b,
-                    },
-                    10,
-                ),
-                Kind::FetchAdd => (
-                    Op::FetchAdd {
-                        cache: info.id,
-                        addr: part.addr,
-                        delta: op.a,
-                    },
-                    10,
-                ),
+            let op = &t.ops[part.op as usize];
+            let cache = info.id;
+            let appended = match op.kind {
                 Kind::Execute => {
-                    let name = &t.data[op.data_off..op.data_off + op.a as usize];
-                    if !farcache_proto::op::same_name(name, last_proc.as_bytes()) {
-                        // The batch got it as a &str, so this only fails on a bug.
-                        last_proc.clear();
-                        last_proc.push_str(std::str::from_utf8(name).unwrap_or(""));
-                    }
-                    let proc_name = last_proc.as_str();
+                    // Whole names at their own offsets, so this finds the name.
+                    let proc_name = t
+                        .names
+                        .get(op.data_off..op.data_off + usize::from(op.name_len))
+                        .unwrap_or_default();
                     let hop = if t.continuations.is_empty() {
                         None
                     } else {
@@ -370,20 +331,38 @@ impl LaneInner {
                     };
                     let args = match hop {
                         Some((state, _)) => state.as_slice(),
-                        None => &t.data[op.b as usize..op.b as usize + op.len as usize],
+                        None => op.args(&t.data),
                     };
-                    (
-                        Op::Execute {
-                            cache: info.id,
-                            addr: part.addr,
-                            proc_name,
-                            args,
-                        },
-                        EXECUTE_REPLY_GUESS,
-                    )
+                    let reply = EXECUTE_REPLY_GUESS;
+                    conn.append_execute(part, cache, part.addr, proc_name, args, reply, (b, q))
+                }
+                Kind::Read => {
+                    let (addr, len) = (part.addr, part.len);
+                    let wire = Op::Read { cache, addr, len };
+                    conn.append(part, &wire, len as usize + 6, b, q)
+                }
+                Kind::Write => {
+                    let at = op.data_off + part.op_off as usize;
+                    let data = &t.data[at..at + part.len as usize];
+                    let addr = part.addr;
+                    conn.append(part, &Op::Write { cache, addr, data }, 2, b, q)
+                }
+                Kind::Cas => {
+                    let (addr, expected, new) = (part.addr, op.a(), op.b());
+                    let wire = Op::Cas {
+                        cache,
+                        addr,
+                        expected,
+                        new,
+                    };
+                    conn.append(part, &wire, 10, b, q)
+                }
+                Kind::FetchAdd => {
+                    let (addr, delta) = (part.addr, op.a());
+                    conn.append(part, &Op::FetchAdd { cache, addr, delta }, 10, b, q)
                 }
             };
-            match conn.append(part, &wire, reply_len, b, q) {
+            match appended {
                 Append::Queued => return,
                 Append::Full => {
                     let r = conn.flush();
@@ -737,6 +716,26 @@ fn complete_frame(
         };
         let kind = t.ops[part.op as usize].kind;
         let slot = &mut t.slots[part.op as usize];
+        // The common replies, a read's bytes or a finished procedure's result, share
+        // one road to the slot.
+        let bytes = match (reply.status, kind, reply.body) {
+            (Status::Ok, Kind::Execute, ReplyBody::Data([outcome::TAG_DONE, r @ ..])) => Some(r),
+            (Status::Ok, Kind::Read, ReplyBody::Data(d))
+                if d.len() == part.len as usize
+                    && (t.assembly.is_empty() || !t.assembly.contains_key(&part.op)) =>
+            {
+                Some(d)
+            }
+            _ => None,
+        };
+        if let Some(d) = bytes {
+            // `d` lies in `payload`: its offset there, for `slice` (generic, so inlined
+            // here, unlike `slice_ref`).
+            let off = d.as_ptr() as usize - payload.as_ptr() as usize;
+            slot.result = Some(Ok(OpOutput::Data(payload.slice(off..off + d.len()))));
+            part_done(tickets, key, part.op as usize);
+            continue;
+        }
         match (reply.status, kind, reply.body) {
             (Status::Ok, Kind::Read, ReplyBody::Data(d)) if d.len() == part.len as usize => {
                 match t.assembly.get_mut(&part.op) {

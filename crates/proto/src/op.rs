@@ -30,30 +30,42 @@ pub fn same_name(a: &[u8], b: &[u8]) -> bool {
     }
 }
 
-/// Appends `src` to `out`. Up to 32 bytes (a batched call's arguments) are moved with
-/// fixed-size copies instead of a `memcpy` call, which costs more than the copy. The
-/// words go straight to `out`: a copy through a stack buffer stalls on store forwarding.
+/// Arguments up to this long are short: copied with fixed-size moves, not a `memcpy`.
+pub const SHORT_ARGS: usize = 32;
+
+/// Copies `src` (at most [`SHORT_ARGS`] bytes) to the start of `dst` (at least as long).
+/// From 4 bytes on, two overlapping fixed-size copies cover the range: a `memcpy` call
+/// costs more than such a copy.
 #[inline(always)]
-pub fn extend_short(out: &mut Vec<u8>, src: &[u8]) {
+pub fn copy_short(dst: &mut [u8], src: &[u8]) {
     let n = src.len();
-    if !(4..=32).contains(&n) {
-        out.extend_from_slice(src);
-        return;
-    }
-    let len = out.len();
-    out.extend_from_slice(&[0u8; 32]);
-    let dst = &mut out[len..len + 32];
-    // Two overlapping words cover the range.
     if n >= 16 {
         dst[..16].copy_from_slice(&src[..16]);
         dst[n - 16..n].copy_from_slice(&src[n - 16..]);
     } else if n >= 8 {
         dst[..8].copy_from_slice(&src[..8]);
         dst[n - 8..n].copy_from_slice(&src[n - 8..]);
-    } else {
+    } else if n >= 4 {
         dst[..4].copy_from_slice(&src[..4]);
         dst[n - 4..n].copy_from_slice(&src[n - 4..]);
+    } else {
+        dst[..n].copy_from_slice(src);
     }
+}
+
+/// Appends `src` to `out`; short arguments (a batched call's) go with [`copy_short`].
+/// The words go straight to `out`: a copy through a stack buffer stalls on store
+/// forwarding.
+#[inline(always)]
+pub fn extend_short(out: &mut Vec<u8>, src: &[u8]) {
+    let n = src.len();
+    if !(4..=SHORT_ARGS).contains(&n) {
+        out.extend_from_slice(src);
+        return;
+    }
+    let len = out.len();
+    out.extend_from_slice(&[0u8; SHORT_ARGS]);
+    copy_short(&mut out[len..], src);
     out.truncate(len + n);
 }
 
@@ -150,6 +162,9 @@ impl Op<'_> {
         }
     }
 
+    /// Bytes of an EXECUTE besides its name and arguments.
+    pub const EXECUTE_HEAD: usize = 1 + 4 + 8 + 1 + 4;
+
     /// Bytes this op occupies in a request frame.
     pub fn encoded_len(&self) -> usize {
         match self {
@@ -159,7 +174,7 @@ impl Op<'_> {
             Op::FetchAdd { .. } => 1 + 4 + 8 + 8,
             Op::Execute {
                 proc_name, args, ..
-            } => 1 + 4 + 8 + 1 + proc_name.len() + 4 + args.len(),
+            } => Self::EXECUTE_HEAD + proc_name.len() + args.len(),
             Op::Ping => 1,
         }
     }

@@ -12,10 +12,10 @@
 //! An EXECUTE with `name_len` 0 calls the procedure the batch's previous EXECUTE named
 //! (batches usually call one procedure many times); as the first EXECUTE it is an error.
 
-use crate::DecodeError;
 use crate::frame::{FrameHeader, FrameKind, HEADER_LEN};
 use crate::op::{Op, OpCode};
 use crate::wire::{Cursor, le_u32, le_u64};
+use crate::{CacheId, DecodeError};
 
 /// Builds one request frame in place at the end of a caller-owned buffer, so a client can
 /// keep appending ops without copying.
@@ -89,36 +89,7 @@ impl RequestEncoder {
                 proc_name,
                 args,
             } => {
-                // Cut at a char boundary so the name stays valid UTF-8.
-                let mut end = proc_name.len().min(crate::op::MAX_PROC_NAME);
-                while !proc_name.is_char_boundary(end) {
-                    end -= 1;
-                }
-                let name = &proc_name.as_bytes()[..end];
-                let repeat = !name.is_empty()
-                    && self.last_name.is_some_and(|(at, len)| {
-                        out.get(self.start + at..self.start + at + len)
-                            .is_some_and(|prev| crate::op::same_name(prev, name))
-                    });
-                let sent = if repeat { 0 } else { name.len() };
-                let mut h = [0u8; 18];
-                h[0] = OpCode::Execute as u8;
-                h[1..5].copy_from_slice(&cache.to_le_bytes());
-                h[5..13].copy_from_slice(&addr.to_le_bytes());
-                h[13] = sent as u8;
-                h[14..18].copy_from_slice(&(args.len() as u32).to_le_bytes());
-                out.reserve(h.len() + sent + args.len().max(32));
-                if repeat {
-                    // The common batched call: head and args length in one copy.
-                    out.extend_from_slice(&h);
-                } else {
-                    out.extend_from_slice(&h[..14]);
-                    self.last_name = Some((out.len() - self.start, name.len()));
-                    out.extend_from_slice(name);
-                    out.extend_from_slice(&h[14..]);
-                }
-                crate::op::extend_short(out, args);
-                self.count += 1;
+                self.push_execute(out, cache, addr, proc_name, args);
                 return;
             }
             _ => {}
@@ -145,6 +116,58 @@ impl RequestEncoder {
             Op::Ping => {}
         }
         self.count += 1;
+    }
+
+    /// Appends an EXECUTE; the same as [`push`](Self::push) with an [`Op::Execute`], for
+    /// callers that have the fields at hand (a client's batched calls).
+    #[inline]
+    pub fn push_execute(
+        &mut self,
+        out: &mut Vec<u8>,
+        cache: CacheId,
+        addr: u64,
+        proc_name: &str,
+        args: &[u8],
+    ) {
+        // Cut at a char boundary so the name stays valid UTF-8.
+        let mut end = proc_name.len().min(crate::op::MAX_PROC_NAME);
+        while !proc_name.is_char_boundary(end) {
+            end -= 1;
+        }
+        let name = &proc_name.as_bytes()[..end];
+        let repeat = !name.is_empty()
+            && self.last_name.is_some_and(|(at, len)| {
+                out.get(self.start + at..self.start + at + len)
+                    .is_some_and(|prev| crate::op::same_name(prev, name))
+            });
+        let mut h = [0u8; 18];
+        h[0] = OpCode::Execute as u8;
+        h[1..5].copy_from_slice(&cache.to_le_bytes());
+        h[5..13].copy_from_slice(&addr.to_le_bytes());
+        h[13] = if repeat { 0 } else { name.len() as u8 };
+        h[14..18].copy_from_slice(&(args.len() as u32).to_le_bytes());
+        self.count += 1;
+        if repeat && args.len() <= crate::op::SHORT_ARGS {
+            // The common batched call: head and arguments in one reservation, written
+            // with fixed-size copies.
+            let at = out.len();
+            out.extend_from_slice(&[0u8; 18 + crate::op::SHORT_ARGS]);
+            let dst = &mut out[at..];
+            dst[..18].copy_from_slice(&h);
+            crate::op::copy_short(&mut dst[18..], args);
+            out.truncate(at + 18 + args.len());
+            return;
+        }
+        out.reserve(h.len() + name.len() + args.len());
+        if repeat {
+            out.extend_from_slice(&h);
+        } else {
+            out.extend_from_slice(&h[..14]);
+            self.last_name = Some((out.len() - self.start, name.len()));
+            out.extend_from_slice(name);
+            out.extend_from_slice(&h[14..]);
+        }
+        out.extend_from_slice(args);
     }
 
     /// Patches the header and count; the frame is then complete in `out`.

@@ -1,5 +1,6 @@
 //! Runs one request batch against the region table, appending the response frame.
 
+use farcache_proto::control::region_split;
 use farcache_proto::op::MAX_OP_BYTES;
 use farcache_proto::{CacheId, DecodeError, Op, OpCode, RequestDecoder, ResponseEncoder, Status};
 
@@ -27,8 +28,7 @@ fn locate<'m>(c: &'m CacheRegions, addr: u64, len: u64) -> Result<(&'m Region, u
     if end > c.capacity {
         return Err(Miss::Status(Status::OutOfRange));
     }
-    let idx = addr / c.region_size;
-    let off = addr % c.region_size;
+    let (idx, off) = region_split(addr, c.region_size);
     if off + len > c.region_size {
         return Err(Miss::Status(Status::OutOfRange));
     }
@@ -96,28 +96,6 @@ fn miss(out: &mut Vec<u8>, enc: &mut ResponseEncoder, op: OpCode, m: Miss<'_>) {
     }
 }
 
-/// How many ops ahead of the one running a batch prefetches: enough to cover a memory
-/// miss with the work of the ops in between.
-const PREFETCH_AHEAD: usize = 8;
-
-/// Prefetches the first byte the next op of `ahead` touches, if this server holds it.
-#[inline]
-fn prefetch_next<'m>(ahead: &mut RequestDecoder<'_>, look: &mut Lookup<'m>) {
-    let (cache, addr) = match ahead.next() {
-        Some(Ok(
-            Op::Read { cache, addr, .. }
-            | Op::Write { cache, addr, .. }
-            | Op::Cas { cache, addr, .. }
-            | Op::FetchAdd { cache, addr, .. }
-            | Op::Execute { cache, addr, .. },
-        )) => (cache, addr),
-        _ => return,
-    };
-    if let Ok((r, off)) = look.find(cache, addr, 1) {
-        r.prefetch(off);
-    }
-}
-
 /// Validates the whole batch first (a malformed batch runs no op at all), then runs
 /// every op in order and appends exactly one reply per op, except EXECUTEs that go on
 /// at other servers: those leave a hole in the frame and an entry in `spawned`.
@@ -139,15 +117,8 @@ pub fn execute_batch(
     let mut body = Vec::new();
     // A batch usually calls one procedure many times: look it up once.
     let mut last_proc: Option<(CacheId, &str, crate::procs::ProcRef)> = None;
-    // A second decoder runs PREFETCH_AHEAD ops ahead and prefetches their first bytes.
-    let mut ahead = RequestDecoder::new(payload)?;
-    let mut ahead_look = Lookup { map, last: None };
-    for _ in 0..PREFETCH_AHEAD {
-        prefetch_next(&mut ahead, &mut ahead_look);
-    }
     for op in RequestDecoder::new(payload)? {
         let op = op?;
-        prefetch_next(&mut ahead, &mut ahead_look);
         let code = op.code();
         let before = out.len();
         match op {

@@ -53,20 +53,6 @@ impl Region {
         unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(off), dst.as_mut_ptr(), dst.len()) }
     }
 
-    /// Asks the CPU to start loading the cache line at `off` (a hint: never faults,
-    /// does nothing where unsupported). Batches prefetch the bytes of ops a few places
-    /// ahead, so random records come from memory while earlier ops run.
-    #[inline]
-    pub fn prefetch(&self, off: usize) {
-        debug_assert!(off < self.len);
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: a prefetch is a hint that cannot fault; `off` is inside the mapping.
-        unsafe {
-            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-            _mm_prefetch::<_MM_HINT_T0>(self.ptr.add(off).cast::<i8>());
-        }
-    }
-
     pub fn write_from(&self, off: usize, src: &[u8]) {
         debug_assert!(off + src.len() <= self.len);
         // SAFETY: as above.

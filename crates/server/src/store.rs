@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use farcache_proto::CacheId;
+use farcache_proto::control::region_split;
 use parking_lot::Mutex;
 
 use crate::error::StoreError;
@@ -31,7 +32,8 @@ impl CacheRegions {
     pub fn holds(&self, addr: u64) -> bool {
         addr < self.capacity
             && matches!(
-                self.regions.get((addr / self.region_size) as usize),
+                self.regions
+                    .get(region_split(addr, self.region_size).0 as usize),
                 Some(Some(_))
             )
     }
@@ -42,7 +44,7 @@ impl CacheRegions {
             return None;
         }
         self.owners
-            .get((addr / self.region_size) as usize)
+            .get(region_split(addr, self.region_size).0 as usize)
             .map(String::as_str)
     }
 }

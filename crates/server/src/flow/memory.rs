@@ -4,6 +4,7 @@
 use std::cell::Cell;
 use std::collections::BTreeMap;
 
+use farcache_proto::control::region_split;
 use farcache_sproc::{Memory, Miss};
 
 use crate::store::CacheRegions;
@@ -68,8 +69,8 @@ impl<'m> FlowMemory<'m> {
         let rs = self.c.region_size;
         let (mut at, mut done) = (addr, 0usize);
         while done < out.len() {
-            let off = at % rs;
-            let n = match self.c.regions.get((at / rs) as usize) {
+            let (idx, off) = region_split(at, rs);
+            let n = match self.c.regions.get(idx as usize) {
                 Some(Some(r)) => {
                     let n = ((rs - off) as usize).min(out.len() - done);
                     r.read_into(off as usize, &mut out[done..done + n]);
@@ -107,10 +108,10 @@ impl Memory for FlowMemory<'_> {
     #[inline]
     fn read_u64(&self, addr: u64) -> Result<u64, Miss> {
         let rs = self.c.region_size;
-        let off = addr % rs;
+        let (idx, off) = region_split(addr, rs);
         if off + 8 <= rs
             && addr < self.c.capacity.saturating_sub(7)
-            && let Some(Some(r)) = self.c.regions.get((addr / rs) as usize)
+            && let Some(Some(r)) = self.c.regions.get(idx as usize)
         {
             let mut b = [0u8; 8];
             r.read_into(off as usize, &mut b);
