@@ -61,24 +61,27 @@ impl RequestEncoder {
 
     #[inline]
     pub fn push(&mut self, out: &mut Vec<u8>, op: &Op<'_>) {
-        // READ and WRITE share a fixed 17-byte head, written with one copy.
-        let head = |code: OpCode, cache: u32, addr: u64, len: u32| {
-            let mut h = [0u8; 17];
+        // READ and WRITE share a fixed 17-byte head, written field by field in place:
+        // a head built on the stack and copied in would be read back before its
+        // stores retire (a store-forwarding stall per op).
+        let head = |out: &mut Vec<u8>, code: OpCode, cache: u32, addr: u64, len: u32| {
+            let at = out.len();
+            out.extend_from_slice(&[0u8; 17]);
+            let h = &mut out[at..];
             h[0] = code as u8;
             h[1..5].copy_from_slice(&cache.to_le_bytes());
             h[5..13].copy_from_slice(&addr.to_le_bytes());
             h[13..17].copy_from_slice(&len.to_le_bytes());
-            h
         };
         match *op {
             Op::Read { cache, addr, len } => {
-                out.extend_from_slice(&head(OpCode::Read, cache, addr, len));
+                head(out, OpCode::Read, cache, addr, len);
                 self.count += 1;
                 return;
             }
             Op::Write { cache, addr, data } => {
                 out.reserve(17 + data.len());
-                out.extend_from_slice(&head(OpCode::Write, cache, addr, data.len() as u32));
+                head(out, OpCode::Write, cache, addr, data.len() as u32);
                 out.extend_from_slice(data);
                 self.count += 1;
                 return;
@@ -140,24 +143,29 @@ impl RequestEncoder {
                 out.get(self.start + at..self.start + at + len)
                     .is_some_and(|prev| crate::op::same_name(prev, name))
             });
+        self.count += 1;
+        if repeat && args.len() <= crate::op::SHORT_ARGS {
+            // The common batched call: head and arguments in one reservation, each
+            // field written in place (a head built on the stack and copied in would be
+            // read back before its stores retire: a store-forwarding stall per call).
+            let at = out.len();
+            out.extend_from_slice(&[0u8; 18 + crate::op::SHORT_ARGS]);
+            let dst = &mut out[at..];
+            dst[0] = OpCode::Execute as u8;
+            dst[1..5].copy_from_slice(&cache.to_le_bytes());
+            dst[5..13].copy_from_slice(&addr.to_le_bytes());
+            // dst[13], the name length, stays 0: the previous EXECUTE's name.
+            dst[14..18].copy_from_slice(&(args.len() as u32).to_le_bytes());
+            crate::op::copy_short(&mut dst[18..], args);
+            out.truncate(at + 18 + args.len());
+            return;
+        }
         let mut h = [0u8; 18];
         h[0] = OpCode::Execute as u8;
         h[1..5].copy_from_slice(&cache.to_le_bytes());
         h[5..13].copy_from_slice(&addr.to_le_bytes());
         h[13] = if repeat { 0 } else { name.len() as u8 };
         h[14..18].copy_from_slice(&(args.len() as u32).to_le_bytes());
-        self.count += 1;
-        if repeat && args.len() <= crate::op::SHORT_ARGS {
-            // The common batched call: head and arguments in one reservation, written
-            // with fixed-size copies.
-            let at = out.len();
-            out.extend_from_slice(&[0u8; 18 + crate::op::SHORT_ARGS]);
-            let dst = &mut out[at..];
-            dst[..18].copy_from_slice(&h);
-            crate::op::copy_short(&mut dst[18..], args);
-            out.truncate(at + 18 + args.len());
-            return;
-        }
         out.reserve(h.len() + name.len() + args.len());
         if repeat {
             out.extend_from_slice(&h);

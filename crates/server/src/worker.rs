@@ -108,9 +108,6 @@ impl Worker {
             if sh.shutdown.load(Ordering::Acquire) {
                 return;
             }
-            if !events.is_empty() {
-                last_work = Instant::now();
-            }
             for ev in events.iter() {
                 let t = ev.token();
                 if t == WAKER {
@@ -120,6 +117,12 @@ impl Worker {
                 } else {
                     self.serve(&mut st, t.0);
                 }
+            }
+            if !events.is_empty() {
+                // The window runs from the end of the work, not its start: a batch
+                // that takes longer to serve must not eat the time its successor has
+                // to arrive without waking this thread.
+                last_work = Instant::now();
             }
             self.share(&st);
             if st.engine.queued() > 0 {
