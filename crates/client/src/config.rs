@@ -50,7 +50,8 @@ impl ClientConfig {
         self
     }
 
-    /// Busy-poll window before a waiting thread sleeps (`Duration::ZERO` never spins).
+    /// Busy-poll window before a waiting thread sleeps (`Duration::ZERO` never spins);
+    /// the thread yields the core between polls.
     pub fn spin(mut self, d: Duration) -> Self {
         self.spin = d;
         self

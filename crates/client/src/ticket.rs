@@ -45,6 +45,13 @@ impl Ticket {
                 Duration::from_millis(100)
             };
             g.drive_once(Some(block));
+            if block.is_zero() && !g.is_done(self.key, self.id) {
+                // Spinning: let a thread that needs this core (a server on the same
+                // host, woken by our request) run rather than wait out the spin.
+                drop(g);
+                std::thread::yield_now();
+                g = lane.inner.lock();
+            }
             // Guard against a lost op: nothing in flight anywhere and still not done.
             if g.stuck() && !g.is_done(self.key, self.id) {
                 idle_rounds += 1;

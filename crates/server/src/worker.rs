@@ -128,8 +128,13 @@ impl Worker {
             if st.engine.queued() > 0 {
                 st.engine.run_queue(sh, self.poll.registry(), RUN_BUDGET);
             } else if events.is_empty() && !sleeping {
-                // Spinning with nothing to do (busy polling): look for work elsewhere.
-                st.engine.steal(sh, self.poll.registry());
+                // Spinning with nothing to do (busy polling): look for work elsewhere,
+                // and give the core to any thread waiting for one. On a host with
+                // more busy threads than cores (another server, the client) a thread
+                // woken by a message otherwise waits until this spin runs out.
+                if !st.engine.steal(sh, self.poll.registry()) {
+                    std::thread::yield_now();
+                }
             }
             if st.engine.has_waits() {
                 st.engine.expire(sh, self.poll.registry(), Instant::now());
