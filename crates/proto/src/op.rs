@@ -53,22 +53,6 @@ pub fn copy_short(dst: &mut [u8], src: &[u8]) {
     }
 }
 
-/// Appends `src` to `out`; short arguments (a batched call's) go with [`copy_short`].
-/// The words go straight to `out`: a copy through a stack buffer stalls on store
-/// forwarding.
-#[inline(always)]
-pub fn extend_short(out: &mut Vec<u8>, src: &[u8]) {
-    let n = src.len();
-    if !(4..=SHORT_ARGS).contains(&n) {
-        out.extend_from_slice(src);
-        return;
-    }
-    let len = out.len();
-    out.extend_from_slice(&[0u8; SHORT_ARGS]);
-    copy_short(&mut out[len..], src);
-    out.truncate(len + n);
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum OpCode {

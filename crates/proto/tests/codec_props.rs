@@ -622,11 +622,12 @@ proptest! {
     }
 
     #[test]
-    fn extend_short_appends_exactly(prefix in bytes(20), src in bytes(40)) {
-        let mut out = prefix.clone();
-        farcache_proto::op::extend_short(&mut out, &src);
-        prop_assert_eq!(&out[..prefix.len()], &prefix[..]);
-        prop_assert_eq!(&out[prefix.len()..], &src[..]);
+    fn copy_short_copies_exactly(src in bytes(32), extra in 0usize..20) {
+        // Writes exactly the first `src.len()` bytes, whatever room follows.
+        let mut dst = vec![0xAA; src.len() + extra];
+        farcache_proto::op::copy_short(&mut dst, &src);
+        prop_assert_eq!(&dst[..src.len()], &src[..]);
+        prop_assert!(dst[src.len()..].iter().all(|&b| b == 0xAA));
     }
 
     #[test]
