@@ -152,34 +152,9 @@ pub fn run_io_bench(opts: &IoBenchOptions) -> Result<BenchReport> {
     opts.validate()?;
     let mut report = BenchReport::new("io");
     if opts.baselines {
-        ensure_tools(&[Tool::RedisServer, Tool::RedisBenchmark, Tool::Sockperf])?;
-        // The chart falls back to a built-in font; a missing one is not worth failing for.
-        if let Err(e) = ensure_tools(&[Tool::DejaVuFont]) {
-            tracing::debug!("chart font unavailable: {e}");
-        }
-        let pb = progress(opts.sizes.len() as u64 + 1);
-        pb.set_prefix("baselines");
-        pb.set_message("sockperf ping-pong + stream");
-        report.baselines.sockperf = Some(sockperf_baseline(&SockperfOpts::new(opts.quick))?);
-        pb.inc(1);
-        for &size in &opts.sizes {
-            pb.set_message(format!("redis-benchmark GET/SET {size} B"));
-            report
-                .baselines
-                .redis
-                .push(redis_baseline(&opts.redis_opts(size))?);
-            pb.inc(1);
-        }
-        pb.finish_and_clear();
-        report.rows.extend(report.baselines.rows());
+        run_baselines(opts, &mut report)?;
     }
-
-    let records = opts.records();
-    let capacity = records * opts.sizes.iter().copied().max().unwrap_or(8) as u64;
-    let capacity = capacity.div_ceil(BENCH_REGION).max(1) * BENCH_REGION;
-    let regions_per_server = (capacity / BENCH_REGION).div_ceil(opts.servers as u64);
-    let server_memory = (regions_per_server + 1) * BENCH_REGION;
-
+    let sizing = Sizing::new(opts);
     let grid = opts.ops.len()
         * opts.sizes.len()
         * opts.dists.len()
@@ -190,80 +165,179 @@ pub fn run_io_bench(opts: &IoBenchOptions) -> Result<BenchReport> {
     let pb = progress((per_s * opts.s.len()) as u64);
     pb.set_prefix("farcache");
     for &s in &opts.s {
-        pb.set_message(format!("starting {} server(s), s = {s}", opts.servers));
-        let cluster = ProcessCluster::start(
-            &opts.bin,
-            &ClusterOptions::default()
-                .servers(opts.servers)
-                .server_threads(s)
-                .server_memory(server_memory)
-                .region_size(BENCH_REGION),
-        )
-        .map_err(|e| BenchError::Cluster(e.to_string()))?;
-        for &c in &opts.c {
-            for &b in &opts.b {
-                for &q in &opts.q {
-                    let client = cluster
-                        .client_with(
-                            ClientConfig::new("")
-                                .connections(c)
-                                .batch_size(if b == AUTO_BATCH { 1024 } else { b })
-                                .queue_depth(q),
-                        )
-                        .map_err(|e| BenchError::Cluster(e.to_string()))?;
-                    let cache = client
-                        .create("bench-io", capacity)
-                        .map_err(|e| BenchError::Cluster(e.to_string()))?;
-                    prefill(&cache, capacity)?;
-                    for &op in &opts.ops {
-                        for &size in &opts.sizes {
-                            for &dist in &opts.dists {
-                                pb.set_message(format!(
-                                    "{} {size} B {dist} c={c} s={s} b={} q={q}",
-                                    op.name(),
-                                    batch_for(b, size)
-                                ));
-                                let spec = IoSpec {
-                                    op,
-                                    record_size: size,
-                                    dist,
-                                    records,
-                                    batch: batch_for(b, size),
-                                    depth: q,
-                                    duration: opts.duration,
-                                };
-                                let out = run_throughput_threads(&cache, &spec, c)?;
-                                report.rows.push(throughput_row(&report, &spec, &out, c, s));
-                                pb.inc(1);
-                            }
-                        }
-                    }
-                    // Unbatched latency depends on neither b nor q: run it once per (c, s).
-                    if b == opts.b[0] && q == opts.q[0] && c == opts.c[0] {
-                        for &size in &opts.sizes {
-                            pb.set_message(format!("unbatched read {size} B c={c} s={s}"));
-                            let out = run_latency(
-                                &cache,
-                                IoOp::Read,
-                                size,
-                                records,
-                                opts.latency_samples,
-                            )?;
-                            // One thread, one op at a time: whatever `c`, one connection is used.
-                            report.rows.push(latency_row(&report, size, &out, 1, s));
-                            pb.inc(1);
-                        }
-                    }
-                    client
-                        .delete("bench-io")
-                        .map_err(|e| BenchError::Cluster(e.to_string()))?;
-                }
-            }
-        }
-        drop(cluster);
+        run_cluster(opts, &sizing, s, &pb, &mut report)?;
     }
     pb.finish_and_clear();
     Ok(report)
+}
+
+/// sockperf, then redis-benchmark for every record size.
+fn run_baselines(opts: &IoBenchOptions, report: &mut BenchReport) -> Result<()> {
+    ensure_tools(&[Tool::RedisServer, Tool::RedisBenchmark, Tool::Sockperf])?;
+    // The chart falls back to a built-in font; a missing one is not worth failing for.
+    if let Err(e) = ensure_tools(&[Tool::DejaVuFont]) {
+        tracing::debug!("chart font unavailable: {e}");
+    }
+    let pb = progress(opts.sizes.len() as u64 + 1);
+    pb.set_prefix("baselines");
+    pb.set_message("sockperf ping-pong + stream");
+    report.baselines.sockperf = Some(sockperf_baseline(&SockperfOpts::new(opts.quick))?);
+    pb.inc(1);
+    for &size in &opts.sizes {
+        pb.set_message(format!("redis-benchmark GET/SET {size} B"));
+        report
+            .baselines
+            .redis
+            .push(redis_baseline(&opts.redis_opts(size))?);
+        pb.inc(1);
+    }
+    pb.finish_and_clear();
+    report.rows.extend(report.baselines.rows());
+    Ok(())
+}
+
+/// Records per run, the cache that holds them at the largest size, and the memory
+/// each server needs for its share.
+struct Sizing {
+    records: u64,
+    capacity: u64,
+    server_memory: u64,
+}
+
+impl Sizing {
+    fn new(opts: &IoBenchOptions) -> Self {
+        let records = opts.records();
+        let capacity = records * opts.sizes.iter().copied().max().unwrap_or(8) as u64;
+        let capacity = capacity.div_ceil(BENCH_REGION).max(1) * BENCH_REGION;
+        let regions_per_server = (capacity / BENCH_REGION).div_ceil(opts.servers as u64);
+        let server_memory = (regions_per_server + 1) * BENCH_REGION;
+        Self {
+            records,
+            capacity,
+            server_memory,
+        }
+    }
+}
+
+/// One cluster with `s` worker threads per server: every (c, b, q) on a fresh cache.
+fn run_cluster(
+    opts: &IoBenchOptions,
+    sizing: &Sizing,
+    s: usize,
+    pb: &ProgressBar,
+    report: &mut BenchReport,
+) -> Result<()> {
+    pb.set_message(format!("starting {} server(s), s = {s}", opts.servers));
+    let cluster = ProcessCluster::start(
+        &opts.bin,
+        &ClusterOptions::default()
+            .servers(opts.servers)
+            .server_threads(s)
+            .server_memory(sizing.server_memory)
+            .region_size(BENCH_REGION),
+    )
+    .map_err(|e| BenchError::Cluster(e.to_string()))?;
+    for &c in &opts.c {
+        for &b in &opts.b {
+            for &q in &opts.q {
+                let client = cluster
+                    .client_with(
+                        ClientConfig::new("")
+                            .connections(c)
+                            .batch_size(if b == AUTO_BATCH { 1024 } else { b })
+                            .queue_depth(q),
+                    )
+                    .map_err(|e| BenchError::Cluster(e.to_string()))?;
+                let cache = client
+                    .create("bench-io", sizing.capacity)
+                    .map_err(|e| BenchError::Cluster(e.to_string()))?;
+                prefill(&cache, sizing.capacity)?;
+                let run = Run {
+                    opts,
+                    cache: &cache,
+                    records: sizing.records,
+                    c,
+                    s,
+                };
+                run.throughput_rows(b, q, pb, report)?;
+                // Unbatched latency depends on neither b nor q: run it once per (c, s).
+                if b == opts.b[0] && q == opts.q[0] && c == opts.c[0] {
+                    run.latency_rows(pb, report)?;
+                }
+                client
+                    .delete("bench-io")
+                    .map_err(|e| BenchError::Cluster(e.to_string()))?;
+            }
+        }
+    }
+    drop(cluster);
+    Ok(())
+}
+
+/// A cache of `records` records on a cluster of `s` threads per server, with `c`
+/// connections per server.
+struct Run<'a> {
+    opts: &'a IoBenchOptions,
+    cache: &'a farcache_client::Cache,
+    records: u64,
+    c: usize,
+    s: usize,
+}
+
+impl Run<'_> {
+    /// Every (op, size, distribution) with `b` ops per batch and `q` batches in flight.
+    fn throughput_rows(
+        &self,
+        b: usize,
+        q: usize,
+        pb: &ProgressBar,
+        report: &mut BenchReport,
+    ) -> Result<()> {
+        let (c, s) = (self.c, self.s);
+        for &op in &self.opts.ops {
+            for &size in &self.opts.sizes {
+                for &dist in &self.opts.dists {
+                    pb.set_message(format!(
+                        "{} {size} B {dist} c={c} s={s} b={} q={q}",
+                        op.name(),
+                        batch_for(b, size)
+                    ));
+                    let spec = IoSpec {
+                        op,
+                        record_size: size,
+                        dist,
+                        records: self.records,
+                        batch: batch_for(b, size),
+                        depth: q,
+                        duration: self.opts.duration,
+                    };
+                    let out = run_throughput_threads(self.cache, &spec, c)?;
+                    report.rows.push(throughput_row(report, &spec, &out, c, s));
+                    pb.inc(1);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Unbatched reads of every size, one at a time.
+    fn latency_rows(&self, pb: &ProgressBar, report: &mut BenchReport) -> Result<()> {
+        let (c, s) = (self.c, self.s);
+        for &size in &self.opts.sizes {
+            pb.set_message(format!("unbatched read {size} B c={c} s={s}"));
+            let out = run_latency(
+                self.cache,
+                IoOp::Read,
+                size,
+                self.records,
+                self.opts.latency_samples,
+            )?;
+            // One thread, one op at a time: whatever `c`, one connection is used.
+            report.rows.push(latency_row(report, size, &out, 1, s));
+            pb.inc(1);
+        }
+        Ok(())
+    }
 }
 
 /// Touches every page once so first-touch page faults are not measured.

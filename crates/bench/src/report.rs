@@ -484,6 +484,7 @@ pub fn write_json(report: &BenchReport, dir: impl AsRef<Path>) -> Result<PathBuf
 
 mod chart {
     use plotters::coord::Shift;
+    use plotters::coord::types::RangedCoordf64;
     use plotters::prelude::*;
 
     use super::{BenchReport, BenchRow};
@@ -699,6 +700,9 @@ mod chart {
         Ok(())
     }
 
+    type Chart<'a, 'b> =
+        ChartContext<'a, BitMapBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
     fn draw_panel(
         area: &DrawingArea<BitMapBackend<'_>, Shift>,
         panel: &Panel<'_>,
@@ -720,99 +724,139 @@ mod chart {
         let mut chart = builder
             .build_cartesian_2d(0f64..x_max, y_range)
             .map_err(err)?;
-        // Row 0 at the top.
-        let y_of = |slot: usize, offset: f64| (n - 1 - slot) as f64 + offset;
         if text {
-            let names = panel.names.clone();
-            let fmt = move |y: &f64| -> String {
-                let r = y.round();
-                if (y - r).abs() > 1e-6 || r < 0.0 || r as usize >= n {
-                    return String::new();
-                }
-                names.get(n - 1 - r as usize).cloned().unwrap_or_default()
-            };
-            chart
-                .configure_mesh()
-                .y_labels(n)
-                .y_label_formatter(&fmt)
-                .disable_y_mesh()
-                .x_desc(panel.unit)
-                .label_style(("sans-serif", 14))
-                .draw()
-                .map_err(err)?;
+            draw_mesh(&mut chart, panel, n)?;
         } else {
-            // Plain gridlines without any text.
-            let grid = RGBColor(225, 225, 225);
-            for k in 1..=5 {
-                let x = x_max * f64::from(k) / 5.0;
-                chart
-                    .draw_series(std::iter::once(PathElement::new(
-                        vec![(x, -0.6), (x, n as f64 - 0.4)],
-                        grid,
-                    )))
-                    .map_err(err)?;
-            }
+            draw_gridlines(&mut chart, x_max, n)?;
         }
         chart
             .draw_series(panel.bars.iter().map(|b| {
-                let y = y_of(b.slot, b.offset);
+                let y = y_of(n, b);
                 Rectangle::new(
                     [(0.0, y - b.height / 2.0), (b.value, y + b.height / 2.0)],
                     b.color.filled(),
                 )
             }))
             .map_err(err)?;
-        if let Some((v, label)) = &panel.reference {
-            chart
-                .draw_series(DashedLineSeries::new(
-                    vec![(*v, -0.6), (*v, n as f64 - 0.4)],
-                    6,
-                    4,
-                    RAW_TCP.stroke_width(2),
-                ))
-                .map_err(err)?;
-            if text {
-                chart
-                    .draw_series(std::iter::once(
-                        EmptyElement::at((*v, n as f64 - 0.4))
-                            + Text::new(
-                                label.clone(),
-                                (6, 2),
-                                ("sans-serif", 13).into_font().color(&RAW_TCP),
-                            ),
-                    ))
-                    .map_err(err)?;
-            }
+        if let Some(reference) = &panel.reference {
+            draw_reference(&mut chart, reference, n, text)?;
         }
         if text {
-            let style = ("sans-serif", 13).into_font().color(&BLACK);
+            draw_bar_texts(&mut chart, panel, n)?;
+            draw_legend(&mut chart, panel)?;
+        }
+        Ok(())
+    }
+
+    /// Where a bar sits on the y axis: row 0 at the top.
+    fn y_of(n: usize, b: &Bar) -> f64 {
+        (n - 1 - b.slot) as f64 + b.offset
+    }
+
+    /// Axes with the row names on y and the unit on x.
+    fn draw_mesh(chart: &mut Chart<'_, '_>, panel: &Panel<'_>, n: usize) -> Result<(), BenchError> {
+        let names = panel.names.clone();
+        let fmt = move |y: &f64| -> String {
+            let r = y.round();
+            if (y - r).abs() > 1e-6 || r < 0.0 || r as usize >= n {
+                return String::new();
+            }
+            names.get(n - 1 - r as usize).cloned().unwrap_or_default()
+        };
+        chart
+            .configure_mesh()
+            .y_labels(n)
+            .y_label_formatter(&fmt)
+            .disable_y_mesh()
+            .x_desc(panel.unit)
+            .label_style(("sans-serif", 14))
+            .draw()
+            .map_err(err)
+    }
+
+    /// Plain gridlines without any text.
+    fn draw_gridlines(chart: &mut Chart<'_, '_>, x_max: f64, n: usize) -> Result<(), BenchError> {
+        let grid = RGBColor(225, 225, 225);
+        for k in 1..=5 {
+            let x = x_max * f64::from(k) / 5.0;
             chart
-                .draw_series(panel.bars.iter().map(|b| {
-                    let y = y_of(b.slot, b.offset);
-                    EmptyElement::at((b.value, y))
-                        + Text::new(b.text.clone(), (5, -7), style.clone())
-                }))
+                .draw_series(std::iter::once(PathElement::new(
+                    vec![(x, -0.6), (x, n as f64 - 0.4)],
+                    grid,
+                )))
                 .map_err(err)?;
-            for (name, c) in &panel.legend {
-                let c = *c;
-                chart
-                    .draw_series(std::iter::empty::<Rectangle<(f64, f64)>>())
-                    .map_err(err)?
-                    .label(*name)
-                    .legend(move |(x, y)| {
-                        Rectangle::new([(x, y - 6), (x + 14, y + 6)], c.filled())
-                    });
-            }
-            if !panel.legend.is_empty() {
-                chart
-                    .configure_series_labels()
-                    .position(SeriesLabelPosition::LowerRight)
-                    .background_style(WHITE.mix(0.85))
-                    .border_style(BLACK)
-                    .label_font(("sans-serif", 14))
-                    .draw()
-                    .map_err(err)?;
-            }
+        }
+        Ok(())
+    }
+
+    /// The dashed vertical reference line, labelled when `text`.
+    fn draw_reference(
+        chart: &mut Chart<'_, '_>,
+        (v, label): &(f64, String),
+        n: usize,
+        text: bool,
+    ) -> Result<(), BenchError> {
+        chart
+            .draw_series(DashedLineSeries::new(
+                vec![(*v, -0.6), (*v, n as f64 - 0.4)],
+                6,
+                4,
+                RAW_TCP.stroke_width(2),
+            ))
+            .map_err(err)?;
+        if text {
+            chart
+                .draw_series(std::iter::once(
+                    EmptyElement::at((*v, n as f64 - 0.4))
+                        + Text::new(
+                            label.clone(),
+                            (6, 2),
+                            ("sans-serif", 13).into_font().color(&RAW_TCP),
+                        ),
+                ))
+                .map_err(err)?;
+        }
+        Ok(())
+    }
+
+    /// Each bar's value text at its end.
+    fn draw_bar_texts(
+        chart: &mut Chart<'_, '_>,
+        panel: &Panel<'_>,
+        n: usize,
+    ) -> Result<(), BenchError> {
+        let style = ("sans-serif", 13).into_font().color(&BLACK);
+        chart
+            .draw_series(panel.bars.iter().map(|b| {
+                EmptyElement::at((b.value, y_of(n, b)))
+                    + Text::new(b.text.clone(), (5, -7), style.clone())
+            }))
+            .map_err(err)?;
+        Ok(())
+    }
+
+    // The legend box needs the backend to outlive the chart.
+    fn draw_legend<'a, 'b: 'a>(
+        chart: &mut Chart<'a, 'b>,
+        panel: &Panel<'_>,
+    ) -> Result<(), BenchError> {
+        for (name, c) in &panel.legend {
+            let c = *c;
+            chart
+                .draw_series(std::iter::empty::<Rectangle<(f64, f64)>>())
+                .map_err(err)?
+                .label(*name)
+                .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], c.filled()));
+        }
+        if !panel.legend.is_empty() {
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::LowerRight)
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK)
+                .label_font(("sans-serif", 14))
+                .draw()
+                .map_err(err)?;
         }
         Ok(())
     }

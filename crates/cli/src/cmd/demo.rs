@@ -2,13 +2,15 @@
 //! process, a cache spanning all servers, a full fill + verify, a mixed workload
 //! checked against a local model, a results table, a clean shutdown.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use farcache_client::{ClientConfig, OpOutput};
+use farcache_bench::histogram::LatencyHistogram;
+use farcache_client::{Batch, BatchResults, Cache, ClientConfig, OpOutput, Ticket};
 use farcache_testkit::{ClusterOptions, LocalCluster};
 use indicatif::{ProgressBar, ProgressStyle};
+use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::size::{human, parse_size};
@@ -53,24 +55,60 @@ struct Row {
     note: String,
 }
 
+impl Row {
+    /// A phase that moved `bytes` bytes in `secs`.
+    fn bandwidth(phase: &'static str, bytes: u64, secs: f64, note: &str) -> Self {
+        Row {
+            phase,
+            work: human(bytes),
+            secs,
+            rate: format!("{}/s", human((bytes as f64 / secs) as u64)),
+            note: note.into(),
+        }
+    }
+}
+
 pub fn run(a: Args) -> Result<()> {
     ensure!(a.servers >= 1, "--servers must be at least 1");
+    let cluster = start_cluster(&a)?;
+    let client = cluster.client_with(ClientConfig::new("").batch_size(64).queue_depth(4))?;
+    let cache = client
+        .create("demo", a.size)
+        .context("creating the demo cache")?;
+    print_layout(&cache);
+    let rows = [
+        fill(&cache, a.size)?,
+        verify(&cache, a.size)?,
+        mixed(&cache, a.size, a.seconds)?,
+    ];
+    print_rows(&rows);
+    print_servers(&cluster);
+    client.delete("demo")?;
+    drop(cache);
+    drop(client);
+    cluster.shutdown();
+    println!("\ncluster stopped cleanly.");
+    Ok(())
+}
+
+/// One manager and `a.servers` servers, each with room for twice its share of the cache.
+fn start_cluster(a: &Args) -> Result<LocalCluster> {
     let per_server = (a.size / a.servers as u64 + a.region_size) * 2;
     println!(
         "starting a local cluster: 1 manager, {} servers ({} each) …",
         a.servers,
         human(per_server)
     );
-    let cluster = LocalCluster::start(
+    Ok(LocalCluster::start(
         &ClusterOptions::default()
             .servers(a.servers)
             .server_memory(per_server)
             .region_size(a.region_size),
-    )?;
-    let client = cluster.client_with(ClientConfig::new("").batch_size(64).queue_depth(4))?;
-    let cache = client
-        .create("demo", a.size)
-        .context("creating the demo cache")?;
+    )?)
+}
+
+/// The cache's size, regions and how many regions each server holds.
+fn print_layout(cache: &Cache) {
     let info = cache.info();
     let mut spread: HashMap<u32, usize> = HashMap::new();
     for r in &info.regions {
@@ -88,22 +126,25 @@ pub fn run(a: Args) -> Result<()> {
             v
         }
     );
-    let mut rows = Vec::new();
+}
 
-    // Fill: 64 KiB writes, 16 per batch, several batches in flight.
-    const CHUNK: u64 = 64 << 10;
-    let pb = bar(a.size, "fill");
+/// Fill and verify move the cache in 64 KiB ops, 16 per batch.
+const CHUNK: u64 = 64 << 10;
+
+/// Writes the pattern over the whole cache, several batches in flight.
+fn fill(cache: &Cache, size: u64) -> Result<Row> {
+    let pb = bar(size, "fill");
     let t = Instant::now();
-    let mut inflight = std::collections::VecDeque::new();
+    let mut inflight = VecDeque::new();
     let mut addr = 0;
     let mut buf = vec![0u8; CHUNK as usize];
-    while addr < a.size {
+    while addr < size {
         let mut b = cache.batch();
         for _ in 0..16 {
-            if addr >= a.size {
+            if addr >= size {
                 break;
             }
-            let n = CHUNK.min(a.size - addr);
+            let n = CHUNK.min(size - addr);
             for (i, byte) in buf[..n as usize].iter_mut().enumerate() {
                 *byte = pattern(addr + i as u64);
             }
@@ -114,156 +155,209 @@ pub fn run(a: Args) -> Result<()> {
         if inflight.len() >= 4
             && let Some((tk, done)) = inflight.pop_front()
         {
-            if let Some(e) = tk.wait().first_error() {
-                bail!("fill failed: {e}");
-            }
+            wait_fill(tk)?;
             pb.set_position(done);
         }
     }
     for (tk, _) in inflight {
-        if let Some(e) = tk.wait().first_error() {
-            bail!("fill failed: {e}");
-        }
+        wait_fill(tk)?;
     }
     pb.finish_and_clear();
     let secs = t.elapsed().as_secs_f64();
-    rows.push(Row {
-        phase: "fill",
-        work: human(a.size),
+    Ok(Row::bandwidth(
+        "fill",
+        size,
         secs,
-        rate: format!("{}/s", human((a.size as f64 / secs) as u64)),
-        note: "64 KiB writes, 16/batch".into(),
-    });
+        "64 KiB writes, 16/batch",
+    ))
+}
 
-    // Verify every byte.
-    let pb = bar(a.size, "verify");
+fn wait_fill(tk: Ticket) -> Result<()> {
+    if let Some(e) = tk.wait().first_error() {
+        bail!("fill failed: {e}");
+    }
+    Ok(())
+}
+
+/// Reads the whole cache back, one batch at a time, and checks every byte.
+fn verify(cache: &Cache, size: u64) -> Result<Row> {
+    let pb = bar(size, "verify");
     let t = Instant::now();
     let mut addr = 0;
-    while addr < a.size {
+    while addr < size {
         let mut b = cache.batch();
         let mut starts = Vec::new();
         for _ in 0..16 {
-            if addr >= a.size {
+            if addr >= size {
                 break;
             }
-            let n = CHUNK.min(a.size - addr);
+            let n = CHUNK.min(size - addr);
             starts.push((b.read(addr, n), addr));
             addr += n;
         }
         let res = b.run();
         for (i, start) in starts {
-            let data = res.data(i)?;
-            if let Some(off) = data
-                .iter()
-                .enumerate()
-                .position(|(j, v)| *v != pattern(start + j as u64))
-            {
-                bail!(
-                    "verify failed at address {}: read {:#04x}, wrote {:#04x}",
-                    start + off as u64,
-                    data[off],
-                    pattern(start + off as u64)
-                );
-            }
+            check_pattern(start, res.data(i)?)?;
         }
         pb.set_position(addr);
     }
     pb.finish_and_clear();
     let secs = t.elapsed().as_secs_f64();
-    rows.push(Row {
-        phase: "verify",
-        work: human(a.size),
-        secs,
-        rate: format!("{}/s", human((a.size as f64 / secs) as u64)),
-        note: "every byte matched".into(),
-    });
+    Ok(Row::bandwidth("verify", size, secs, "every byte matched"))
+}
 
-    // Mixed workload on 8-byte records: 80% reads, 15% writes, 5% fetch-add, checked
-    // against a model of what this run wrote.
-    let records = a.size / 8;
-    let mut model: HashMap<u64, u64> = HashMap::new();
-    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
-    let mut lat = farcache_bench::histogram::LatencyHistogram::new();
+/// `data`, read at `start`, must hold the fill pattern.
+fn check_pattern(start: u64, data: &[u8]) -> Result<()> {
+    if let Some(off) = data
+        .iter()
+        .enumerate()
+        .position(|(j, v)| *v != pattern(start + j as u64))
+    {
+        bail!(
+            "verify failed at address {}: read {:#04x}, wrote {:#04x}",
+            start + off as u64,
+            data[off],
+            pattern(start + off as u64)
+        );
+    }
+    Ok(())
+}
+
+/// What this run wrote to each 8-byte record; the others still hold the fill pattern.
+#[derive(Default)]
+struct Model(HashMap<u64, u64>);
+
+impl Model {
+    fn current(&self, rec: u64) -> u64 {
+        self.0.get(&rec).copied().unwrap_or_else(|| {
+            let mut w = [0u8; 8];
+            for (j, x) in w.iter_mut().enumerate() {
+                *x = pattern(rec * 8 + j as u64);
+            }
+            u64::from_le_bytes(w)
+        })
+    }
+}
+
+/// An op of a mixed batch whose answer is checked: its index in the batch, its record,
+/// and whether it was a fetch-add (else a read).
+struct Expect {
+    op: usize,
+    rec: u64,
+    adds: bool,
+}
+
+/// Mixed workload on 8-byte records: 80% reads, 15% writes, 5% fetch-add, checked
+/// against a model of what this run wrote.
+fn mixed(cache: &Cache, size: u64, seconds: f64) -> Result<Row> {
+    let records = size / 8;
+    let mut model = Model::default();
+    let mut rng = StdRng::seed_from_u64(7);
+    let mut lat = LatencyHistogram::new();
     let (mut ops, mut checked) = (0u64, 0u64);
     let t = Instant::now();
-    let until = t + Duration::from_secs_f64(a.seconds);
+    let until = t + Duration::from_secs_f64(seconds);
     let pb = ProgressBar::new_spinner();
     pb.set_message("mixed workload");
     while Instant::now() < until {
-        let mut b = cache.batch();
-        let mut expect: Vec<(usize, u64, u8)> = Vec::with_capacity(256);
-        let mut touched = std::collections::HashSet::new();
-        for _ in 0..256 {
-            let rec = rng.gen_range(0..records);
-            if !touched.insert(rec) {
-                continue; // one op per record per batch keeps the model exact
-            }
-            let addr = rec * 8;
-            match rng.gen_range(0..100) {
-                0..80 => expect.push((b.read(addr, 8), rec, 0)),
-                80..95 => {
-                    let v: u64 = rng.r#gen();
-                    b.write(addr, &v.to_le_bytes());
-                    model.insert(rec, v);
-                }
-                _ => expect.push((b.fetch_add(addr, 1), rec, 1)),
-            }
-        }
+        let (b, expect) = mixed_batch(cache, &mut rng, &mut model, records);
         let n = b.len() as u64;
         let t0 = Instant::now();
         let res = b.run();
         lat.record_duration(t0.elapsed());
-        for (i, rec, kind) in expect {
-            let current = model.get(&rec).copied().unwrap_or_else(|| {
-                let mut w = [0u8; 8];
-                for (j, x) in w.iter_mut().enumerate() {
-                    *x = pattern(rec * 8 + j as u64);
-                }
-                u64::from_le_bytes(w)
-            });
-            let got = match res.get(i) {
-                Some(Ok(OpOutput::Data(d))) => u64::from_le_bytes(d[..8].try_into()?),
-                Some(Ok(OpOutput::Value(v))) => *v,
-                other => bail!("op failed: {other:?}"),
-            };
-            ensure!(
-                got == current,
-                "record {rec}: read {got:#x}, expected {current:#x}"
-            );
-            if kind == 1 {
-                model.insert(rec, current.wrapping_add(1));
-            }
-            checked += 1;
-        }
+        checked += check_mixed(&res, expect, &mut model)?;
         ops += n;
         pb.tick();
     }
     pb.finish_and_clear();
     let secs = t.elapsed().as_secs_f64();
-    rows.push(Row {
+    let l = lat.summary();
+    Ok(Row {
         phase: "mixed",
         work: format!("{ops} ops"),
         secs,
         rate: format!("{:.2} Mops/s", ops as f64 / secs / 1e6),
-        note: {
-            let l = lat.summary();
-            format!(
-                "{checked} results checked; batch of 256: p50 {:.0} µs, p99 {:.0} µs",
-                l.p50_us, l.p99_us
-            )
-        },
-    });
+        note: format!(
+            "{checked} results checked; batch of 256: p50 {:.0} µs, p99 {:.0} µs",
+            l.p50_us, l.p99_us
+        ),
+    })
+}
 
+/// Up to 256 ops on distinct records; writes go into the model as they are added.
+fn mixed_batch(
+    cache: &Cache,
+    rng: &mut StdRng,
+    model: &mut Model,
+    records: u64,
+) -> (Batch, Vec<Expect>) {
+    let mut b = cache.batch();
+    let mut expect = Vec::with_capacity(256);
+    let mut touched = HashSet::new();
+    for _ in 0..256 {
+        let rec = rng.gen_range(0..records);
+        if !touched.insert(rec) {
+            continue; // one op per record per batch keeps the model exact
+        }
+        let addr = rec * 8;
+        match rng.gen_range(0..100) {
+            0..80 => expect.push(Expect {
+                op: b.read(addr, 8),
+                rec,
+                adds: false,
+            }),
+            80..95 => {
+                let v: u64 = rng.r#gen();
+                b.write(addr, &v.to_le_bytes());
+                model.0.insert(rec, v);
+            }
+            _ => expect.push(Expect {
+                op: b.fetch_add(addr, 1),
+                rec,
+                adds: true,
+            }),
+        }
+    }
+    (b, expect)
+}
+
+/// Checks the reads and fetch-adds of a batch against the model (fetch-adds then
+/// update it) and returns how many were checked.
+fn check_mixed(res: &BatchResults, expect: Vec<Expect>, model: &mut Model) -> Result<u64> {
+    let mut checked = 0;
+    for Expect { op, rec, adds } in expect {
+        let current = model.current(rec);
+        let got = match res.get(op) {
+            Some(Ok(OpOutput::Data(d))) => u64::from_le_bytes(d[..8].try_into()?),
+            Some(Ok(OpOutput::Value(v))) => *v,
+            other => bail!("op failed: {other:?}"),
+        };
+        ensure!(
+            got == current,
+            "record {rec}: read {got:#x}, expected {current:#x}"
+        );
+        if adds {
+            model.0.insert(rec, current.wrapping_add(1));
+        }
+        checked += 1;
+    }
+    Ok(checked)
+}
+
+fn print_rows(rows: &[Row]) {
     println!(
         "\n{:<8} {:>12} {:>8} {:>14}  notes",
         "phase", "work", "secs", "rate"
     );
-    for r in &rows {
+    for r in rows {
         println!(
             "{:<8} {:>12} {:>8.2} {:>14}  {}",
             r.phase, r.work, r.secs, r.rate, r.note
         );
     }
+}
+
+fn print_servers(cluster: &LocalCluster) {
     println!("\nper server:");
     for s in cluster.servers() {
         let st = s.stats();
@@ -277,10 +371,4 @@ pub fn run(a: Args) -> Result<()> {
             human(st.used)
         );
     }
-    client.delete("demo")?;
-    drop(cache);
-    drop(client);
-    cluster.shutdown();
-    println!("\ncluster stopped cleanly.");
-    Ok(())
 }
