@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # Builds everything and runs the whole test suite (unit, property, multi-process cluster,
-# fault-injection and benchmark smoke tests). Installs redis/sockperf via apt if missing.
+# fault-injection, hostile-load and benchmark smoke tests), then the decoders' fuzz run.
+# Installs redis/sockperf via apt if missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
 cargo test --workspace --locked "$@"
+if [ "$#" -eq 0 ]; then
+  # The decoders' fuzz run (10^6 inputs) is a dedicated test outside the default run.
+  cargo test -p farcache-proto --locked --test fuzz_decoders -- --ignored --nocapture
+fi

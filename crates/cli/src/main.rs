@@ -29,6 +29,10 @@ enum Command {
     Demo(cmd::demo::Args),
     /// Show servers, caches and regions.
     Status(cmd::status::Args),
+    /// Create a new cluster secret (the key every member proves it holds).
+    Secret(cmd::secret::Args),
+    /// Issue a token that reaches one cache (read-write, or --read-only).
+    Token(cmd::token::Args),
     /// Benchmarks against Redis and raw TCP.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCommand),
@@ -65,6 +69,11 @@ fn main() -> Result<()> {
         Command::Status(a) => {
             init_logging("warn");
             cmd::status::run(a)
+        }
+        Command::Secret(a) => cmd::secret::run(a),
+        Command::Token(a) => {
+            init_logging("warn");
+            cmd::token::run(a)
         }
         Command::Bench(b) => {
             init_logging("warn");

@@ -14,14 +14,13 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::time::Duration;
 
-use common::{diff, eventually, pattern};
+use common::{Body, decode_replies, diff, encode_request, eventually, pattern, request};
 use farcache_client::{Cache, ClientConfig};
 use farcache_proto::blocking::{RpcError, control_call, handshake, read_frame, write_frame};
 use farcache_proto::control::{ControlErrorCode, ControlRequest, ControlResponse};
-use farcache_proto::response::ReplyBody;
 use farcache_proto::{
-    FrameHeader, FrameKind, HEADER_LEN, Hello, HelloAck, MAX_OP_BYTES, Op, OpCode, RequestDecoder,
-    RequestEncoder, ResponseDecoder, Role, Status,
+    Challenge, ClusterSecret, Credential, FrameHeader, FrameKind, HEADER_LEN, HelloAck,
+    MAX_OP_BYTES, Op, OpCode, RequestDecoder, Role, Status,
 };
 use farcache_testkit::{ClusterOptions, LocalCluster};
 use rand::{Rng, SeedableRng};
@@ -35,6 +34,7 @@ const IO_TIMEOUT: Duration = Duration::from_secs(5);
 
 struct Fixture {
     cluster: LocalCluster,
+    cred: Credential,
     server: SocketAddr,
     name: &'static str,
     cache_id: u32,
@@ -64,6 +64,7 @@ impl Fixture {
         assert_eq!(&before.read(0, IMAGE).expect("read")[..], &image[..]);
         let cache_id = before.id();
         let f = Self {
+            cred: Credential::Cluster(cluster.secret().clone()),
             server,
             name,
             cache_id,
@@ -125,7 +126,8 @@ impl Fixture {
             check(&cache, "new", 2);
         }
         let mut s = self.connect();
-        handshake(&mut s, Role::Client, 9).expect("handshake after attack");
+        self.handshake(&mut s, Role::Client)
+            .expect("handshake after attack");
         let r = request(&mut s, 1, &[Op::Ping]);
         assert_eq!(
             r,
@@ -156,8 +158,26 @@ impl Fixture {
 
     fn connect_client(&self) -> (TcpStream, HelloAck) {
         let mut s = self.connect();
-        let ack = handshake(&mut s, Role::Client, 77).expect("handshake");
+        let ack = self.handshake(&mut s, Role::Client).expect("handshake");
         (s, ack)
+    }
+
+    /// Proves `role` with the cluster secret (a server as 127.0.0.1:1).
+    fn handshake(&self, s: &mut TcpStream, role: Role) -> Result<HelloAck, RpcError> {
+        let identity = if role == Role::Server {
+            "127.0.0.1:1"
+        } else {
+            ""
+        };
+        handshake(s, role, 77, identity, &self.cred)
+    }
+
+    /// Connected, the server's challenge read, nothing sent.
+    fn connect_challenged(&self) -> (TcpStream, Challenge) {
+        let mut s = self.connect();
+        let (h, payload) = read_frame(&mut s, 1 << 10).expect("challenge");
+        assert_eq!(h.kind, FrameKind::Challenge, "the server speaks first");
+        (s, Challenge::decode(&payload).expect("challenge decodes"))
     }
 
     fn finish(self, ctx: &str) {
@@ -165,63 +185,6 @@ impl Fixture {
         self.assert_connections_released(ctx);
         self.cluster.shutdown();
     }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Body {
-    None,
-    Data(Vec<u8>),
-    Value(u64),
-    Owner(Option<String>),
-}
-
-type Reply = (OpCode, Status, Body);
-
-fn encode_request(seq: u64, ops: &[Op<'_>]) -> Vec<u8> {
-    let mut out = Vec::new();
-    let mut enc = RequestEncoder::begin(&mut out, seq);
-    for op in ops {
-        enc.push(&mut out, op);
-    }
-    enc.finish(&mut out);
-    out
-}
-
-fn decode_replies(payload: &[u8]) -> Vec<Reply> {
-    let mut d = ResponseDecoder::new(payload).expect("response payload");
-    let replies = d
-        .by_ref()
-        .map(|r| {
-            let r = r.expect("reply");
-            let body = match r.body {
-                ReplyBody::None => Body::None,
-                ReplyBody::Data(b) => Body::Data(b.to_vec()),
-                ReplyBody::Value(v) => Body::Value(v),
-                ReplyBody::Owner(o) => Body::Owner(o.map(str::to_owned)),
-            };
-            (r.op, r.status, body)
-        })
-        .collect();
-    d.finish().expect("well-formed response");
-    replies
-}
-
-/// One request batch and its response on an established connection.
-fn request(s: &mut TcpStream, seq: u64, ops: &[Op<'_>]) -> Vec<Reply> {
-    s.write_all(&encode_request(seq, ops))
-        .expect("send request");
-    let (h, payload) = read_frame(s, u32::MAX).expect("response frame");
-    assert_eq!(
-        h.kind,
-        FrameKind::Response,
-        "expected a response, got {:?}: {}",
-        h.kind,
-        String::from_utf8_lossy(&payload)
-    );
-    assert_eq!(h.seq, seq, "response seq");
-    let r = decode_replies(&payload);
-    assert_eq!(r.len(), ops.len(), "one reply per op");
-    r
 }
 
 /// Sends bytes a hostile peer would; the server may already have hung up.
@@ -316,15 +279,18 @@ fn header(kind: u8, len: u32) -> [u8; HEADER_LEN] {
     h
 }
 
-fn hello_frame(role: Role) -> Vec<u8> {
+/// A well-formed Hello frame answering `challenge` with `cred`.
+fn hello_frame_for(cred: &Credential, role: Role, challenge: &Challenge) -> Vec<u8> {
     let mut out = Vec::new();
-    farcache_proto::frame::encode_frame(
-        &mut out,
-        FrameKind::Hello,
-        0,
-        &Hello::new(role, 1).encode(),
-    );
+    let hello = cred.hello(role, 1, "", challenge);
+    farcache_proto::frame::encode_frame(&mut out, FrameKind::Hello, 0, &hello.encode());
     out
+}
+
+/// A well-formed Hello frame from a stranger (another cluster's secret).
+fn hello_frame(role: Role) -> Vec<u8> {
+    let stranger = Credential::Cluster(ClusterSecret::generate());
+    hello_frame_for(&stranger, role, &Challenge::new([1; 32]))
 }
 
 // ---------------------------------------------------------------------------------
@@ -361,10 +327,11 @@ fn truncated_frames_then_close() {
         ),
     ];
     for (what, after_hello, bytes) in cases {
-        let mut s = f.connect();
-        if after_hello {
-            handshake(&mut s, Role::Client, 1).unwrap();
-        }
+        let mut s = if after_hello {
+            f.connect_client().0
+        } else {
+            f.connect_challenged().0
+        };
         send(&mut s, &bytes);
         // While the partial frame sits in the server's buffer, everyone else is served.
         f.assert_healthy(&format!("{what}, connection still open"));
@@ -388,10 +355,11 @@ fn length_field_over_the_maximum_is_refused() {
         ("max + 1 after the handshake", true, max + 1),
     ] {
         let errors = f.protocol_errors();
-        let mut s = f.connect();
-        if handshake_first {
-            handshake(&mut s, Role::Client, 1).unwrap();
-        }
+        let mut s = if handshake_first {
+            f.connect_client().0
+        } else {
+            f.connect_challenged().0
+        };
         let kind = if handshake_first {
             FrameKind::Request
         } else {
@@ -408,8 +376,7 @@ fn length_field_over_the_maximum_is_refused() {
     }
     // A frame exactly at the limit is legal: the server waits for it, and a peer that
     // then goes away is simply dropped.
-    let mut s = f.connect();
-    handshake(&mut s, Role::Client, 1).unwrap();
+    let (mut s, _) = f.connect_client();
     send(&mut s, &header(FrameKind::Request as u8, max));
     send(&mut s, &[0u8; 1000]);
     f.assert_healthy("max-size frame pending");
@@ -479,8 +446,8 @@ fn unknown_op_codes_frame_kinds_and_malformed_batches() {
         ("trailing bytes", trailing, "trailing bytes"),
         (
             "unknown frame kind",
-            header(9, 0).to_vec(),
-            "unknown frame kind 9",
+            header(10, 0).to_vec(),
+            "unknown frame kind 10",
         ),
         ("reserved header bits", reserved, "reserved header bits"),
         ("invalid utf-8 procedure name", bad_utf8, "utf-8"),
@@ -662,7 +629,7 @@ fn random_garbage_is_refused() {
         let len = rng.gen_range(1..2048);
         let garbage: Vec<u8> = (0..len).map(|_| rng.r#gen()).collect();
         let ctx = format!("garbage seed {seed} before the handshake");
-        let mut s = f.connect();
+        let (mut s, _) = f.connect_challenged();
         send(&mut s, &garbage);
         // What a correct server must do follows from the header the garbage starts with.
         match FrameHeader::decode(&garbage, u32::MAX) {
@@ -765,7 +732,7 @@ fn random_garbage_is_refused() {
     }
 
     // Many garbage connections at once.
-    let mut socks: Vec<TcpStream> = (0..32).map(|_| f.connect()).collect();
+    let mut socks: Vec<TcpStream> = (0..32).map(|_| f.connect_challenged().0).collect();
     for (i, s) in socks.iter_mut().enumerate() {
         send(s, &[0xFF ^ i as u8; 64]);
     }
@@ -791,7 +758,7 @@ fn requests_before_the_handshake_and_bad_hellos_are_refused() {
         &mut control,
         FrameKind::Control,
         0,
-        &ControlRequest::DropCache { cache: f.cache_id }.to_json(),
+        &ControlRequest::DropCache { cache: f.cache_id }.encode(),
     );
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
         (
@@ -810,10 +777,15 @@ fn requests_before_the_handshake_and_bad_hellos_are_refused() {
         ("bad magic", bad_magic, "magic"),
         ("bad version", bad_version, "v999"),
         ("bad role", bad_role, "role"),
-        ("short hello", short_hello, "length"),
+        ("short hello", short_hello, "truncated"),
+        (
+            "another cluster's secret",
+            hello_frame(Role::Client),
+            "authentication failed",
+        ),
     ];
     for (what, bytes, expect) in cases {
-        let mut s = f.connect();
+        let (mut s, _) = f.connect_challenged();
         send(&mut s, &bytes);
         let text = expect_error_and_close(&mut s, what);
         assert!(
@@ -833,7 +805,7 @@ fn manager_control_ops_from_a_client_are_refused() {
     let regions_before = f.cluster.servers()[0].stats().regions;
     for role in [Role::Client, Role::Server] {
         let mut s = f.connect();
-        handshake(&mut s, role, 3).unwrap();
+        f.handshake(&mut s, role).unwrap();
         for req in [
             ControlRequest::FreeRegion {
                 cache: id,
@@ -846,16 +818,36 @@ fn manager_control_ops_from_a_client_are_refused() {
                 region: 0,
                 region_size: REGION,
                 capacity: REGION,
+                epoch: 1,
             },
+            ControlRequest::SetRoutes {
+                cache: id,
+                epoch: 1 << 40,
+                owners: vec!["127.0.0.1:1".into(); 4],
+                capacity: 1,
+            },
+            ControlRequest::ResizeCache {
+                cache: id,
+                capacity: 1,
+                epoch: 1 << 40,
+            },
+            ControlRequest::ListRegions,
             ControlRequest::CreateCache {
                 name: "sneaky".into(),
                 capacity: REGION,
                 region_size: None,
             },
         ] {
+            // Manager requests are forbidden to every other role; manager-side
+            // requests are misdirected.
+            let want = if matches!(req, ControlRequest::CreateCache { .. }) {
+                ControlErrorCode::InvalidArgument
+            } else {
+                ControlErrorCode::Forbidden
+            };
             match control_call(&mut s, &req) {
                 Err(RpcError::Remote { code, message }) => {
-                    assert_eq!(code, ControlErrorCode::InvalidArgument, "{role:?} {req:?}");
+                    assert_eq!(code, want, "{role:?} {req:?}: {message}");
                     assert!(!message.is_empty());
                 }
                 other => panic!("{role:?} {req:?} was not refused: {other:?}"),
@@ -892,8 +884,8 @@ fn slow_and_pipelined_peers_are_served_correctly() {
     let f = Fixture::new("slow");
     let id = f.cache_id;
     // One byte at a time: the server must reassemble frames across reads.
-    let mut s = f.connect();
-    let mut bytes = hello_frame(Role::Client);
+    let (mut s, challenge) = f.connect_challenged();
+    let mut bytes = hello_frame_for(&f.cred, Role::Client, &challenge);
     bytes.extend(encode_request(
         1,
         &[
@@ -980,9 +972,10 @@ fn frame_headers_do_not_commit_memory_up_front() {
         s.set_write_timeout(Some(IO_TIMEOUT)).expect("timeout");
         s
     };
+    let cred = Credential::Cluster(cluster.secret().clone());
     // One control connection for the whole test, so the count only moves with ours.
     let mut control = connect();
-    handshake(&mut control, Role::Client, 1).expect("handshake");
+    handshake(&mut control, Role::Client, 1, "", &cred).expect("handshake");
     let mut stats = || match control_call(&mut control, &ControlRequest::ServerStats) {
         Ok(ControlResponse::Stats(st)) => st,
         other => panic!("stats: {other:?}"),
@@ -991,6 +984,8 @@ fn frame_headers_do_not_commit_memory_up_front() {
     let before = rss_kib(pid);
     // Before the handshake: an oversized Hello is refused and the connection closed.
     let mut pre = connect();
+    let (h, _) = read_frame(&mut pre, 1 << 10).expect("challenge");
+    assert_eq!(h.kind, FrameKind::Challenge);
     send(
         &mut pre,
         &header(
@@ -1004,7 +999,7 @@ fn frame_headers_do_not_commit_memory_up_front() {
     let hostile: Vec<TcpStream> = (0..CONNS)
         .map(|i| {
             let mut s = connect();
-            handshake(&mut s, Role::Client, 100 + i as u64).expect("handshake");
+            handshake(&mut s, Role::Client, 100 + i as u64, "", &cred).expect("handshake");
             send(
                 &mut s,
                 &header(
@@ -1066,7 +1061,7 @@ fn hostile_peer_frames() {
     let (mut s, _) = f.connect_client();
     send(&mut s, &good);
     let text = expect_error_and_close(&mut s, "peer frame from a client");
-    assert!(text.contains("not allowed"), "{text}");
+    assert!(text.contains("only from servers"), "{text}");
     f.assert_healthy("peer frame from a client");
 
     let mut truncated = good.clone();
@@ -1083,7 +1078,7 @@ fn hostile_peer_frames() {
         ("peer count past the messages", bad_count),
     ] {
         let mut s = f.connect();
-        handshake(&mut s, Role::Server, 1).expect("handshake");
+        f.handshake(&mut s, Role::Server).expect("handshake");
         send(&mut s, &bytes);
         expect_error_and_close(&mut s, what);
         f.assert_healthy(what);
@@ -1092,7 +1087,7 @@ fn hostile_peer_frames() {
     // Well-formed but pointless: bad state, unknown cache and procedure, a fetch past
     // the end, answers for tickets nobody issued. Origins do not listen.
     let mut s = f.connect();
-    handshake(&mut s, Role::Server, 1).expect("handshake");
+    f.handshake(&mut s, Role::Server).expect("handshake");
     let msgs = [
         forward,
         PeerMsg::Forward {

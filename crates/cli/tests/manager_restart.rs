@@ -106,7 +106,9 @@ fn restarted_manager_keeps_catalogue_and_clients_keep_working() {
 
     // Right away, before the servers have re-registered: the catalogue is back.
     let new_client = within("connect to the new manager", CALL_LIMIT, {
-        let cfg = ClientConfig::new(cluster.manager_addr()).op_timeout(Duration::from_secs(5));
+        let cfg = ClientConfig::new(cluster.manager_addr())
+            .secret(cluster.secret().clone())
+            .op_timeout(Duration::from_secs(5));
         move || Client::with_config(cfg)
     })
     .expect("new client");

@@ -607,11 +607,13 @@ fn stale_region_tables_are_corrected_on_the_way() {
     let mut owners: Vec<String> = info.regions.iter().map(|&id| addr_of(id)).collect();
     owners[r] = addr_of(b);
     let mut s = std::net::TcpStream::connect(addr_of(a)).expect("connect A");
-    handshake(&mut s, Role::Manager, 77).expect("hello");
+    let cred = farcache_proto::Credential::Cluster(cluster.secret().clone());
+    handshake(&mut s, Role::Manager, 77, "", &cred).expect("hello");
     let req = ControlRequest::SetRoutes {
         cache: info.id,
         epoch: info.epoch + 1000,
         owners,
+        capacity: 0,
     };
     assert!(matches!(
         control_call(&mut s, &req),

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use farcache_proto::CacheId;
-use farcache_proto::control::{CacheInfo, ControlRequest, ControlResponse};
+use farcache_proto::control::{CacheInfo, CacheTokens, ControlRequest, ControlResponse};
 use parking_lot::RwLock;
 
 use crate::batch::{Batch, BatchResults};
@@ -15,13 +15,20 @@ use crate::ticket::OpFuture;
 pub(crate) struct CacheShared {
     pub client: Arc<ClientShared>,
     info: RwLock<Arc<CacheInfo>>,
+    /// The tokens the manager issued, on a handle from `create`.
+    tokens: Option<CacheTokens>,
 }
 
 impl CacheShared {
-    pub fn new(client: Arc<ClientShared>, info: CacheInfo) -> Arc<Self> {
+    pub fn new(
+        client: Arc<ClientShared>,
+        info: CacheInfo,
+        tokens: Option<CacheTokens>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             client,
             info: RwLock::new(Arc::new(info)),
+            tokens,
         })
     }
 
@@ -35,6 +42,27 @@ impl CacheShared {
 
     pub fn info_write(&self) -> parking_lot::RwLockWriteGuard<'_, Arc<CacheInfo>> {
         self.info.write()
+    }
+
+    /// Points the region holding `addr` at the server whose data address is `owner`
+    /// (what a `wrong server` reply named), if the table lists that server. Returns
+    /// the patched table; `None` means the table must come from the manager.
+    pub fn follow_hint(&self, addr: u64, owner: &str) -> Option<Arc<CacheInfo>> {
+        let mut g = self.info.write();
+        let id = g
+            .servers
+            .iter()
+            .find(|s| s.addr == owner || s.tls_addr.as_deref() == Some(owner))?
+            .id;
+        let idx = g.region_of(addr);
+        if g.regions.get(idx) == Some(&id) {
+            // Already pointing there: the hint does not help, ask the manager.
+            return None;
+        }
+        let mut next = CacheInfo::clone(&g);
+        *next.regions.get_mut(idx)? = id;
+        *g = Arc::new(next);
+        Some(g.clone())
     }
 
     /// Fetches the region table again from the manager.
@@ -96,6 +124,12 @@ fn as_value(r: BatchResults) -> Result<u64, ClientError> {
 }
 
 impl Cache {
+    /// The read-write and read-only tokens of this cache, on a handle returned by
+    /// `create` (the manager issues them once; `Client::issue_token` issues more).
+    pub fn tokens(&self) -> Option<&CacheTokens> {
+        self.shared.tokens.as_ref()
+    }
+
     pub(crate) fn new(shared: Arc<CacheShared>) -> Self {
         Self { shared }
     }

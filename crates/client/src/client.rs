@@ -4,6 +4,7 @@ use std::sync::{Arc, Weak};
 use std::thread::Thread;
 use std::time::Duration;
 
+use farcache_proto::Rights;
 use farcache_proto::control::{CacheInfo, ClusterStatus, ControlRequest, ControlResponse};
 use parking_lot::Mutex;
 
@@ -36,20 +37,30 @@ impl Client {
         Self::with_config(ClientConfig::new(manager))
     }
 
+    /// Connects with `config`; a config without a credential takes one from the
+    /// environment (see [`ClientConfig::credential`]).
     pub fn with_config(config: ClientConfig) -> Result<Self, ClientError> {
+        let config = config.resolve()?;
+        let cred = config.credential.clone().ok_or(ClientError::NoCredential)?;
         let lanes = (0..config.connections.max(1))
             .map(|_| Lane::new(config.clone()))
             .collect::<std::io::Result<Vec<_>>>()
             .map_err(|e| ClientError::InvalidArgument(format!("cannot create poller: {e}")))?;
+        let manager = ManagerLink::new(
+            config.manager.clone(),
+            config.connect_timeout,
+            cred,
+            config.tls.clone(),
+        );
         let shared = Arc::new(ClientShared {
-            manager: ManagerLink::new(config.manager.clone(), config.connect_timeout),
+            manager,
             config,
             lanes,
             async_driver: Mutex::new(None),
         });
-        let client = Self { shared };
-        client.status()?; // fail fast on a wrong manager address
-        Ok(client)
+        // Fail fast on a wrong manager address or credential.
+        shared.manager.check()?;
+        Ok(Self { shared })
     }
 
     pub fn config(&self) -> &ClientConfig {
@@ -58,14 +69,22 @@ impl Client {
 
     fn cache_reply(&self, r: ControlResponse) -> Result<Cache, ClientError> {
         match r {
-            ControlResponse::Cache(info) => {
-                Ok(Cache::new(CacheShared::new(self.shared.clone(), info)))
-            }
+            ControlResponse::Cache(info) => Ok(Cache::new(CacheShared::new(
+                self.shared.clone(),
+                info,
+                None,
+            ))),
+            ControlResponse::Created { cache, tokens } => Ok(Cache::new(CacheShared::new(
+                self.shared.clone(),
+                cache,
+                Some(tokens),
+            ))),
             other => Err(unexpected(other)),
         }
     }
 
-    /// Creates a cache of `capacity` bytes with the manager's default region size.
+    /// Creates a cache of `capacity` bytes with the manager's default region size. The
+    /// returned handle carries the cache's tokens ([`Cache::tokens`]).
     pub fn create(&self, name: &str, capacity: u64) -> Result<Cache, ClientError> {
         self.create_with_region_size(name, capacity, None)
     }
@@ -111,6 +130,18 @@ impl Client {
             capacity,
         })? {
             ControlResponse::Cache(info) => Ok(info),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// A token for the cache `name` (needs the cluster secret): hand it to a tenant
+    /// that should reach that cache only.
+    pub fn issue_token(&self, name: &str, rights: Rights) -> Result<String, ClientError> {
+        match self.shared.manager.call(&ControlRequest::IssueToken {
+            name: name.into(),
+            rights,
+        })? {
+            ControlResponse::Token { token } => Ok(token),
             other => Err(unexpected(other)),
         }
     }

@@ -2,18 +2,18 @@
 //! and the receive buffer.
 
 use std::collections::VecDeque;
-use std::io::{self, Read, Write};
-use std::net::{TcpStream as StdStream, ToSocketAddrs};
+use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use farcache_net::Stream;
+use farcache_net::stream::BlockingStream;
 use farcache_proto::blocking::handshake;
 use farcache_proto::control::CacheInfo;
 use farcache_proto::{
-    CacheId, FrameHeader, FrameKind, HEADER_LEN, Op, RequestEncoder, Role, ServerId,
+    CacheId, Credential, FrameHeader, FrameKind, HEADER_LEN, Op, RequestEncoder, Role, ServerId,
 };
-use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
 
 use crate::error::OpError;
@@ -39,7 +39,7 @@ pub(crate) struct ServerConn {
     /// The region table this connection's address was last checked against; ops routed
     /// with the same table skip the check.
     pub checked: Option<Arc<CacheInfo>>,
-    stream: TcpStream,
+    stream: Stream,
     out: Vec<u8>,
     opos: usize,
     sealed_end: usize,
@@ -59,12 +59,20 @@ pub(crate) enum Append {
     Full,
 }
 
+/// How a lane reaches servers: its credential, and TLS if the client uses it.
+pub(crate) struct Dial<'a> {
+    pub cred: &'a Credential,
+    pub tls: Option<&'a farcache_net::TlsConnector>,
+    pub timeout: Duration,
+}
+
 impl ServerConn {
-    /// Connects, handshakes, and registers with the lane's poll under `token`.
+    /// Connects, proves the client's credential, checks the server's proof, and
+    /// registers with the lane's poll under `token`.
     pub fn connect(
         server: ServerId,
         addr: &str,
-        timeout: Duration,
+        dial: &Dial<'_>,
         registry: &Registry,
         token: Token,
     ) -> Result<Self, OpError> {
@@ -73,24 +81,19 @@ impl ServerConn {
             addr: addr.to_string(),
             reason,
         };
-        let sa = addr
-            .to_socket_addrs()
-            .map_err(|e| unavailable(e.to_string()))?
-            .next()
-            .ok_or_else(|| unavailable("address does not resolve".into()))?;
-        let mut s =
-            StdStream::connect_timeout(&sa, timeout).map_err(|e| unavailable(e.to_string()))?;
-        s.set_nodelay(true)
+        let mut s = BlockingStream::connect(addr, dial.timeout, dial.timeout, dial.tls)
             .map_err(|e| unavailable(e.to_string()))?;
-        s.set_read_timeout(Some(timeout))
-            .map_err(|e| unavailable(e.to_string()))?;
-        let ack = handshake(&mut s, Role::Client, std::process::id().into())
-            .map_err(|e| unavailable(e.to_string()))?;
-        s.set_nonblocking(true)
-            .map_err(|e| unavailable(e.to_string()))?;
-        let mut stream = TcpStream::from_std(s);
-        registry
-            .register(&mut stream, token, Interest::READABLE | Interest::WRITABLE)
+        let ack = handshake(
+            &mut s,
+            Role::Client,
+            std::process::id().into(),
+            "",
+            dial.cred,
+        )
+        .map_err(|e| unavailable(e.to_string()))?;
+        let mut stream = s.into_stream().map_err(|e| unavailable(e.to_string()))?;
+        stream
+            .register(registry, token, Interest::READABLE | Interest::WRITABLE)
             .map_err(|e| unavailable(e.to_string()))?;
         let mut rbuf = BytesMut::with_capacity(MIN_READ * 2);
         rbuf.resize(MIN_READ * 2, 0);
@@ -113,7 +116,7 @@ impl ServerConn {
     }
 
     pub fn deregister(&mut self, registry: &Registry) {
-        let _ = registry.deregister(&mut self.stream);
+        let _ = self.stream.deregister(registry);
     }
 
     pub fn idle(&self) -> bool {
@@ -226,6 +229,7 @@ impl ServerConn {
 
     /// Writes sealed frames until the socket pushes back.
     pub fn flush(&mut self) -> io::Result<()> {
+        self.stream.push()?;
         while self.opos < self.sealed_end {
             match self.stream.write(&self.out[self.opos..self.sealed_end]) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
@@ -264,7 +268,7 @@ impl ServerConn {
                 Ok(n) => {
                     self.filled += n;
                     self.take_frames(&mut on_frame)?;
-                    if n < space {
+                    if self.stream.drained_after(n, space) {
                         return Ok(());
                     }
                 }

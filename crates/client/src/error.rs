@@ -17,6 +17,11 @@ pub enum ClientError {
     Op(#[from] OpError),
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    #[error(
+        "no credential: give the client the cluster secret or a cache token \
+         (ClientConfig::secret / ::token, or FARCACHE_SECRET_FILE / FARCACHE_TOKEN)"
+    )]
+    NoCredential,
 }
 
 impl ClientError {

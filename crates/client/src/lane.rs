@@ -18,21 +18,29 @@ use slab::Slab;
 use crate::batch::{Batch, BatchOp, Kind, OpOutput, OpResult};
 use crate::cache::CacheShared;
 use crate::config::ClientConfig;
-use crate::conn::{Append, InFlight, ServerConn};
+use crate::conn::{Append, Dial, InFlight, ServerConn};
 use crate::error::OpError;
 use crate::idmap::{ConnTable, IdMap};
 use crate::routing::{Part, split};
 use crate::ticket::Ticket;
-use farcache_sproc::outcome;
+use farcache_proto::reply::{self, ExecReply, MAX_HOPS};
 
 /// How long a failed connection attempt is remembered before trying again.
 const REDIAL_AFTER: Duration = Duration::from_millis(200);
-/// Most servers one procedure invocation may visit before it is failed.
-const MAX_HOPS: u32 = 4096;
 /// Reply-size guess for an EXECUTE when packing frames (the server enforces the limit).
 const EXECUTE_REPLY_GUESS: usize = 64;
 /// Longest a driver blocks in poll before re-checking deadlines.
 const MAX_POLL: Duration = Duration::from_millis(100);
+
+/// Why a part goes out again.
+#[derive(Debug, Clone)]
+pub(crate) enum Retry {
+    /// `wrong server`, naming the owner if the server knew it.
+    Moved(Option<String>),
+    /// `out of range` for an op the handle's table (of this epoch) allows: the cache
+    /// may have shrunk.
+    Shrunk(u64),
+}
 
 /// One part of one op, as tracked while in flight.
 #[derive(Debug, Clone, Copy)]
@@ -82,7 +90,8 @@ pub(crate) struct LaneInner {
     failed: IdMap<(Instant, OpError)>,
     tickets: Slab<TicketState>,
     next_id: u64,
-    retries: Vec<PartRef>,
+    /// Parts to route again after a server's answer (see [`Retry`]).
+    retries: Vec<(PartRef, Retry)>,
     /// Procedure parts to send on to the server their continuation names.
     hops: Vec<PartRef>,
     in_retry: bool,
@@ -378,7 +387,24 @@ impl LaneInner {
     }
 
     fn ensure_conn(&mut self, server: ServerId, info: &CacheInfo) -> Result<(), OpError> {
-        let addr = info.server(server).map(|s| s.addr.as_str());
+        let tls = self.cfg.tls.is_some();
+        let addr = info.server(server).and_then(|s| {
+            if tls {
+                s.tls_addr.as_deref()
+            } else {
+                Some(&s.addr)
+            }
+        });
+        if tls && addr.is_none() && info.server(server).is_some() {
+            return Err(OpError::ServerUnavailable {
+                server,
+                addr: info
+                    .server(server)
+                    .map(|s| s.addr.clone())
+                    .unwrap_or_default(),
+                reason: "the client uses TLS and this server does not serve it".into(),
+            });
+        }
         if let Some(c) = self.conns.get(&server) {
             if Some(c.addr.as_str()) == addr {
                 return Ok(());
@@ -398,10 +424,22 @@ impl LaneInner {
         {
             return Err(e.clone());
         }
+        let Some(cred) = self.cfg.credential.as_ref() else {
+            return Err(OpError::ServerUnavailable {
+                server,
+                addr: addr.to_string(),
+                reason: "the client has no credential".into(),
+            });
+        };
+        let dial = Dial {
+            cred,
+            tls: self.cfg.tls.as_ref(),
+            timeout: self.cfg.connect_timeout,
+        };
         match ServerConn::connect(
             server,
             addr,
-            self.cfg.connect_timeout,
+            &dial,
             self.poll.registry(),
             Token(server as usize),
         ) {
@@ -506,10 +544,15 @@ impl LaneInner {
         }
     }
 
+    /// Routes parts again that reached the wrong server: to the owner the server named
+    /// when the cache's table lists it (the table is patched, no manager round trip),
+    /// else by a table refreshed from the manager (once per cache per round). A part a
+    /// server found out of range fails with the refreshed capacity, or as the server
+    /// said if the table did not change.
     fn process_retries(&mut self) {
         let parts = std::mem::take(&mut self.retries);
         let mut refreshed: Vec<(u32, Result<Arc<CacheInfo>, String>)> = Vec::new();
-        for mut part in parts {
+        for (mut part, why) in parts {
             let Some(t) = self.tickets.get(part.key as usize) else {
                 continue;
             };
@@ -520,9 +563,15 @@ impl LaneInner {
                 continue;
             }
             let id = cache.id();
-            let info = match refreshed.iter().find(|(c, _)| *c == id) {
-                Some((_, r)) => r.clone(),
-                None => {
+            let (hint, seen_epoch) = match why {
+                Retry::Moved(h) => (h, None),
+                Retry::Shrunk(e) => (None, Some(e)),
+            };
+            let hinted = hint.and_then(|h| cache.follow_hint(part.addr, &h));
+            let info = match (hinted, refreshed.iter().find(|(c, _)| *c == id)) {
+                (Some(info), _) => Ok(info),
+                (None, Some((_, r))) => r.clone(),
+                (None, None) => {
                     let r = cache.refresh().map_err(|e| e.to_string());
                     refreshed.push((id, r.clone()));
                     r
@@ -537,6 +586,10 @@ impl LaneInner {
                         capacity: info.capacity,
                     };
                     self.fail_part(part, e);
+                }
+                Ok(info) if seen_epoch == Some(info.epoch) => {
+                    // Nothing changed: the server's answer stands.
+                    self.fail_part(part, OpError::Status(Status::OutOfRange));
                 }
                 Ok(info) => {
                     part.redirects = part.redirects.saturating_add(1);
@@ -669,7 +722,7 @@ impl LaneInner {
 fn complete_frame(
     conn: &mut ServerConn,
     tickets: &mut Slab<TicketState>,
-    retries: &mut Vec<PartRef>,
+    retries: &mut Vec<(PartRef, Retry)>,
     hops: &mut Vec<PartRef>,
     fl: InFlight,
     payload: Bytes,
@@ -719,7 +772,7 @@ fn complete_frame(
         // The common replies, a read's bytes or a finished procedure's result, share
         // one road to the slot.
         let bytes = match (reply.status, kind, reply.body) {
-            (Status::Ok, Kind::Execute, ReplyBody::Data([outcome::TAG_DONE, r @ ..])) => Some(r),
+            (Status::Ok, Kind::Execute, ReplyBody::Data([reply::TAG_DONE, r @ ..])) => Some(r),
             (Status::Ok, Kind::Read, ReplyBody::Data(d))
                 if d.len() == part.len as usize
                     && (t.assembly.is_empty() || !t.assembly.contains_key(&part.op)) =>
@@ -745,15 +798,15 @@ fn complete_frame(
             }
             (Status::Ok, Kind::Write, ReplyBody::None) => {}
             // A finished procedure, the common case: its result follows the tag.
-            (Status::Ok, Kind::Execute, ReplyBody::Data([outcome::TAG_DONE, r @ ..])) => {
+            (Status::Ok, Kind::Execute, ReplyBody::Data([reply::TAG_DONE, r @ ..])) => {
                 slot.result = Some(Ok(OpOutput::Data(payload.slice_ref(r))));
             }
-            (Status::Ok, Kind::Execute, ReplyBody::Data(d)) => match outcome::decode(d) {
-                Ok(outcome::Reply::Done(r)) => {
+            (Status::Ok, Kind::Execute, ReplyBody::Data(d)) => match reply::decode(d) {
+                Ok(ExecReply::Done(r)) => {
                     slot.result = Some(Ok(OpOutput::Data(payload.slice_ref(r))));
                 }
-                Ok(outcome::Reply::Failed(m)) => op_error(slot, OpError::Procedure(m.into())),
-                Ok(outcome::Reply::Continue { addr, state }) => {
+                Ok(ExecReply::Failed(m)) => op_error(slot, OpError::Procedure(m.into())),
+                Ok(ExecReply::Continue { addr, state }) => {
                     let entry = t.continuations.entry(part.op).or_insert((Vec::new(), 0));
                     if entry.1 < MAX_HOPS {
                         entry.0.clear();
@@ -778,8 +831,16 @@ fn complete_frame(
             (Status::Ok, Kind::Cas | Kind::FetchAdd, ReplyBody::Value(v)) => {
                 slot.result = Some(Ok(OpOutput::Value(v)))
             }
-            (Status::WrongServer, ..) => {
-                retries.push(part);
+            (Status::WrongServer, _, body) => {
+                let hint = match body {
+                    ReplyBody::Owner(Some(o)) => Some(o.to_owned()),
+                    _ => None,
+                };
+                retries.push((part, Retry::Moved(hint)));
+                continue;
+            }
+            (Status::OutOfRange, ..) if part.redirects == 0 => {
+                retries.push((part, Retry::Shrunk(t.cache.info().epoch)));
                 continue;
             }
             (Status::Ok, ..) => op_error(

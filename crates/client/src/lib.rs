@@ -2,6 +2,8 @@
 //!
 //! ```no_run
 //! # fn main() -> Result<(), farcache_client::ClientError> {
+//! // The credential comes from FARCACHE_SECRET_FILE or FARCACHE_TOKEN, or from
+//! // `ClientConfig::secret` / `ClientConfig::token`.
 //! let client = farcache_client::Client::connect("127.0.0.1:7000")?;
 //! let cache = client.create("scratch", 1 << 30)?;
 //! cache.write(4096, b"hello")?;
@@ -35,5 +37,7 @@ pub use cache::Cache;
 pub use client::Client;
 pub use config::ClientConfig;
 pub use error::{ClientError, OpError};
-pub use farcache_proto::control::{CacheInfo, ClusterStatus, ServerInfo};
+pub use farcache_net::TlsConnector;
+pub use farcache_proto::control::{CacheInfo, CacheTokens, ClusterStatus, ServerInfo};
+pub use farcache_proto::{CacheToken, ClusterSecret, Rights};
 pub use ticket::{OpFuture, Ticket};

@@ -6,7 +6,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use farcache_proto::control::{CacheInfo, ClusterStatus, PriceClass, ServerInfo, ServerState};
+use farcache_proto::control::{
+    CacheInfo, ClusterStatus, HeldRegion, PriceClass, ServerInfo, ServerState, region_digest,
+};
 use farcache_proto::{CacheId, ServerId};
 use serde::{Deserialize, Serialize};
 
@@ -22,6 +24,9 @@ pub struct ServerRecord {
     pub cores: u32,
     pub price_class: PriceClass,
     pub price_per_gib_hour: f64,
+    /// Where clients reach the server over TLS, if it serves TLS.
+    #[serde(default)]
+    pub tls_addr: Option<String>,
 }
 
 /// What the store keeps about a cache.
@@ -52,6 +57,8 @@ struct ServerEntry {
     last_seen: Option<Instant>,
     /// Bytes of regions placed here; derived from the caches, never persisted.
     used: u64,
+    /// The regions the server last said it holds: (count, digest).
+    reported: Option<(u64, u64)>,
 }
 
 /// How a server's state changed when it was heard from.
@@ -106,6 +113,7 @@ impl Catalogue {
                 state: ServerState::Unknown,
                 last_seen: None,
                 used: 0,
+                reported: None,
             };
             cat.servers.insert(entry.record.id, entry);
         }
@@ -153,6 +161,7 @@ impl Catalogue {
                     state: ServerState::Alive,
                     last_seen: Some(now),
                     used: 0,
+                    reported: None,
                 };
                 self.servers.insert(entry.record.id, entry);
                 Seen::New
@@ -160,9 +169,53 @@ impl Catalogue {
         }
     }
 
-    /// Records a heartbeat; `None` if the server is not known (it should re-register).
-    pub fn heartbeat(&mut self, id: ServerId, now: Instant) -> Option<Seen> {
-        self.servers.get_mut(&id).map(|e| Self::mark_alive(e, now))
+    /// Records a heartbeat and the regions the server says it holds (count, digest);
+    /// `None` if the server is not known (it should re-register).
+    pub fn heartbeat(&mut self, id: ServerId, now: Instant, held: (u64, u64)) -> Option<Seen> {
+        self.servers.get_mut(&id).map(|e| {
+            e.reported = Some(held);
+            Self::mark_alive(e, now)
+        })
+    }
+
+    /// The regions the catalogue places on server `id`.
+    pub fn placed_on(&self, id: ServerId) -> Vec<HeldRegion> {
+        self.caches
+            .values()
+            .flat_map(|c| {
+                c.regions
+                    .iter()
+                    .enumerate()
+                    .filter(move |(_, s)| **s == id)
+                    .map(move |(i, _)| HeldRegion {
+                        cache: c.id,
+                        region: i as u32,
+                    })
+            })
+            .collect()
+    }
+
+    /// Alive servers whose last report of the regions they hold disagrees with the
+    /// catalogue (regions no cache owns, or regions missing).
+    pub fn disagreeing(&self) -> Vec<ServerId> {
+        self.servers
+            .values()
+            .filter(|e| e.state == ServerState::Alive)
+            .filter_map(|e| {
+                let (count, digest) = e.reported?;
+                let placed = self.placed_on(e.record.id);
+                (count != placed.len() as u64 || digest != region_digest(placed))
+                    .then_some(e.record.id)
+            })
+            .collect()
+    }
+
+    /// The alive server registered at `addr`, if any.
+    pub fn alive_at(&self, addr: &str) -> Option<ServerId> {
+        self.servers
+            .values()
+            .find(|e| e.state == ServerState::Alive && e.record.addr == addr)
+            .map(|e| e.record.id)
     }
 
     fn mark_alive(e: &mut ServerEntry, now: Instant) -> Seen {
@@ -249,6 +302,7 @@ impl Catalogue {
             price_class: e.record.price_class,
             price_per_gib_hour: e.record.price_per_gib_hour,
             state: e.state,
+            tls_addr: e.record.tls_addr.clone(),
         })
     }
 
@@ -297,6 +351,7 @@ mod tests {
             cores: 4,
             price_class: PriceClass::OnDemand,
             price_per_gib_hour: 1.0,
+            tls_addr: None,
         }
     }
 
@@ -341,11 +396,11 @@ mod tests {
         assert_eq!(cat.server_record(1).unwrap().memory, 2 * R);
         assert_eq!(cat.upsert_server(server(7, R), t0), Seen::New);
         assert_eq!(cat.next_server_id(), 8);
-        assert_eq!(cat.heartbeat(3, t0), None);
+        assert_eq!(cat.heartbeat(3, t0, (0, 0)), None);
 
         let timeout = Duration::from_millis(100);
         let t1 = t0 + Duration::from_millis(60);
-        assert_eq!(cat.heartbeat(1, t1), Some(Seen::StillAlive));
+        assert_eq!(cat.heartbeat(1, t1, (0, 0)), Some(Seen::StillAlive));
         let t2 = t0 + Duration::from_millis(150);
         assert_eq!(cat.expire(t2, timeout), vec![7]);
         assert_eq!(cat.server_state(7), Some(ServerState::Dead));
@@ -358,7 +413,10 @@ mod tests {
             cat.candidates().iter().map(|c| c.id).collect::<Vec<_>>(),
             vec![1]
         );
-        assert_eq!(cat.heartbeat(7, t2), Some(Seen::Back(ServerState::Dead)));
+        assert_eq!(
+            cat.heartbeat(7, t2, (0, 0)),
+            Some(Seen::Back(ServerState::Dead))
+        );
         assert_eq!(cat.server_state(7), Some(ServerState::Alive));
     }
 

@@ -4,6 +4,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use farcache_net::{GuardConfig, TlsAcceptor};
+use farcache_proto::ClusterSecret;
+
 use crate::error::ManagerError;
 
 /// Default region size: large regions keep region tables (and manager work) small.
@@ -23,17 +26,29 @@ pub struct ManagerConfig {
     pub heartbeat_interval: Duration,
     /// Silence after which an alive server is declared dead.
     pub heartbeat_timeout: Duration,
+    /// The cluster's shared key: servers and clients prove they hold it (or a cache
+    /// token derived from it); the manager uses it to reach servers and issue tokens.
+    pub secret: ClusterSecret,
+    /// Serve clients over TLS on this address too (with `tls`).
+    pub tls_listen: Option<SocketAddr>,
+    pub tls: Option<TlsAcceptor>,
+    /// Connection caps and timeouts.
+    pub guard: GuardConfig,
 }
 
 impl ManagerConfig {
-    /// Defaults: 1 GiB regions, 500 ms heartbeats, 3 s timeout.
-    pub fn new(listen: SocketAddr, data_dir: impl Into<PathBuf>) -> Self {
+    /// Defaults: 1 GiB regions, 500 ms heartbeats, 3 s timeout, no TLS.
+    pub fn new(listen: SocketAddr, data_dir: impl Into<PathBuf>, secret: ClusterSecret) -> Self {
         Self {
             listen,
             data_dir: data_dir.into(),
             region_size: DEFAULT_REGION_SIZE,
             heartbeat_interval: Duration::from_millis(500),
             heartbeat_timeout: Duration::from_secs(3),
+            secret,
+            tls_listen: None,
+            tls: None,
+            guard: GuardConfig::default(),
         }
     }
 
@@ -48,6 +63,11 @@ impl ManagerConfig {
         if self.heartbeat_interval.is_zero() {
             return Err(ManagerError::Config(
                 "heartbeat interval must be positive".into(),
+            ));
+        }
+        if self.tls_listen.is_some() && self.tls.is_none() {
+            return Err(ManagerError::Config(
+                "a TLS listen address needs a certificate and key".into(),
             ));
         }
         if self.heartbeat_timeout <= self.heartbeat_interval {
@@ -71,7 +91,11 @@ mod tests {
 
     #[test]
     fn defaults_validate_and_bad_values_are_rejected() {
-        let base = ManagerConfig::new(([127, 0, 0, 1], 0).into(), "/tmp/x");
+        let base = ManagerConfig::new(
+            ([127, 0, 0, 1], 0).into(),
+            "/tmp/x",
+            ClusterSecret::generate(),
+        );
         assert!(base.validate().is_ok());
         assert_eq!(base.store_path(), PathBuf::from("/tmp/x/manager.redb"));
 

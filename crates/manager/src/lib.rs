@@ -6,9 +6,14 @@
 //! nothing. It is only on the control path: data flows directly between clients and
 //! servers.
 //!
+//! Every connection proves its role in the handshake (see `farcache_proto::auth`);
+//! the service checks what each role and credential may ask.
+//!
 //! ```no_run
 //! use farcache_manager::{Manager, ManagerConfig};
-//! let handle = Manager::start(ManagerConfig::new("0.0.0.0:7400".parse()?, "/var/lib/farcache"))?;
+//! use farcache_proto::ClusterSecret;
+//! let secret = ClusterSecret::load("/etc/farcache/cluster.secret".as_ref())?;
+//! let handle = Manager::start(ManagerConfig::new("0.0.0.0:7400".parse()?, "/var/lib/farcache", secret))?;
 //! println!("manager on {}", handle.addr());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -24,6 +29,8 @@ mod service;
 mod store;
 
 use std::net::{SocketAddr, TcpListener};
+
+use farcache_proto::Authority;
 use std::sync::Arc;
 
 use farcache_proto::control::ClusterStatus;
@@ -32,7 +39,7 @@ pub use config::{DEFAULT_REGION_SIZE, ManagerConfig, REGION_ALIGN};
 pub use error::ManagerError;
 
 use catalogue::Catalogue;
-use listener::Listener;
+use listener::{Listener, ListenerConfig};
 use liveness::Liveness;
 use service::Service;
 use store::Store;
@@ -55,8 +62,19 @@ impl Manager {
         let status = catalogue.status();
         let service = Arc::new(Service::new(&config, catalogue, store));
         let listener = TcpListener::bind(config.listen)?;
+        let tls = match (config.tls_listen, config.tls.clone()) {
+            (Some(at), Some(t)) => Some((TcpListener::bind(at)?, t)),
+            _ => None,
+        };
+        farcache_net::guard::raise_fd_limit();
         let liveness = Liveness::spawn(Arc::clone(&service), config.heartbeat_timeout)?;
-        let listener = match Listener::spawn(listener, Arc::clone(&service)) {
+        let cfg = ListenerConfig {
+            listener,
+            tls,
+            authority: Authority::new(config.secret.clone()),
+            guard: config.guard.clone(),
+        };
+        let listener = match Listener::spawn(cfg, Arc::clone(&service)) {
             Ok(l) => l,
             Err(e) => {
                 liveness.stop();
@@ -73,6 +91,7 @@ impl Manager {
         );
         Ok(ManagerHandle {
             addr: listener.addr(),
+            tls_addr: listener.tls_addr(),
             service,
             running: Some((listener, liveness)),
         })
@@ -82,6 +101,7 @@ impl Manager {
 /// A running manager. Dropping it shuts it down, like [`ManagerHandle::shutdown`].
 pub struct ManagerHandle {
     addr: SocketAddr,
+    tls_addr: Option<SocketAddr>,
     service: Arc<Service>,
     running: Option<(Listener, Liveness)>,
 }
@@ -90,6 +110,11 @@ impl ManagerHandle {
     /// The bound control address (the real port when the config asked for port 0).
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The bound TLS address, if TLS is on.
+    pub fn tls_addr(&self) -> Option<SocketAddr> {
+        self.tls_addr
     }
 
     /// Servers and caches, sorted by id (what a `Status` request returns).

@@ -1,60 +1,179 @@
-//! Control-plane listener: one thread accepting, one thread per connection.
+//! Control-plane listener: one event-loop thread for every connection, and two small
+//! pools of threads that run requests.
 //!
-//! Control traffic is low rate (registrations, heartbeats, catalogue calls), so plain
-//! blocking threads are simpler than an event loop and fast enough.
+//! The loop accepts (up to a connection cap), sends each connection a challenge,
+//! checks its Hello, reads whole frames into buffers that grow only with the bytes that
+//! arrive, and closes connections that do not authenticate, stall inside a frame or
+//! stop reading their replies. A connection has one request in flight at a time. Quick
+//! requests (heartbeats, registrations, opens, status) and catalogue changes (create,
+//! reshape, delete, procedure registration, which wait on servers) run on separate
+//! pools, so a slow change never delays the heartbeats that keep servers alive.
 
-use std::collections::HashMap;
-use std::io::{self, Read};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::collections::VecDeque;
+use std::io;
+use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, Sender, channel};
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use farcache_proto::FrameKind;
-use farcache_proto::blocking::{RpcError, read_frame, write_frame};
+use farcache_net::{FrameBuf, GuardConfig, Stream, TlsAcceptor};
 use farcache_proto::control::ControlRequest;
+use farcache_proto::frame::encode_frame;
+use farcache_proto::{
+    Access, Authority, Challenge, FrameHeader, FrameKind, HEADER_LEN, Hello, Role,
+};
+use mio::net::TcpListener;
+use mio::{Events, Interest, Poll, Token, Waker};
 use parking_lot::Mutex;
+use slab::Slab;
 
-use crate::service::Service;
+use crate::service::{Caller, Service};
 
-/// Control messages are small JSON; refusing big frames keeps a peer from making the
-/// manager allocate memory for garbage.
-pub const MAX_CONTROL_FRAME: u32 = 1 << 20;
-/// Bounds how long a peer that stops reading can hold a connection thread in a write.
-const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Control messages are small JSON, but a procedure's code rides along (up to
+/// `MAX_PROC_CODE`): the limit leaves room for both.
+pub const MAX_CONTROL_FRAME: u32 = crate::service::MAX_PROC_CODE as u32 + (1 << 20);
+/// Largest Hello accepted.
+const MAX_HELLO: u32 = 512;
+const LISTENER: Token = Token(0);
+const TLS_LISTENER: Token = Token(1);
+const WAKER: Token = Token(2);
+const FIRST_CONN: usize = 3;
+const SWEEP_EVERY: Duration = Duration::from_millis(250);
+/// Threads for quick requests and for catalogue changes.
+const QUICK_THREADS: usize = 2;
+const CHANGE_THREADS: usize = 4;
+/// How soon to retry accepting after running out of descriptors.
+const ACCEPT_RETRY: Duration = Duration::from_millis(20);
 
-/// Open connections, so shutdown can close them and wait for their threads.
-#[derive(Default)]
-struct Connections {
-    next: AtomicU64,
-    open: Mutex<HashMap<u64, TcpStream>>,
-    threads: Mutex<Vec<JoinHandle<()>>>,
+/// What the listener needs to start.
+pub struct ListenerConfig {
+    pub listener: std::net::TcpListener,
+    pub tls: Option<(std::net::TcpListener, TlsAcceptor)>,
+    pub authority: Authority,
+    pub guard: GuardConfig,
 }
 
 pub struct Listener {
     addr: SocketAddr,
+    tls_addr: Option<SocketAddr>,
     stopping: Arc<AtomicBool>,
-    accept: JoinHandle<()>,
-    conns: Arc<Connections>,
+    waker: Arc<Waker>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+struct Job {
+    conn: usize,
+    serial: u64,
+    seq: u64,
+    caller: Caller,
+    req: ControlRequest,
+}
+
+type Reply = (usize, u64, Vec<u8>);
+
+/// A pool's queue; the loop drops it to stop the pool.
+struct Pool {
+    tx: Sender<Job>,
+}
+
+impl Pool {
+    fn spawn(
+        name: &str,
+        threads: usize,
+        service: &Arc<Service>,
+        replies: &Sender<Reply>,
+        waker: &Arc<Waker>,
+        handles: &mut Vec<JoinHandle<()>>,
+    ) -> io::Result<Self> {
+        let (tx, rx) = channel::<Job>();
+        let rx = Arc::new(Mutex::new(rx));
+        for i in 0..threads {
+            let (rx, service, replies, waker) =
+                (rx.clone(), service.clone(), replies.clone(), waker.clone());
+            handles.push(
+                thread::Builder::new()
+                    .name(format!("manager-{name}-{i}"))
+                    .spawn(move || run_jobs(&rx, &service, &replies, &waker))?,
+            );
+        }
+        Ok(Self { tx })
+    }
+}
+
+fn run_jobs(rx: &Mutex<Receiver<Job>>, service: &Service, replies: &Sender<Reply>, waker: &Waker) {
+    loop {
+        let job = match rx.lock().recv() {
+            Ok(j) => j,
+            Err(_) => return,
+        };
+        let resp = service.handle(&job.caller, job.req);
+        let mut frame = Vec::new();
+        encode_frame(&mut frame, FrameKind::ControlReply, job.seq, &resp.encode());
+        if replies.send((job.conn, job.serial, frame)).is_err() {
+            return;
+        }
+        let _ = waker.wake();
+    }
 }
 
 impl Listener {
-    pub fn spawn(listener: TcpListener, service: Arc<Service>) -> io::Result<Self> {
-        let addr = listener.local_addr()?;
+    pub fn spawn(cfg: ListenerConfig, service: Arc<Service>) -> io::Result<Self> {
+        let addr = cfg.listener.local_addr()?;
+        let tls_addr = cfg.tls.as_ref().map(|(l, _)| l.local_addr()).transpose()?;
+        let poll = Poll::new()?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
         let stopping = Arc::new(AtomicBool::new(false));
-        let conns = Arc::new(Connections::default());
-        let accept = {
-            let (stopping, conns) = (Arc::clone(&stopping), Arc::clone(&conns));
-            thread::Builder::new()
-                .name("manager-accept".into())
-                .spawn(move || accept_loop(&listener, &service, &stopping, &conns))?
+        let (reply_tx, reply_rx) = channel();
+        let mut threads = Vec::new();
+        let quick = Pool::spawn(
+            "quick",
+            QUICK_THREADS,
+            &service,
+            &reply_tx,
+            &waker,
+            &mut threads,
+        )?;
+        let changes = Pool::spawn(
+            "change",
+            CHANGE_THREADS,
+            &service,
+            &reply_tx,
+            &waker,
+            &mut threads,
+        )?;
+        drop(reply_tx);
+        let mut lp = EventLoop {
+            poll,
+            listener: TcpListener::from_std(nonblocking(cfg.listener)?),
+            tls: match cfg.tls {
+                Some((l, t)) => Some((TcpListener::from_std(nonblocking(l)?), t)),
+                None => None,
+            },
+            authority: cfg.authority,
+            guard: cfg.guard,
+            conns: Slab::new(),
+            serial: 0,
+            unauth: VecDeque::new(),
+            unauth_count: 0,
+            quick,
+            changes,
+            replies: reply_rx,
+            stopping: stopping.clone(),
         };
+        lp.register()?;
+        threads.push(
+            thread::Builder::new()
+                .name("manager-net".into())
+                .spawn(move || lp.run())?,
+        );
         Ok(Self {
             addr,
+            tls_addr,
             stopping,
-            accept,
-            conns,
+            waker,
+            threads,
         })
     }
 
@@ -62,156 +181,460 @@ impl Listener {
         self.addr
     }
 
-    /// Stops accepting, closes every connection and joins all threads.
+    pub fn tls_addr(&self) -> Option<SocketAddr> {
+        self.tls_addr
+    }
+
+    /// Stops accepting, closes every connection and joins all threads (requests in
+    /// progress finish first).
     pub fn stop(self) {
         self.stopping.store(true, Ordering::SeqCst);
-        // Wake the blocking accept with a connection of our own.
-        if let Err(e) = TcpStream::connect_timeout(&wake_addr(self.addr), Duration::from_secs(1)) {
-            tracing::warn!(error = %e, "cannot wake the accept thread");
-        }
-        if self.accept.join().is_err() {
-            tracing::warn!("accept thread panicked");
-        }
-        for stream in self.conns.open.lock().values() {
-            // Unblocks the connection thread's read; errors mean it is already closed.
-            let _ = stream.shutdown(Shutdown::Both);
-        }
-        let threads = std::mem::take(&mut *self.conns.threads.lock());
-        for t in threads {
+        let _ = self.waker.wake();
+        for t in self.threads {
             if t.join().is_err() {
-                tracing::warn!("connection thread panicked");
+                tracing::warn!("manager thread panicked");
             }
         }
     }
 }
 
-/// Where to connect to reach our own listener (a wildcard address is not connectable).
-fn wake_addr(addr: SocketAddr) -> SocketAddr {
-    let mut a = addr;
-    if a.ip().is_unspecified() {
-        match a {
-            SocketAddr::V4(_) => a.set_ip(std::net::Ipv4Addr::LOCALHOST.into()),
-            SocketAddr::V6(_) => a.set_ip(std::net::Ipv6Addr::LOCALHOST.into()),
-        }
-    }
-    a
+fn nonblocking(l: std::net::TcpListener) -> io::Result<std::net::TcpListener> {
+    l.set_nonblocking(true)?;
+    Ok(l)
 }
 
-fn accept_loop(
-    listener: &TcpListener,
-    service: &Arc<Service>,
-    stopping: &AtomicBool,
-    conns: &Arc<Connections>,
-) {
-    loop {
-        let accepted = listener.accept();
-        if stopping.load(Ordering::SeqCst) {
-            return;
+enum Auth {
+    Challenged(Challenge),
+    Ready(Caller),
+}
+
+struct Conn {
+    stream: Stream,
+    peer: SocketAddr,
+    serial: u64,
+    inbuf: FrameBuf,
+    wbuf: Vec<u8>,
+    wpos: usize,
+    auth: Auth,
+    /// A request is with a pool; the next is read once it answers.
+    busy: bool,
+    closing: bool,
+    closed: bool,
+    accepted: Instant,
+    frame_since: Option<Instant>,
+    stalled_since: Option<Instant>,
+}
+
+struct EventLoop {
+    poll: Poll,
+    listener: TcpListener,
+    tls: Option<(TcpListener, TlsAcceptor)>,
+    authority: Authority,
+    guard: GuardConfig,
+    conns: Slab<Conn>,
+    serial: u64,
+    /// Connections not yet authenticated, oldest first (entries may be stale), and how
+    /// many there are.
+    unauth: VecDeque<(usize, u64)>,
+    unauth_count: usize,
+    quick: Pool,
+    changes: Pool,
+    replies: Receiver<Reply>,
+    stopping: Arc<AtomicBool>,
+}
+
+impl EventLoop {
+    fn register(&mut self) -> io::Result<()> {
+        self.poll
+            .registry()
+            .register(&mut self.listener, LISTENER, Interest::READABLE)?;
+        if let Some((l, _)) = self.tls.as_mut() {
+            self.poll
+                .registry()
+                .register(l, TLS_LISTENER, Interest::READABLE)?;
         }
-        let (stream, peer) = match accepted {
-            Ok(a) => a,
-            Err(e) => {
-                // E.g. out of file descriptors: back off instead of spinning.
-                tracing::warn!(error = %e, "accept failed");
-                thread::sleep(Duration::from_millis(50));
+        Ok(())
+    }
+
+    fn run(mut self) {
+        let mut events = Events::with_capacity(256);
+        let mut next_sweep = Instant::now() + SWEEP_EVERY;
+        let mut accept_retry = false;
+        while !self.stopping.load(Ordering::SeqCst) {
+            let timeout = if accept_retry {
+                ACCEPT_RETRY
+            } else {
+                SWEEP_EVERY
+            };
+            if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                tracing::warn!("manager poll failed: {e}");
+                return;
+            }
+            let retry = std::mem::take(&mut accept_retry);
+            for ev in events.iter() {
+                match ev.token() {
+                    LISTENER => accept_retry |= self.accept(false),
+                    TLS_LISTENER => accept_retry |= self.accept(true),
+                    WAKER => self.deliver_replies(),
+                    Token(t) => self.serve(t - FIRST_CONN),
+                }
+            }
+            if retry {
+                accept_retry |= self.accept(false) | self.accept(true);
+            }
+            let now = Instant::now();
+            if now >= next_sweep {
+                next_sweep = now + SWEEP_EVERY;
+                self.sweep(now);
+            }
+        }
+        tracing::debug!(connections = self.conns.len(), "manager listener stopping");
+    }
+
+    /// Accepts what is waiting; true if accepting failed and should be retried soon.
+    fn accept(&mut self, tls: bool) -> bool {
+        loop {
+            let accepted = match (tls, self.tls.as_ref()) {
+                (false, _) => self.listener.accept(),
+                (true, Some((l, _))) => l.accept(),
+                (true, None) => return false,
+            };
+            let (tcp, peer) = match accepted {
+                Ok(a) => a,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    return true;
+                }
+            };
+            if self.conns.len() >= self.guard.max_connections {
+                tracing::debug!(%peer, "connection cap reached, refusing");
                 continue;
             }
-        };
-        if let Err(e) = spawn_connection(stream, peer, service, conns) {
-            tracing::warn!(%peer, error = %e, "cannot start a connection thread");
+            let _ = tcp.set_nodelay(true);
+            let stream = match (tls, self.tls.as_ref()) {
+                (true, Some((_, t))) => match t.session() {
+                    Ok(s) => Stream::tls_server(tcp, s),
+                    Err(e) => {
+                        tracing::warn!(%peer, "cannot start a TLS session: {e}");
+                        continue;
+                    }
+                },
+                _ => Stream::Plain(tcp),
+            };
+            self.adopt(stream, peer);
         }
     }
-}
 
-fn spawn_connection(
-    stream: TcpStream,
-    peer: SocketAddr,
-    service: &Arc<Service>,
-    conns: &Arc<Connections>,
-) -> io::Result<()> {
-    stream.set_nodelay(true)?;
-    stream.set_write_timeout(Some(WRITE_TIMEOUT))?;
-    let id = conns.next.fetch_add(1, Ordering::Relaxed);
-    conns.open.lock().insert(id, stream.try_clone()?);
-    let (service, conns2) = (Arc::clone(service), Arc::clone(conns));
-    let spawned = thread::Builder::new()
-        .name(format!("manager-conn-{id}"))
-        .spawn(move || {
-            serve(stream, peer, &service);
-            conns2.open.lock().remove(&id);
-        });
-    let handle = match spawned {
-        Ok(h) => h,
-        Err(e) => {
-            conns.open.lock().remove(&id);
-            return Err(e);
-        }
-    };
-    let mut threads = conns.threads.lock();
-    threads.retain(|t| !t.is_finished());
-    threads.push(handle);
-    Ok(())
-}
-
-/// Answers control requests until EOF; a protocol error ends the connection with an
-/// `Error` frame.
-fn serve(mut stream: TcpStream, peer: SocketAddr, service: &Service) {
-    tracing::debug!(%peer, "control connection opened");
-    loop {
-        let (header, payload) = match read_frame(&mut stream, MAX_CONTROL_FRAME) {
-            Ok(frame) => frame,
-            Err(RpcError::Io(e)) => {
-                if e.kind() != io::ErrorKind::UnexpectedEof {
-                    tracing::debug!(%peer, error = %e, "control connection read failed");
-                }
-                break;
-            }
-            Err(e) => return reject(stream, peer, &format!("bad frame: {e}")),
-        };
-        if header.kind != FrameKind::Control {
-            let msg = format!(
-                "expected a Control frame, got {:?} (the manager takes no Hello)",
-                header.kind
-            );
-            return reject(stream, peer, &msg);
-        }
-        let req = match ControlRequest::from_json(&payload) {
-            Ok(r) => r,
-            Err(e) => return reject(stream, peer, &format!("bad control request: {e}")),
-        };
-        let resp = service.handle(req);
-        if let Err(e) = write_frame(
-            &mut stream,
-            FrameKind::ControlReply,
-            header.seq,
-            &resp.to_json(),
+    fn adopt(&mut self, mut stream: Stream, peer: SocketAddr) {
+        let entry = self.conns.vacant_entry();
+        let key = entry.key();
+        if let Err(e) = stream.register(
+            self.poll.registry(),
+            Token(FIRST_CONN + key),
+            Interest::READABLE | Interest::WRITABLE,
         ) {
-            tracing::debug!(%peer, error = %e, "control reply write failed");
-            break;
+            tracing::warn!(%peer, "register failed: {e}");
+            return;
         }
+        let challenge = self.authority.challenge();
+        let mut wbuf = Vec::new();
+        encode_frame(&mut wbuf, FrameKind::Challenge, 0, &challenge.encode());
+        self.serial += 1;
+        entry.insert(Conn {
+            stream,
+            peer,
+            serial: self.serial,
+            inbuf: FrameBuf::new(),
+            wbuf,
+            wpos: 0,
+            auth: Auth::Challenged(challenge),
+            busy: false,
+            closing: false,
+            closed: false,
+            accepted: Instant::now(),
+            frame_since: None,
+            stalled_since: None,
+        });
+        self.unauth.push_back((key, self.serial));
+        self.unauth_count += 1;
+        if self.unauth_count > self.guard.max_unauthenticated {
+            self.evict_oldest();
+        }
+        tracing::debug!(%peer, "control connection opened");
+        self.serve(key);
     }
-    tracing::debug!(%peer, "control connection closed");
-}
 
-/// Sends an `Error` frame and closes. Unread input is drained briefly first: closing a
-/// socket with unread data sends a reset, which can destroy the error frame in flight.
-fn reject(mut stream: TcpStream, peer: SocketAddr, msg: &str) {
-    tracing::warn!(%peer, error = msg, "closing control connection after a protocol error");
-    if write_frame(&mut stream, FrameKind::Error, 0, msg.as_bytes()).is_err() {
-        return;
-    }
-    let _ = stream.shutdown(Shutdown::Write);
-    if stream
-        .set_read_timeout(Some(Duration::from_millis(200)))
-        .is_ok()
-    {
-        let mut buf = [0u8; 4096];
-        let mut budget = 1usize << 20;
-        while let Ok(n @ 1..) = stream.read(&mut buf) {
-            budget = budget.saturating_sub(n);
-            if budget == 0 {
-                break;
+    fn evict_oldest(&mut self) {
+        while let Some((key, serial)) = self.unauth.pop_front() {
+            let live = self
+                .conns
+                .get(key)
+                .is_some_and(|c| c.serial == serial && matches!(c.auth, Auth::Challenged(_)));
+            if live {
+                self.close(
+                    key,
+                    "too many connections waiting to authenticate; the oldest is closed",
+                );
+                return;
             }
         }
+    }
+
+    fn close(&mut self, key: usize, why: &str) {
+        let Some(mut c) = self.conns.try_remove(key) else {
+            return;
+        };
+        if matches!(c.auth, Auth::Challenged(_)) {
+            self.unauth_count = self.unauth_count.saturating_sub(1);
+        }
+        if !why.is_empty() {
+            tracing::debug!(peer = %c.peer, "closing control connection: {why}");
+            c.wbuf.truncate(c.wpos);
+            encode_frame(&mut c.wbuf, FrameKind::Error, 0, why.as_bytes());
+            c.flush();
+        }
+        let _ = c.stream.deregister(self.poll.registry());
+    }
+
+    fn deliver_replies(&mut self) {
+        while let Ok((key, serial, frame)) = self.replies.try_recv() {
+            if let Some(c) = self.conns.get_mut(key).filter(|c| c.serial == serial) {
+                c.busy = false;
+                c.wbuf.extend_from_slice(&frame);
+                self.serve(key);
+            }
+        }
+    }
+
+    fn serve(&mut self, key: usize) {
+        let Some(c) = self.conns.get_mut(key) else {
+            return;
+        };
+        let was_waiting = matches!(c.auth, Auth::Challenged(_));
+        c.flush();
+        while !c.closed && !c.closing && !c.busy {
+            match c.next_frame() {
+                Ok(Some((hdr, payload))) => {
+                    if let Some(job) = c.handle(&self.authority, key, hdr, &payload) {
+                        let pool = if is_change(&job.req) {
+                            &self.changes
+                        } else {
+                            &self.quick
+                        };
+                        c.busy = pool.tx.send(job).is_ok();
+                    }
+                    c.flush();
+                }
+                Ok(None) => match c.inbuf.read_from(&mut c.stream, MAX_CONTROL_FRAME) {
+                    Ok((0, _)) => c.closed = true,
+                    Ok(_) => c.frame_since = (!c.inbuf.is_empty()).then(Instant::now),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        tracing::debug!(peer = %c.peer, error = %e, "control connection read failed");
+                        c.closed = true;
+                    }
+                },
+                Err(why) => c.fail(&why),
+            }
+        }
+        if c.closing && c.wpos == c.wbuf.len() {
+            c.closed = true;
+        }
+        if was_waiting && matches!(c.auth, Auth::Ready(_)) {
+            self.unauth_count = self.unauth_count.saturating_sub(1);
+        }
+        if c.closed {
+            self.close(key, "");
+        }
+    }
+
+    fn sweep(&mut self, now: Instant) {
+        let g = &self.guard;
+        let overdue: Vec<(usize, &'static str)> = self
+            .conns
+            .iter()
+            .filter_map(|(k, c)| {
+                let why = if matches!(c.auth, Auth::Challenged(_))
+                    && now.duration_since(c.accepted) > g.handshake_timeout
+                {
+                    "handshake not finished in time"
+                } else if !c.busy
+                    && c.frame_since
+                        .is_some_and(|t| now.duration_since(t) > g.frame_timeout)
+                {
+                    "frame stalled: no bytes of it arrived in time"
+                } else if c
+                    .stalled_since
+                    .is_some_and(|t| now.duration_since(t) > g.write_stall_timeout)
+                {
+                    "peer does not read its replies"
+                } else {
+                    return None;
+                };
+                Some((k, why))
+            })
+            .collect();
+        for (k, why) in overdue {
+            self.close(k, why);
+        }
+        if self.unauth.len() > 4 * self.guard.max_unauthenticated {
+            let conns = &self.conns;
+            self.unauth.retain(|&(k, s)| {
+                conns
+                    .get(k)
+                    .is_some_and(|c| c.serial == s && matches!(c.auth, Auth::Challenged(_)))
+            });
+        }
+    }
+}
+
+/// Requests that change the catalogue and wait on servers.
+fn is_change(req: &ControlRequest) -> bool {
+    matches!(
+        req,
+        ControlRequest::CreateCache { .. }
+            | ControlRequest::ReshapeCache { .. }
+            | ControlRequest::DeleteCache { .. }
+            | ControlRequest::RegisterProc { .. }
+    )
+}
+
+impl Conn {
+    /// The next whole frame in the buffer, if one is there.
+    fn next_frame(&mut self) -> Result<Option<(FrameHeader, Vec<u8>)>, String> {
+        let max = match self.auth {
+            Auth::Challenged(_) => MAX_HELLO,
+            Auth::Ready(_) => MAX_CONTROL_FRAME,
+        };
+        let Some(h) =
+            FrameHeader::decode(self.inbuf.bytes(), max).map_err(|e| format!("bad frame: {e}"))?
+        else {
+            return Ok(None);
+        };
+        if self.inbuf.len() < h.frame_len() {
+            return Ok(None);
+        }
+        let payload = self.inbuf.bytes()[HEADER_LEN..h.frame_len()].to_vec();
+        self.inbuf.consume(h.frame_len());
+        if self.inbuf.is_empty() {
+            self.frame_since = None;
+        }
+        Ok(Some((h, payload)))
+    }
+
+    /// Handles one frame: the handshake, or a request for a pool.
+    fn handle(
+        &mut self,
+        authority: &Authority,
+        key: usize,
+        hdr: FrameHeader,
+        payload: &[u8],
+    ) -> Option<Job> {
+        match (&self.auth, hdr.kind) {
+            (Auth::Challenged(ch), FrameKind::Hello) => {
+                let ch = *ch;
+                let verified = Hello::decode(payload)
+                    .map_err(|e| e.to_string())
+                    .and_then(|h| authority.verify(&ch, &h).map_err(|e| e.to_string()));
+                match verified {
+                    Ok(v) => {
+                        let ack = authority.ack(&v, &ch, 0, MAX_CONTROL_FRAME);
+                        encode_frame(&mut self.wbuf, FrameKind::HelloAck, hdr.seq, &ack.encode());
+                        tracing::debug!(peer = %self.peer, role = ?v.role, "control peer authenticated");
+                        self.auth = Auth::Ready(Caller {
+                            role: v.role,
+                            access: v.access,
+                            identity: v.identity,
+                        });
+                    }
+                    Err(why) => {
+                        tracing::warn!(peer = %self.peer, "handshake refused: {why}");
+                        self.fail(&why);
+                    }
+                }
+                None
+            }
+            (Auth::Challenged(_), kind) => {
+                self.fail(&format!(
+                    "{kind:?} frame before the handshake (a Hello answering the challenge comes first)"
+                ));
+                None
+            }
+            (Auth::Ready(caller), FrameKind::Control) => match ControlRequest::decode(payload) {
+                Ok(req) => Some(Job {
+                    conn: key,
+                    serial: self.serial,
+                    seq: hdr.seq,
+                    caller: caller.clone(),
+                    req,
+                }),
+                Err(e) => {
+                    self.fail(&format!("bad control request: {e}"));
+                    None
+                }
+            },
+            (Auth::Ready(_), kind) => {
+                self.fail(&format!("expected a Control frame, got {kind:?}"));
+                None
+            }
+        }
+    }
+
+    /// Queues an `Error` frame; the connection closes once it is sent.
+    fn fail(&mut self, why: &str) {
+        tracing::warn!(peer = %self.peer, error = why, "closing control connection after a protocol error");
+        encode_frame(&mut self.wbuf, FrameKind::Error, 0, why.as_bytes());
+        self.closing = true;
+        self.inbuf.clear();
+        self.flush();
+    }
+
+    fn flush(&mut self) {
+        if self.stream.push().is_err() {
+            self.closed = true;
+            return;
+        }
+        let before = self.wpos;
+        while self.wpos < self.wbuf.len() {
+            match self.stream.write(&self.wbuf[self.wpos..]) {
+                Ok(0) => {
+                    self.closed = true;
+                    return;
+                }
+                Ok(n) => self.wpos += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.closed = true;
+                    return;
+                }
+            }
+        }
+        if self.wpos < self.wbuf.len() {
+            if self.wpos != before || self.stalled_since.is_none() {
+                self.stalled_since = Some(Instant::now());
+            }
+            return;
+        }
+        self.stalled_since = None;
+        self.wbuf.clear();
+        self.wpos = 0;
+    }
+}
+
+/// Who a caller is, in words (for refusals).
+pub fn role_name(role: Role, access: &Access) -> String {
+    match (role, access) {
+        (Role::Client, Access::Cache { cache, rights }) => {
+            format!("a client holding a {rights:?} token for cache {cache}")
+        }
+        (Role::Client, Access::Cluster) => "a client holding the cluster secret".into(),
+        (role, _) => format!("{role:?}"),
     }
 }

@@ -1,4 +1,6 @@
-//! Heartbeat monitor: a thread that periodically declares silent servers dead.
+//! Heartbeat monitor: a thread that periodically declares silent servers dead, and
+//! every few ticks frees regions servers hold that no cache places there
+//! ([`Service::reconcile`]).
 
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
@@ -33,10 +35,21 @@ impl Liveness {
     }
 }
 
+/// How often heartbeats' region reports are compared with the catalogue.
+const RECONCILE_EVERY: Duration = Duration::from_secs(1);
+
 fn run(service: &Service, stop: &Receiver<()>, tick: Duration) {
+    let mut next_reconcile = Instant::now() + RECONCILE_EVERY;
     loop {
         match stop.recv_timeout(tick) {
-            Err(RecvTimeoutError::Timeout) => service.check_liveness(Instant::now()),
+            Err(RecvTimeoutError::Timeout) => {
+                let now = Instant::now();
+                service.check_liveness(now);
+                if now >= next_reconcile {
+                    service.reconcile();
+                    next_reconcile = Instant::now() + RECONCILE_EVERY;
+                }
+            }
             Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
         }
     }

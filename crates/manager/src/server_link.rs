@@ -8,10 +8,9 @@ use std::io;
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
-use farcache_proto::Role;
-use farcache_proto::ServerId;
 use farcache_proto::blocking::{RpcError, control_call, handshake};
-use farcache_proto::control::{ControlRequest, ControlResponse};
+use farcache_proto::control::{ControlRequest, ControlResponse, HeldRegion};
+use farcache_proto::{ClusterSecret, Credential, Role, ServerId};
 use parking_lot::Mutex;
 use thiserror::Error;
 
@@ -38,19 +37,43 @@ struct Link {
 
 pub struct ServerLinks {
     timeout: Duration,
+    /// Proves the manager's role to servers.
+    cred: Credential,
     links: Mutex<HashMap<ServerId, Link>>,
 }
 
 impl ServerLinks {
-    pub fn new(timeout: Duration) -> Self {
+    pub fn new(timeout: Duration, secret: ClusterSecret) -> Self {
         Self {
             timeout,
+            cred: Credential::Cluster(secret),
             links: Mutex::new(HashMap::new()),
         }
     }
 
     /// Sends `req` to server `id` at `addr`; only `ControlResponse::Ok` counts as success.
     pub fn call(&self, id: ServerId, addr: &str, req: &ControlRequest) -> Result<(), LinkError> {
+        match self.ask(id, addr, req)? {
+            ControlResponse::Ok => Ok(()),
+            other => Err(RpcError::Unexpected(format!("reply {other:?}")).into()),
+        }
+    }
+
+    /// The regions server `id` holds.
+    pub fn list_regions(&self, id: ServerId, addr: &str) -> Result<Vec<HeldRegion>, LinkError> {
+        match self.ask(id, addr, &ControlRequest::ListRegions)? {
+            ControlResponse::Regions { regions } => Ok(regions),
+            other => Err(RpcError::Unexpected(format!("reply {other:?}")).into()),
+        }
+    }
+
+    /// One request to server `id` at `addr`, on its cached connection if it has one.
+    fn ask(
+        &self,
+        id: ServerId,
+        addr: &str,
+        req: &ControlRequest,
+    ) -> Result<ControlResponse, LinkError> {
         // Take the link out so no lock is held during network I/O.
         let cached = self.links.lock().remove(&id).filter(|l| l.addr == addr);
         let (link, result) = match cached {
@@ -79,9 +102,9 @@ impl ServerLinks {
         &self,
         addr: &str,
         req: &ControlRequest,
-    ) -> Result<(Link, Result<(), LinkError>), LinkError> {
+    ) -> Result<(Link, Result<ControlResponse, LinkError>), LinkError> {
         let mut stream = self.connect(addr)?;
-        handshake(&mut stream, Role::Manager, 0)?;
+        handshake(&mut stream, Role::Manager, 0, "", &self.cred)?;
         let result = Self::exchange(&mut stream, req);
         Ok((
             Link {
@@ -112,10 +135,10 @@ impl ServerLinks {
         Err(fail(last))
     }
 
-    fn exchange(stream: &mut TcpStream, req: &ControlRequest) -> Result<(), LinkError> {
-        match control_call(stream, req)? {
-            ControlResponse::Ok => Ok(()),
-            other => Err(RpcError::Unexpected(format!("reply {other:?}")).into()),
-        }
+    fn exchange(
+        stream: &mut TcpStream,
+        req: &ControlRequest,
+    ) -> Result<ControlResponse, LinkError> {
+        Ok(control_call(stream, req)?)
     }
 }

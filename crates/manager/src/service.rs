@@ -1,17 +1,24 @@
-//! Request handling: turns each `ControlRequest` into a `ControlResponse`.
+//! Request handling: turns each `ControlRequest` into a `ControlResponse`, after
+//! checking that the caller's proven role and credential allow it.
 //!
 //! Two locks: `state` (catalogue + store) is only held for short in-memory work and a
 //! store commit, never across network calls, so heartbeats keep flowing while a create
 //! waits on a slow server; `changes` serialises catalogue-changing requests end to end,
 //! so a placement computed before the server calls is still valid after them.
+//!
+//! Who may ask what: servers register and heartbeat; clients holding the cluster
+//! secret may do anything a client can; a client holding a cache token may open its
+//! cache, and with a read-write token also reshape it, delete it and register
+//! procedures on it. Everything else is refused with `Forbidden`.
 
 use std::time::{Duration, Instant};
 
 use farcache_proto::blocking::RpcError;
 use farcache_proto::control::{
-    CacheInfo, ClusterStatus, ControlErrorCode, ControlRequest, ControlResponse, ServerState,
+    CacheInfo, CacheTokens, ClusterStatus, ControlErrorCode, ControlRequest, ControlResponse,
+    HeldRegion, ServerState,
 };
-use farcache_proto::{CacheId, ServerId};
+use farcache_proto::{Access, Authority, CacheId, Rights, Role, ServerId};
 use parking_lot::Mutex;
 
 use crate::catalogue::{CacheRecord, Catalogue, ProcDef, Seen, ServerRecord};
@@ -49,6 +56,15 @@ impl State {
     }
 }
 
+/// Who sent a request: the role and credential its connection proved.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub role: Role,
+    pub access: Access,
+    /// A server's advertised address (from its Hello).
+    pub identity: String,
+}
+
 /// A region the manager asked a server to hold (for rollback and cleanup).
 #[derive(Debug, Clone)]
 struct Target {
@@ -58,6 +74,7 @@ struct Target {
 }
 
 pub struct Service {
+    authority: Authority,
     region_size: u64,
     heartbeat_ms: u64,
     heartbeat_timeout: Duration,
@@ -77,7 +94,8 @@ impl Service {
                 store: Some(store),
             }),
             changes: Mutex::new(()),
-            links: ServerLinks::new(SERVER_CALL_TIMEOUT),
+            links: ServerLinks::new(SERVER_CALL_TIMEOUT, config.secret.clone()),
+            authority: Authority::new(config.secret.clone()),
         }
     }
 
@@ -104,7 +122,16 @@ impl Service {
         }
     }
 
-    pub fn handle(&self, req: ControlRequest) -> ControlResponse {
+    pub fn handle(&self, caller: &Caller, req: ControlRequest) -> ControlResponse {
+        if let Err(r) = self.authorize(caller, &req) {
+            tracing::warn!(
+                who = %crate::listener::role_name(caller.role, &caller.access),
+                request = %req.name(),
+                "request refused: {}",
+                r.message
+            );
+            return r.into();
+        }
         let result = match req {
             ControlRequest::RegisterServer {
                 server_id,
@@ -113,22 +140,30 @@ impl Service {
                 cores,
                 price_class,
                 price_per_gib_hour,
+                tls_addr,
             } => self.register(
-                server_id,
-                addr,
-                memory,
-                cores,
-                price_class,
-                price_per_gib_hour,
+                ServerRecord {
+                    id: server_id.unwrap_or(0),
+                    addr,
+                    memory,
+                    cores,
+                    price_class,
+                    price_per_gib_hour,
+                    tls_addr,
+                },
+                server_id.is_some(),
             ),
-            ControlRequest::Heartbeat { server_id, used } => self.heartbeat(server_id, used),
+            ControlRequest::Heartbeat {
+                server_id,
+                used,
+                regions,
+                digest,
+            } => self.heartbeat(server_id, used, (regions, digest)),
             ControlRequest::CreateCache {
                 name,
                 capacity,
                 region_size,
-            } => self
-                .create(name, capacity, region_size)
-                .map(ControlResponse::Cache),
+            } => self.create(name, capacity, region_size),
             ControlRequest::OpenCache { name } => self.open(&name).map(ControlResponse::Cache),
             ControlRequest::ReshapeCache { name, capacity } => {
                 self.reshape(&name, capacity).map(ControlResponse::Cache)
@@ -136,6 +171,7 @@ impl Service {
             ControlRequest::DeleteCache { name } => {
                 self.delete(&name).map(|()| ControlResponse::Ok)
             }
+            ControlRequest::IssueToken { name, rights } => self.issue_token(&name, rights),
             ControlRequest::Status => Ok(ControlResponse::Status(self.status())),
             ControlRequest::RegisterProc {
                 cache,
@@ -144,51 +180,167 @@ impl Service {
             } => self
                 .register_proc(&cache, &proc_name, code)
                 .map(|()| ControlResponse::Ok),
-            ControlRequest::LoadProc { .. } => Err(server_only("LoadProc")),
-            ControlRequest::AllocRegion { .. } => Err(server_only("AllocRegion")),
-            ControlRequest::FreeRegion { .. } => Err(server_only("FreeRegion")),
-            ControlRequest::SetRoutes { .. } => Err(server_only("SetRoutes")),
-            ControlRequest::DropCache { .. } => Err(server_only("DropCache")),
-            ControlRequest::ServerStats => Err(server_only("ServerStats")),
+            other => Err(server_only(&other.name())),
         };
         result.unwrap_or_else(ControlResponse::from)
     }
 
-    fn register(
-        &self,
-        server_id: Option<ServerId>,
-        addr: String,
-        memory: u64,
-        cores: u32,
-        price_class: farcache_proto::control::PriceClass,
-        price_per_gib_hour: f64,
-    ) -> Result<ControlResponse, Reject> {
-        if addr.trim().is_empty() {
+    /// Whether `caller` may make `req` (see the module docs).
+    fn authorize(&self, caller: &Caller, req: &ControlRequest) -> Result<(), Reject> {
+        let who = || crate::listener::role_name(caller.role, &caller.access);
+        let refuse = |what: &str| {
+            Err(Reject::new(
+                ControlErrorCode::Forbidden,
+                format!("{} may not {what}", who()),
+            ))
+        };
+        match req {
+            ControlRequest::RegisterServer { addr, .. } => {
+                if caller.role != Role::Server {
+                    return refuse("register as a server");
+                }
+                // The address was part of what the server proved in its handshake.
+                if *addr != caller.identity {
+                    return refuse(&format!(
+                        "register the address {addr} (it proved it is {})",
+                        caller.identity
+                    ));
+                }
+                Ok(())
+            }
+            ControlRequest::Heartbeat { server_id, .. } => {
+                if caller.role != Role::Server {
+                    return refuse("heartbeat as a server");
+                }
+                let at = self
+                    .state
+                    .lock()
+                    .catalogue
+                    .server_record(*server_id)
+                    .map(|r| r.addr.clone());
+                match at {
+                    Some(a) if a != caller.identity => refuse(&format!(
+                        "heartbeat for server {server_id} at {a} (it proved it is {})",
+                        caller.identity
+                    )),
+                    _ => Ok(()), // unknown ids get `unknown server` and re-register
+                }
+            }
+            _ if caller.role != Role::Client => refuse("make client requests"),
+            _ if caller.access.is_cluster() => Ok(()),
+            ControlRequest::OpenCache { name } => {
+                self.token_reaches(caller, name, Rights::ReadOnly)
+            }
+            ControlRequest::ReshapeCache { name, .. } | ControlRequest::DeleteCache { name } => {
+                self.token_reaches(caller, name, Rights::ReadWrite)
+            }
+            ControlRequest::RegisterProc { cache, .. } => {
+                self.token_reaches(caller, cache, Rights::ReadWrite)
+            }
+            ControlRequest::CreateCache { .. } => refuse("create caches"),
+            ControlRequest::IssueToken { .. } => refuse("issue tokens"),
+            ControlRequest::Status => refuse("see the whole cluster"),
+            _ => Ok(()), // server requests: refused below as such
+        }
+    }
+
+    /// A token caller may act on the cache `name` only if the token is for it, with at
+    /// least `need`.
+    fn token_reaches(&self, caller: &Caller, name: &str, need: Rights) -> Result<(), Reject> {
+        let Access::Cache { cache, rights } = caller.access else {
+            return Ok(());
+        };
+        let id = self
+            .state
+            .lock()
+            .catalogue
+            .cache_by_name(name)
+            .map(|c| c.id);
+        if id != Some(cache) {
+            // The same answer whether or not the cache exists: a token says nothing
+            // about other tenants' caches.
+            return Err(Reject::new(
+                ControlErrorCode::Forbidden,
+                format!("this token is for cache {cache}, not for '{name}'"),
+            ));
+        }
+        if need == Rights::ReadWrite && rights != Rights::ReadWrite {
+            return Err(Reject::new(
+                ControlErrorCode::Forbidden,
+                format!("a read-only token cannot change cache '{name}'"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn tokens(&self, cache: CacheId) -> CacheTokens {
+        let s = self.authority.secret();
+        CacheTokens {
+            read_write: s.token(cache, Rights::ReadWrite).to_string(),
+            read_only: s.token(cache, Rights::ReadOnly).to_string(),
+        }
+    }
+
+    fn issue_token(&self, name: &str, rights: Rights) -> Result<ControlResponse, Reject> {
+        let id = self
+            .state
+            .lock()
+            .catalogue
+            .cache_by_name(name)
+            .map(|c| c.id)
+            .ok_or_else(|| Reject::not_found(name))?;
+        Ok(ControlResponse::Token {
+            token: self.authority.secret().token(id, rights).to_string(),
+        })
+    }
+
+    fn register(&self, mut record: ServerRecord, has_id: bool) -> Result<ControlResponse, Reject> {
+        if record.addr.trim().is_empty() {
             return Err(Reject::invalid("server address is empty"));
         }
-        if !price_per_gib_hour.is_finite() || price_per_gib_hour < 0.0 {
+        if !record.price_per_gib_hour.is_finite() || record.price_per_gib_hour < 0.0 {
             return Err(Reject::invalid(format!(
-                "price per GiB-hour must be a non-negative number, not {price_per_gib_hour}"
+                "price per GiB-hour must be a non-negative number, not {}",
+                record.price_per_gib_hour
             )));
         }
-        if server_id == Some(ServerId::MAX) {
+        if has_id && record.id == ServerId::MAX {
             return Err(Reject::invalid("server id out of range"));
         }
         let mut st = self.state.lock();
+        let server_id = has_id.then_some(record.id);
         let id = server_id.unwrap_or_else(|| st.catalogue.next_server_id());
+        record.id = id;
+        // An alive server keeps its id and its address: another process cannot take
+        // either over (it would receive, or hijack, that server's regions).
+        if let Some(other) = st.catalogue.alive_at(&record.addr).filter(|&o| o != id) {
+            return Err(Reject::new(
+                ControlErrorCode::AlreadyExists,
+                format!(
+                    "server {other} is alive at {}; register under its id or another address",
+                    record.addr
+                ),
+            ));
+        }
+        if let (Some(old), Some(ServerState::Alive)) = (
+            st.catalogue.server_record(id),
+            st.catalogue.server_state(id),
+        ) && old.addr != record.addr
+        {
+            return Err(Reject::new(
+                ControlErrorCode::AlreadyExists,
+                format!(
+                    "server {id} is alive at {}; it cannot move to {} until it is declared dead",
+                    old.addr, record.addr
+                ),
+            ));
+        }
         let next = st.catalogue.next_server_id().max(id.saturating_add(1));
-        let record = ServerRecord {
-            id,
-            addr,
-            memory,
-            cores,
-            price_class,
-            price_per_gib_hour,
-        };
         st.commit(&[Write::Server(&record), Write::NextServerId(next)])?;
-        let (addr, used) = (
+        let (addr, used, memory) = (
             record.addr.clone(),
             st.catalogue.server_info(id).map_or(0, |s| s.used),
+            record.memory,
         );
         let seen = st.catalogue.upsert_server(record, Instant::now());
         drop(st);
@@ -218,8 +370,17 @@ impl Service {
         })
     }
 
-    fn heartbeat(&self, id: ServerId, used: u64) -> Result<ControlResponse, Reject> {
-        let seen = self.state.lock().catalogue.heartbeat(id, Instant::now());
+    fn heartbeat(
+        &self,
+        id: ServerId,
+        used: u64,
+        held: (u64, u64),
+    ) -> Result<ControlResponse, Reject> {
+        let seen = self
+            .state
+            .lock()
+            .catalogue
+            .heartbeat(id, Instant::now(), held);
         match seen {
             None => Err(Reject::new(
                 ControlErrorCode::UnknownServer,
@@ -250,7 +411,7 @@ impl Service {
         name: String,
         capacity: u64,
         region_size: Option<u64>,
-    ) -> Result<CacheInfo, Reject> {
+    ) -> Result<ControlResponse, Reject> {
         validate_name(&name)?;
         let region_size = region_size.unwrap_or(self.region_size);
         let n = region_count(capacity, region_size)?;
@@ -272,14 +433,15 @@ impl Service {
             (id, plan)
         };
 
-        self.alloc_all(id, 0, &plan, region_size, capacity)?;
+        let epoch = 1;
+        self.alloc_all(id, 0, &plan, region_size, capacity, epoch)?;
 
         let record = CacheRecord {
             id,
             name,
             capacity,
             region_size,
-            epoch: 1,
+            epoch,
             regions: plan.iter().map(|t| t.server).collect(),
             procs: Vec::new(),
         };
@@ -295,12 +457,19 @@ impl Service {
         drop(st);
         self.push_routes(&info);
         tracing::info!(cache = id, name = %info.name, capacity, regions = n, servers = info.servers.len(), "cache created");
-        Ok(info)
+        Ok(ControlResponse::Created {
+            tokens: self.tokens(id),
+            cache: info,
+        })
     }
 
+    /// Changes a cache's capacity. Servers keeping regions learn the new capacity
+    /// before the table commits (a grow makes the old last region accept bytes past
+    /// the old end; a shrink stops serving, and zeroes, the bytes past the new end),
+    /// new regions are placed first and cut ones freed last.
     fn reshape(&self, name: &str, capacity: u64) -> Result<CacheInfo, Reject> {
         let _changes = self.changes.lock();
-        let (mut record, grow, shrink) = {
+        let (mut record, grow, shrink, kept) = {
             let st = self.state.lock();
             let record = st
                 .catalogue
@@ -315,30 +484,39 @@ impl Service {
                 Vec::new()
             };
             let shrink = self.targets(&st.catalogue, record.regions.get(n..).unwrap_or_default());
-            (record, grow, shrink)
+            let mut keep: Vec<ServerId> = record.regions[..old.min(n)].to_vec();
+            keep.sort_unstable();
+            keep.dedup();
+            let kept = self.targets(&st.catalogue, &keep);
+            (record, grow, shrink, kept)
         };
 
-        let old = record.regions.len();
-        self.alloc_all(record.id, old, &grow, record.region_size, capacity)?;
-        if !record.procs.is_empty()
-            && let Err(e) = self.load_procs(record.id, &grow, &record.procs)
-        {
+        let (old, old_cap) = (record.regions.len(), record.capacity);
+        let epoch = record.epoch.saturating_add(1);
+        self.alloc_all(record.id, old, &grow, record.region_size, capacity, epoch)?;
+        let undo = |why: Reject| {
+            self.resize(record.id, &kept, old_cap, epoch, false).ok();
             self.free_regions(record.id, old, &grow);
-            return Err(e);
+            why
+        };
+        if !record.procs.is_empty() {
+            self.load_procs(record.id, &grow, &record.procs)
+                .map_err(undo)?;
         }
+        self.resize(record.id, &kept, capacity, epoch, true)
+            .map_err(undo)?;
         let keep = old - shrink.len();
 
         let previous = record.clone();
         record.regions.truncate(keep);
         record.regions.extend(grow.iter().map(|t| t.server));
         record.capacity = capacity;
-        record.epoch = record.epoch.saturating_add(1);
+        record.epoch = epoch;
 
         let mut st = self.state.lock();
         if let Err(e) = st.commit(&[Write::Cache(&record)]) {
             drop(st);
-            self.free_regions(record.id, old, &grow);
-            return Err(e);
+            return Err(undo(e));
         }
         // Insert first so the reply's server `used` figures include this cache.
         st.catalogue.insert_cache(record.clone());
@@ -357,6 +535,111 @@ impl Service {
             "cache reshaped"
         );
         Ok(info)
+    }
+
+    /// Tells every live server in `targets` the cache's capacity under `epoch`. With
+    /// `required`, the first failure is returned; otherwise failures are logged.
+    fn resize(
+        &self,
+        cache: CacheId,
+        targets: &[Target],
+        capacity: u64,
+        epoch: u64,
+        required: bool,
+    ) -> Result<(), Reject> {
+        let req = ControlRequest::ResizeCache {
+            cache,
+            capacity,
+            epoch,
+        };
+        for t in targets {
+            if !required {
+                self.best_effort(t, &req, "restore capacity");
+                continue;
+            }
+            if t.state == ServerState::Dead {
+                continue;
+            }
+            if let Err(e) = self.links.call(t.server, &t.addr, &req) {
+                return Err(Reject::unavailable(format!(
+                    "server {} ({}) could not take the new capacity of cache {cache}: {e}",
+                    t.server, t.addr
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Frees regions servers hold that no cache in the catalogue places there (left by
+    /// a manager that died between placing regions and committing the cache, or by a
+    /// free that never arrived), for every alive server whose heartbeat disagrees with
+    /// the catalogue. Runs under the change lock, so nothing is mid-placement.
+    pub fn reconcile(&self) {
+        if self.state.lock().catalogue.disagreeing().is_empty() {
+            return;
+        }
+        let _changes = self.changes.lock();
+        let suspects: Vec<(Target, Vec<HeldRegion>, Vec<CacheId>)> = {
+            let st = self.state.lock();
+            st.catalogue
+                .disagreeing()
+                .into_iter()
+                .filter_map(|id| {
+                    let t = self.targets(&st.catalogue, &[id]).pop()?;
+                    let placed = st.catalogue.placed_on(id);
+                    let known = st.catalogue.status().caches.iter().map(|c| c.id).collect();
+                    Some((t, placed, known))
+                })
+                .collect()
+        };
+        for (t, placed, known) in suspects {
+            let held = match self.links.list_regions(t.server, &t.addr) {
+                Ok(h) => h,
+                Err(e) => {
+                    tracing::warn!(server = t.server, error = %e, "cannot list the regions a server holds");
+                    continue;
+                }
+            };
+            let mut dropped: Vec<CacheId> = Vec::new();
+            for r in held.iter().filter(|r| !placed.contains(r)) {
+                if !known.contains(&r.cache) {
+                    if !dropped.contains(&r.cache) {
+                        dropped.push(r.cache);
+                        tracing::info!(
+                            server = t.server,
+                            cache = r.cache,
+                            "dropping a cache the catalogue does not know"
+                        );
+                        self.best_effort(
+                            &t,
+                            &ControlRequest::DropCache { cache: r.cache },
+                            "drop orphan cache",
+                        );
+                    }
+                    continue;
+                }
+                tracing::info!(
+                    server = t.server,
+                    cache = r.cache,
+                    region = r.region,
+                    "freeing a region no cache places there"
+                );
+                let req = ControlRequest::FreeRegion {
+                    cache: r.cache,
+                    region: r.region,
+                    moved_to: None,
+                };
+                self.best_effort(&t, &req, "free orphan region");
+            }
+            for r in placed.iter().filter(|r| !held.contains(r)) {
+                tracing::warn!(
+                    server = t.server,
+                    cache = r.cache,
+                    region = r.region,
+                    "server does not hold a region the catalogue places there (lost)"
+                );
+            }
+        }
     }
 
     fn delete(&self, name: &str) -> Result<(), Reject> {
@@ -453,6 +736,7 @@ impl Service {
             cache: info.id,
             epoch: info.epoch,
             owners,
+            capacity: info.capacity,
         };
         let mut ids = info.regions.clone();
         ids.sort_unstable();
@@ -524,6 +808,7 @@ impl Service {
         plan: &[Target],
         region_size: u64,
         capacity: u64,
+        epoch: u64,
     ) -> Result<(), Reject> {
         for (i, t) in plan.iter().enumerate() {
             let index = first + i;
@@ -533,6 +818,7 @@ impl Service {
                 region,
                 region_size,
                 capacity,
+                epoch,
             };
             if let Err(e) = self.links.call(t.server, &t.addr, &req) {
                 tracing::warn!(cache, region, server = t.server, addr = %t.addr, error = %e, "region allocation failed, rolling back");

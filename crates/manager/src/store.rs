@@ -135,6 +135,7 @@ mod tests {
             cores: 2,
             price_class: PriceClass::Spot,
             price_per_gib_hour: 0.25,
+            tls_addr: Some("127.0.0.1:2".into()),
         };
         let cache = |id, name: &str| CacheRecord {
             id,

@@ -7,17 +7,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::Duration;
 
-use common::{Conn, FakeServer, R, config, error_code, is_eof, start, wait_for};
+use common::{Conn, FakeServer, R, config, error_code, is_eof, secret, start, wait_for};
 use farcache_manager::Manager;
 use farcache_proto::blocking::{read_frame, write_frame};
 use farcache_proto::control::{
     CacheInfo, ControlErrorCode, ControlRequest, ControlResponse, ServerState,
 };
-use farcache_proto::{FrameKind, Hello, MAX_FRAME_DEFAULT, Role};
+use farcache_proto::{Challenge, Credential, FrameKind, MAX_FRAME_DEFAULT, Role};
 
 fn cache(resp: ControlResponse) -> CacheInfo {
     match resp {
-        ControlResponse::Cache(c) => c,
+        ControlResponse::Cache(c) | ControlResponse::Created { cache: c, .. } => c,
         other => panic!("expected a cache, got {other:?}"),
     }
 }
@@ -71,6 +71,7 @@ fn create_spreads_over_equal_price_servers_and_prefers_cheaper() {
                     cache,
                     epoch,
                     owners,
+                    ..
                 } => Some((cache, epoch, owners)),
                 _ => None,
             })
@@ -231,6 +232,7 @@ fn unreachable_server_fails_create_cleanly() {
         cores: 1,
         price_class: farcache_proto::control::PriceClass::Spot,
         price_per_gib_hour: 0.1,
+        tls_addr: None,
     };
     assert!(matches!(c.call(&req), ControlResponse::Registered { .. }));
     let resp = c.create("c", R);
@@ -268,8 +270,16 @@ fn reshape_grows_and_shrinks() {
     assert_eq!(fb.allocs(), vec![(orig.id, 3)]);
     assert!(fa.calls().iter().all(|r| matches!(
         r,
-        ControlRequest::AllocRegion { capacity, .. } if *capacity == 5 * R
-    ) || matches!(r, ControlRequest::SetRoutes { epoch: 2, owners, .. } if owners.len() == 5)));
+        ControlRequest::AllocRegion { capacity, epoch: 2, .. } if *capacity == 5 * R
+    ) || matches!(r, ControlRequest::ResizeCache { capacity, epoch: 2, .. } if *capacity == 5 * R)
+        || matches!(r, ControlRequest::SetRoutes { epoch: 2, owners, .. } if owners.len() == 5)));
+    // Holders of the old regions learn the new capacity before the new table goes out.
+    for f in [&fa, &fb] {
+        let kinds: Vec<String> = f.calls().iter().map(ControlRequest::name).collect();
+        let resize = kinds.iter().position(|k| k == "resize_cache");
+        let routes = kinds.iter().position(|k| k == "set_routes");
+        assert!(resize.is_some() && resize < routes, "{kinds:?}");
+    }
     assert_eq!(c.server(a).used, 3 * R);
     fa.clear();
     fb.clear();
@@ -279,6 +289,11 @@ fn reshape_grows_and_shrinks() {
     assert_eq!(shrunk.regions, vec![a, b]);
     assert_eq!(fa.frees(), vec![(orig.id, 2), (orig.id, 4)]);
     assert_eq!(fb.frees(), vec![(orig.id, 3)]);
+    // The holder of the new last region stops serving (and zeroes) what lies past it.
+    assert!(fb.calls().iter().any(|r| matches!(
+        r,
+        ControlRequest::ResizeCache { capacity, epoch: 3, .. } if *capacity == R + 1
+    )));
     assert!(fa.allocs().is_empty() && fb.allocs().is_empty());
     assert_eq!((c.server(a).used, c.server(b).used), (R, R));
     assert_eq!(
@@ -290,11 +305,10 @@ fn reshape_grows_and_shrinks() {
     fa.clear();
     let same = cache(reshape(&mut c, 2 * R));
     assert_eq!((same.regions.clone(), same.epoch), (vec![a, b], 4));
-    assert!(
-        fa.calls()
-            .iter()
-            .all(|r| matches!(r, ControlRequest::SetRoutes { epoch: 4, .. }))
-    );
+    assert!(fa.calls().iter().all(|r| matches!(
+        r,
+        ControlRequest::SetRoutes { epoch: 4, .. } | ControlRequest::ResizeCache { epoch: 4, .. }
+    )));
     assert!(fa.allocs().is_empty() && fa.frees().is_empty());
 
     // A grow that does not fit changes nothing.
@@ -370,6 +384,7 @@ fn silent_servers_die_get_no_placements_and_come_back() {
             price_class: farcache_proto::control::PriceClass::OnDemand,
             // b is cheaper, so only its death keeps regions off it.
             price_per_gib_hour: if f.addr == fb.addr { 0.5 } else { 1.0 },
+            tls_addr: None,
         })
     };
     let ControlResponse::Registered {
@@ -385,7 +400,7 @@ fn silent_servers_die_get_no_placements_and_come_back() {
     };
 
     // Keep a alive from its own connection; b stays silent.
-    let beat_a = Beater::start(m.addr(), a);
+    let beat_a = Beater::start(m.addr(), a, &fa);
     assert!(wait_for(Duration::from_secs(5), || c.server(b).state
         == ServerState::Dead));
     assert_eq!(c.server(a).state, ServerState::Alive);
@@ -399,7 +414,7 @@ fn silent_servers_die_get_no_placements_and_come_back() {
     assert!(fb.calls().is_empty());
 
     // Heartbeats bring b back, and being cheaper it wins the next placement.
-    let beat_b = Beater::start(m.addr(), b);
+    let beat_b = Beater::start(m.addr(), b, &fb);
     assert!(wait_for(Duration::from_secs(5), || c.server(b).state
         == ServerState::Alive));
     assert_eq!(cache(c.create("y", R)).regions, vec![b]);
@@ -415,6 +430,7 @@ fn silent_servers_die_get_no_placements_and_come_back() {
         cores: 2,
         price_class: farcache_proto::control::PriceClass::OnDemand,
         price_per_gib_hour: 0.5,
+        tls_addr: None,
     }) else {
         panic!("re-register b")
     };
@@ -428,6 +444,8 @@ fn silent_servers_die_get_no_placements_and_come_back() {
     let unknown = c.call(&ControlRequest::Heartbeat {
         server_id: 999,
         used: 0,
+        regions: 0,
+        digest: 0,
     });
     assert_eq!(error_code(&unknown), Some(ControlErrorCode::UnknownServer));
 
@@ -441,13 +459,19 @@ struct Beater {
 }
 
 impl Beater {
-    fn start(addr: std::net::SocketAddr, server_id: u32) -> Self {
+    fn start(addr: std::net::SocketAddr, server_id: u32, fake: &FakeServer) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
+        let identity = fake.addr.to_string();
         let thread = thread::spawn(move || {
-            let mut hb = Conn::connect(addr);
+            let mut hb = Conn::as_server(addr, &identity);
             while !flag.load(Ordering::SeqCst) {
-                let resp = hb.call(&ControlRequest::Heartbeat { server_id, used: 0 });
+                let resp = hb.call(&ControlRequest::Heartbeat {
+                    server_id,
+                    used: 0,
+                    regions: 0,
+                    digest: 0,
+                });
                 assert_eq!(resp, ControlResponse::Ok);
                 thread::sleep(Duration::from_millis(50));
             }
@@ -583,10 +607,10 @@ fn registering_with_an_id_the_store_lost_keeps_that_id() {
     let dir = tempfile::tempdir().unwrap();
     let m = start(dir.path());
     let mut c = Conn::connect(m.addr());
-    let f = FakeServer::start();
+    let (f, f2) = (FakeServer::start(), FakeServer::start());
     assert_eq!(c.register(Some(42), &f, R, 1.0), 42);
     assert_eq!(
-        c.register(None, &f, R, 1.0),
+        c.register(None, &f2, R, 1.0),
         43,
         "new ids stay above adopted ones"
     );
@@ -597,6 +621,7 @@ fn registering_with_an_id_the_store_lost_keeps_that_id() {
         cores: 1,
         price_class: farcache_proto::control::PriceClass::Spot,
         price_per_gib_hour: 1.0,
+        tls_addr: None,
     });
     assert_eq!(error_code(&bad), Some(ControlErrorCode::InvalidArgument));
 }
@@ -607,15 +632,31 @@ fn garbage_gets_an_error_frame_and_the_manager_keeps_serving() {
     let m = start(dir.path());
 
     // Not a frame at all.
-    let mut bad = Conn::connect(m.addr());
-    std::io::Write::write_all(bad.raw(), b"GET / HTTP/1.1\r\nHost: farcache\r\n\r\n").unwrap();
-    let (h, payload) = read_frame(bad.raw(), MAX_FRAME_DEFAULT).expect("error frame");
+    let (mut bad, _) = Conn::unauthenticated(m.addr());
+    std::io::Write::write_all(&mut bad, b"GET / HTTP/1.1\r\nHost: farcache\r\n\r\n").unwrap();
+    let (h, payload) = read_frame(&mut bad, MAX_FRAME_DEFAULT).expect("error frame");
     assert_eq!(h.kind, FrameKind::Error);
     assert!(!payload.is_empty());
-    let end = read_frame(bad.raw(), MAX_FRAME_DEFAULT).expect_err("connection closed");
+    let end = read_frame(&mut bad, MAX_FRAME_DEFAULT).expect_err("connection closed");
     assert!(is_eof(&end), "{end:?}");
 
-    // A frame, but not JSON.
+    // A request before the handshake.
+    let (mut bad, _) = Conn::unauthenticated(m.addr());
+    write_frame(
+        &mut bad,
+        FrameKind::Control,
+        1,
+        &ControlRequest::Status.encode(),
+    )
+    .unwrap();
+    let (h, payload) = read_frame(&mut bad, MAX_FRAME_DEFAULT).expect("error frame");
+    assert_eq!(h.kind, FrameKind::Error);
+    assert!(
+        String::from_utf8_lossy(&payload).contains("handshake"),
+        "{payload:?}"
+    );
+
+    // A frame after the handshake, but not a control payload.
     let mut bad = Conn::connect(m.addr());
     write_frame(bad.raw(), FrameKind::Control, 1, b"{not json").unwrap();
     let (h, payload) = read_frame(bad.raw(), MAX_FRAME_DEFAULT).expect("error frame");
@@ -625,15 +666,10 @@ fn garbage_gets_an_error_frame_and_the_manager_keeps_serving() {
         "{payload:?}"
     );
 
-    // A Hello: the manager takes none.
+    // A second Hello after the handshake.
     let mut bad = Conn::connect(m.addr());
-    write_frame(
-        bad.raw(),
-        FrameKind::Hello,
-        0,
-        &Hello::new(Role::Client, 1).encode(),
-    )
-    .unwrap();
+    let hello = Credential::Cluster(secret()).hello(Role::Client, 1, "", &Challenge::new([0; 32]));
+    write_frame(bad.raw(), FrameKind::Hello, 0, &hello.encode()).unwrap();
     let (h, _) = read_frame(bad.raw(), MAX_FRAME_DEFAULT).expect("error frame");
     assert_eq!(h.kind, FrameKind::Error);
 
@@ -645,6 +681,7 @@ fn garbage_gets_an_error_frame_and_the_manager_keeps_serving() {
             region: 0,
             region_size: R,
             capacity: R,
+            epoch: 1,
         },
         ControlRequest::FreeRegion {
             cache: 1,

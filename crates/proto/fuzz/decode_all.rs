@@ -11,9 +11,10 @@
 
 use farcache_proto::control::{ControlRequest, ControlResponse};
 use farcache_proto::frame::encode_frame;
+use farcache_proto::reply::{self, ExecReply};
 use farcache_proto::response::ReplyBody;
 use farcache_proto::{
-    FrameHeader, FrameKind, HEADER_LEN, Hello, HelloAck, MAX_FRAME_DEFAULT, Op, OpCode,
+    Challenge, FrameHeader, FrameKind, HEADER_LEN, Hello, HelloAck, MAX_FRAME_DEFAULT, Op, OpCode,
     RequestDecoder, RequestEncoder, ResponseDecoder, ResponseEncoder, Status,
 };
 
@@ -27,6 +28,8 @@ pub fn decode_all(data: &[u8]) {
     decode_response(data);
     decode_hello(data);
     decode_control(data);
+    decode_peer(data);
+    decode_exec_reply(data);
     if let Some(&b) = data.first() {
         let _ = FrameKind::from_u8(b);
         let _ = OpCode::from_u8(b);
@@ -57,7 +60,7 @@ pub fn decode_stream(mut data: &[u8], max_len: u32) -> usize {
         match h.kind {
             FrameKind::Request => decode_request(payload),
             FrameKind::Response => decode_response(payload),
-            FrameKind::Hello | FrameKind::HelloAck => decode_hello(payload),
+            FrameKind::Hello | FrameKind::HelloAck | FrameKind::Challenge => decode_hello(payload),
             FrameKind::Control | FrameKind::ControlReply => decode_control(payload),
             FrameKind::Error => {
                 let _ = String::from_utf8_lossy(payload);
@@ -171,10 +174,13 @@ pub fn decode_response(payload: &[u8]) {
 
 /// `Hello` / `HelloAck` payloads: what decodes re-encodes (reserved bytes aside).
 pub fn decode_hello(payload: &[u8]) {
+    // The handshake encodings are canonical: whatever decodes re-encodes exactly.
     if let Ok(h) = Hello::decode(payload) {
-        let e = h.encode();
-        assert_eq!(e[..7], payload[..7], "hello re-encodes");
-        assert_eq!(e[8..], payload[8..], "hello re-encodes");
+        assert_eq!(h.encode(), payload, "hello re-encodes");
+    }
+    if let Ok(c) = Challenge::decode(payload) {
+        assert_eq!(c.encode()[..4], payload[..4], "challenge re-encodes");
+        assert_eq!(c.encode()[8..], payload[8..], "challenge re-encodes");
     }
     if let Ok(a) = HelloAck::decode(payload) {
         let e = a.encode();
@@ -183,19 +189,31 @@ pub fn decode_hello(payload: &[u8]) {
     }
 }
 
-/// Control JSON: what parses serialises and parses again.
+/// An EXECUTE reply body: what decodes re-encodes to the same bytes.
+pub fn decode_exec_reply(body: &[u8]) {
+    let mut again = Vec::new();
+    match reply::decode(body) {
+        Ok(ExecReply::Done(r)) => reply::push_done(&mut again, r),
+        Ok(ExecReply::Continue { addr, state }) => reply::push_continue(&mut again, addr, state),
+        Ok(ExecReply::Failed(m)) => reply::push_failed(&mut again, m),
+        Err(_) => return,
+    }
+    assert_eq!(again, body, "execute reply re-encodes");
+}
+
+/// Control payloads: what parses encodes and parses again to the same message.
 pub fn decode_control(payload: &[u8]) {
-    if let Ok(r) = ControlRequest::from_json(payload) {
-        let json = r.to_json();
+    if let Ok(r) = ControlRequest::decode(payload) {
+        let again = ControlRequest::decode(&r.encode());
         assert!(
-            ControlRequest::from_json(&json).is_ok(),
+            again.as_ref().is_ok_and(|a| *a == r),
             "control request does not survive a round trip: {r:?}"
         );
     }
-    if let Ok(r) = ControlResponse::from_json(payload) {
-        let json = r.to_json();
+    if let Ok(r) = ControlResponse::decode(payload) {
+        let again = ControlResponse::decode(&r.encode());
         assert!(
-            ControlResponse::from_json(&json).is_ok(),
+            again.is_ok(),
             "control response does not survive a round trip: {r:?}"
         );
     }

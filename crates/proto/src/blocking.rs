@@ -6,6 +6,7 @@ use std::io::{self, Read, Write};
 use thiserror::Error;
 
 use crate::DecodeError;
+use crate::auth::{AuthError, Credential};
 use crate::control::{ControlErrorCode, ControlRequest, ControlResponse};
 use crate::frame::{FrameHeader, FrameKind, HEADER_LEN, encode_frame};
 
@@ -24,6 +25,8 @@ pub enum RpcError {
     },
     #[error("unexpected {0}")]
     Unexpected(String),
+    #[error("{0}")]
+    Auth(#[from] AuthError),
 }
 
 pub fn write_frame<W: Write>(
@@ -54,10 +57,10 @@ pub fn control_call<S: Read + Write>(
     s: &mut S,
     req: &ControlRequest,
 ) -> Result<ControlResponse, RpcError> {
-    write_frame(s, FrameKind::Control, 0, &req.to_json())?;
+    write_frame(s, FrameKind::Control, 0, &req.encode())?;
     let (h, payload) = read_frame(s, crate::MAX_FRAME_DEFAULT)?;
     match h.kind {
-        FrameKind::ControlReply => match ControlResponse::from_json(&payload)? {
+        FrameKind::ControlReply => match ControlResponse::decode(&payload)? {
             ControlResponse::Error { code, message } => Err(RpcError::Remote { code, message }),
             ok => Ok(ok),
         },
@@ -70,35 +73,43 @@ pub fn control_call<S: Read + Write>(
     }
 }
 
-/// Sends `Hello` and waits for `HelloAck`: the first exchange on every server connection.
+/// The connector's side of the handshake: waits for the acceptor's challenge, answers
+/// with a Hello proving `cred` for `role`, and checks the acceptor's proof in its
+/// HelloAck. The first exchange on every connection to a server or the manager.
 pub fn handshake<S: Read + Write>(
     s: &mut S,
     role: crate::Role,
     client_id: u64,
+    identity: &str,
+    cred: &Credential,
 ) -> Result<crate::HelloAck, RpcError> {
-    write_frame(
-        s,
-        FrameKind::Hello,
-        0,
-        &crate::Hello::new(role, client_id).encode(),
-    )?;
+    let challenge = match read_frame(s, crate::hello::Challenge::LEN as u32 + 64)? {
+        (h, payload) if h.kind == FrameKind::Challenge => crate::Challenge::decode(&payload)?,
+        (h, payload) => return Err(unexpected_frame(h.kind, &payload, "instead of a challenge")),
+    };
+    if challenge.version != crate::PROTOCOL_VERSION {
+        return Err(RpcError::Unexpected(format!(
+            "peer speaks protocol v{}, this side speaks v{}",
+            challenge.version,
+            crate::PROTOCOL_VERSION
+        )));
+    }
+    let hello = cred.hello(role, client_id, identity, &challenge);
+    write_frame(s, FrameKind::Hello, 0, &hello.encode())?;
     let (h, payload) = read_frame(s, crate::MAX_FRAME_DEFAULT)?;
     match h.kind {
         FrameKind::HelloAck => {
             let ack = crate::HelloAck::decode(&payload)?;
-            if ack.version != crate::PROTOCOL_VERSION {
-                return Err(RpcError::Unexpected(format!(
-                    "server speaks protocol v{}",
-                    ack.version
-                )));
-            }
+            cred.check_ack(&hello, &challenge, &ack)?;
             Ok(ack)
         }
-        FrameKind::Error => Err(RpcError::PeerError(
-            String::from_utf8_lossy(&payload).into_owned(),
-        )),
-        other => Err(RpcError::Unexpected(format!(
-            "{other:?} frame in reply to Hello"
-        ))),
+        kind => Err(unexpected_frame(kind, &payload, "in reply to Hello")),
+    }
+}
+
+fn unexpected_frame(kind: FrameKind, payload: &[u8], when: &str) -> RpcError {
+    match kind {
+        FrameKind::Error => RpcError::PeerError(String::from_utf8_lossy(payload).into_owned()),
+        other => RpcError::Unexpected(format!("{other:?} frame {when}")),
     }
 }

@@ -2,10 +2,14 @@
 //!
 //! Low rate, so readability wins over compactness. The same connection type carries
 //! client → manager (catalogue), server → manager (registration, heartbeats) and
-//! manager → server (place and free regions).
+//! manager → server (place and free regions). A frame's payload is `json_len u32`, the
+//! JSON, then an attachment: the raw bytes of a procedure's code (JSON would carry
+//! them as an array of numbers, four times their size), empty otherwise.
 
 use serde::{Deserialize, Serialize};
 
+use crate::auth::Rights;
+use crate::wire::Cursor;
 use crate::{CacheId, DecodeError, ServerId};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -60,6 +64,9 @@ pub struct ServerInfo {
     pub price_class: PriceClass,
     pub price_per_gib_hour: f64,
     pub state: ServerState,
+    /// Where clients reach this server over TLS, if it serves TLS.
+    #[serde(default)]
+    pub tls_addr: Option<String>,
 }
 
 /// A cache and its region table: region `i` covers `[i*region_size, (i+1)*region_size)`
@@ -124,6 +131,31 @@ pub struct ServerStats {
     /// Server-to-server traffic for stored procedures.
     #[serde(default)]
     pub peer: PeerStats,
+    /// What the server did to protect itself from its peers.
+    #[serde(default)]
+    pub guard: GuardStats,
+    /// Worker threads that panicked and were restarted.
+    #[serde(default)]
+    pub worker_panics: u64,
+}
+
+/// Connections refused, evicted or cut off, and handshakes that failed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GuardStats {
+    /// Accepted and closed at once: the connection cap was reached.
+    pub refused: u64,
+    /// Unauthenticated connections closed to make room for new ones.
+    pub evicted: u64,
+    /// Handshakes that did not verify (wrong secret or token, bad Hello).
+    pub auth_failures: u64,
+    /// Closed for not finishing the handshake, or a frame, in time.
+    pub timed_out: u64,
+    /// Closed for not reading their replies.
+    pub cut_off: u64,
+    /// Requests refused because the peer's role or token does not allow them.
+    pub forbidden: u64,
+    /// Peer messages dropped because a session to another server was over its cap.
+    pub peer_dropped: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -167,10 +199,19 @@ pub enum ControlRequest {
         cores: u32,
         price_class: PriceClass,
         price_per_gib_hour: f64,
+        /// Where clients reach this server over TLS, if it serves TLS.
+        #[serde(default)]
+        tls_addr: Option<String>,
     },
+    /// Also says which regions the server holds (their count and [`region_digest`]),
+    /// so the manager notices regions no cache owns.
     Heartbeat {
         server_id: ServerId,
         used: u64,
+        #[serde(default)]
+        regions: u64,
+        #[serde(default)]
+        digest: u64,
     },
     // client -> manager
     CreateCache {
@@ -189,20 +230,32 @@ pub enum ControlRequest {
     DeleteCache {
         name: String,
     },
+    /// A token for the cache named `name` (cluster-secret holders only).
+    IssueToken {
+        name: String,
+        rights: Rights,
+    },
     /// Loads a stored procedure (WebAssembly, binary or text) on every server of a cache,
     /// now and whenever the cache grows onto another server.
     RegisterProc {
         cache: String,
         proc_name: String,
+        /// Travels as the frame's attachment.
+        #[serde(skip)]
         code: Vec<u8>,
     },
     Status,
     // manager -> server
+    /// Places a region. `epoch` is the region table's epoch that placed it: a region
+    /// already held under an older epoch is stale (its free was lost) and is replaced
+    /// by zeroed memory; the same epoch again is a retry and keeps the bytes.
     AllocRegion {
         cache: CacheId,
         region: u32,
         region_size: u64,
         capacity: u64,
+        #[serde(default)]
+        epoch: u64,
     },
     FreeRegion {
         cache: CacheId,
@@ -217,6 +270,8 @@ pub enum ControlRequest {
     LoadProc {
         cache: CacheId,
         proc_name: String,
+        /// Travels as the frame's attachment.
+        #[serde(skip)]
         code: Vec<u8>,
     },
     /// The cache's whole region table, so a server can hand procedures and data
@@ -226,8 +281,20 @@ pub enum ControlRequest {
         epoch: u64,
         /// `owners[i]` is the data address of the server holding region `i`.
         owners: Vec<String>,
+        /// The cache's capacity in this table (0: unchanged).
+        #[serde(default)]
+        capacity: u64,
     },
-    // anyone -> server
+    /// The cache's capacity changed (reshape): serve bytes up to `capacity` in the
+    /// regions held here, and zero what lies past it so a later grow shows zeros.
+    ResizeCache {
+        cache: CacheId,
+        capacity: u64,
+        epoch: u64,
+    },
+    /// Every region this server holds (for reconciling with the catalogue).
+    ListRegions,
+    // cluster members and cluster-secret clients -> server
     ServerStats,
 }
 
@@ -242,6 +309,35 @@ pub enum ControlErrorCode {
     UnknownServer,
     Unavailable,
     Internal,
+    /// The connection's role or token does not allow the request.
+    Forbidden,
+}
+
+/// The tokens issued with a new cache.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CacheTokens {
+    pub read_write: String,
+    pub read_only: String,
+}
+
+/// One region a server holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldRegion {
+    pub cache: CacheId,
+    pub region: u32,
+}
+
+/// An order-independent digest of a set of regions: the manager compares a server's
+/// heartbeat digest with the one of the regions the catalogue places there.
+pub fn region_digest(regions: impl IntoIterator<Item = HeldRegion>) -> u64 {
+    regions.into_iter().fold(0u64, |acc, r| {
+        // splitmix64 of the pair, summed: the order of the regions does not matter.
+        let mut z =
+            (u64::from(r.cache) << 32 | u64::from(r.region)).wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        acc.wrapping_add(z ^ (z >> 31))
+    })
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -253,6 +349,18 @@ pub enum ControlResponse {
         heartbeat_ms: u64,
     },
     Cache(CacheInfo),
+    /// A new cache and its tokens.
+    Created {
+        cache: CacheInfo,
+        tokens: CacheTokens,
+    },
+    Token {
+        token: String,
+    },
+    /// A struct, not a tuple: internally tagged JSON cannot hold a bare sequence.
+    Regions {
+        regions: Vec<HeldRegion>,
+    },
     Status(ClusterStatus),
     Stats(ServerStats),
     Error {
@@ -261,23 +369,74 @@ pub enum ControlResponse {
     },
 }
 
+/// `json_len u32`, the JSON, then the attachment.
+fn encode_payload(json: &[u8], attachment: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4 + json.len() + attachment.len());
+    out.extend_from_slice(&(json.len() as u32).to_le_bytes());
+    out.extend_from_slice(json);
+    out.extend_from_slice(attachment);
+    out
+}
+
+/// The JSON and the attachment of a control payload.
+fn split_payload(b: &[u8]) -> Result<(&[u8], &[u8]), DecodeError> {
+    let mut c = Cursor::new(b);
+    let n = c.u32("control json length")?;
+    let json = c.bytes(n as usize, "control json")?;
+    Ok((json, c.rest()))
+}
+
 impl ControlRequest {
-    pub fn to_json(&self) -> Vec<u8> {
-        serde_json::to_vec(self).unwrap_or_default()
+    /// The payload of a `Control` frame.
+    pub fn encode(&self) -> Vec<u8> {
+        let json = serde_json::to_vec(self).unwrap_or_default();
+        let code: &[u8] = match self {
+            Self::RegisterProc { code, .. } | Self::LoadProc { code, .. } => code,
+            _ => &[],
+        };
+        encode_payload(&json, code)
     }
 
-    pub fn from_json(b: &[u8]) -> Result<Self, DecodeError> {
-        serde_json::from_slice(b).map_err(|e| DecodeError::BadControl(e.to_string()))
+    pub fn decode(b: &[u8]) -> Result<Self, DecodeError> {
+        let (json, attachment) = split_payload(b)?;
+        let mut req: Self =
+            serde_json::from_slice(json).map_err(|e| DecodeError::BadControl(e.to_string()))?;
+        match &mut req {
+            Self::RegisterProc { code, .. } | Self::LoadProc { code, .. } => {
+                *code = attachment.to_vec();
+            }
+            _ if !attachment.is_empty() => {
+                return Err(DecodeError::BadControl(format!(
+                    "{} bytes attached to a request that takes none",
+                    attachment.len()
+                )));
+            }
+            _ => {}
+        }
+        Ok(req)
+    }
+
+    /// The request's name as it appears in the JSON (`create_cache`, ...), for messages.
+    pub fn name(&self) -> String {
+        serde_json::to_value(self)
+            .ok()
+            .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(str::to_owned))
+            .unwrap_or_default()
     }
 }
 
 impl ControlResponse {
-    pub fn to_json(&self) -> Vec<u8> {
-        serde_json::to_vec(self).unwrap_or_default()
+    /// The payload of a `ControlReply` frame.
+    pub fn encode(&self) -> Vec<u8> {
+        encode_payload(&serde_json::to_vec(self).unwrap_or_default(), &[])
     }
 
-    pub fn from_json(b: &[u8]) -> Result<Self, DecodeError> {
-        serde_json::from_slice(b).map_err(|e| DecodeError::BadControl(e.to_string()))
+    pub fn decode(b: &[u8]) -> Result<Self, DecodeError> {
+        let (json, attachment) = split_payload(b)?;
+        if !attachment.is_empty() {
+            return Err(DecodeError::TrailingBytes(attachment.len()));
+        }
+        serde_json::from_slice(json).map_err(|e| DecodeError::BadControl(e.to_string()))
     }
 
     pub fn error(code: ControlErrorCode, message: impl Into<String>) -> Self {
@@ -299,10 +458,63 @@ mod tests {
             capacity: 10,
             region_size: None,
         };
-        assert_eq!(ControlRequest::from_json(&r.to_json()).unwrap(), r);
-        assert!(ControlRequest::from_json(b"{\"type\":\"nope\"}").is_err());
+        assert_eq!(ControlRequest::decode(&r.encode()).unwrap(), r);
+        let nope = encode_payload(b"{\"type\":\"nope\"}", &[]);
+        assert!(ControlRequest::decode(&nope).is_err());
         let e = ControlResponse::error(ControlErrorCode::NotFound, "x");
-        assert_eq!(ControlResponse::from_json(&e.to_json()).unwrap(), e);
+        assert_eq!(ControlResponse::decode(&e.encode()).unwrap(), e);
+        assert_eq!(r.name(), "create_cache");
+    }
+
+    #[test]
+    fn procedure_code_travels_as_raw_bytes() {
+        let code: Vec<u8> = (0..=255u8).cycle().take(100_000).collect();
+        let r = ControlRequest::RegisterProc {
+            cache: "c".into(),
+            proc_name: "p".into(),
+            code: code.clone(),
+        };
+        let wire = r.encode();
+        assert!(
+            wire.len() < code.len() + 200,
+            "{} bytes on the wire",
+            wire.len()
+        );
+        assert_eq!(ControlRequest::decode(&wire).unwrap(), r);
+        // An attachment on a request that takes none, and a cut JSON length.
+        let mut bad = ControlRequest::Status.encode();
+        bad.push(1);
+        assert!(ControlRequest::decode(&bad).is_err());
+        assert!(ControlRequest::decode(&wire[..3]).is_err());
+        assert!(ControlRequest::decode(&wire[..10]).is_err());
+    }
+
+    #[test]
+    fn region_digest_ignores_order_and_sees_changes() {
+        let a = [
+            HeldRegion {
+                cache: 1,
+                region: 0,
+            },
+            HeldRegion {
+                cache: 1,
+                region: 1,
+            },
+        ];
+        let b = [a[1], a[0]];
+        assert_eq!(region_digest(a), region_digest(b));
+        assert_ne!(region_digest(a), region_digest([a[0]]));
+        assert_ne!(
+            region_digest([HeldRegion {
+                cache: 1,
+                region: 2
+            }]),
+            region_digest([HeldRegion {
+                cache: 2,
+                region: 1
+            }])
+        );
+        assert_eq!(region_digest([]), 0);
     }
 
     #[test]

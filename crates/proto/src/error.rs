@@ -32,4 +32,6 @@ pub enum DecodeError {
     Utf8(&'static str),
     #[error("EXECUTE with an empty procedure name before any EXECUTE named one")]
     NoProcToRepeat,
+    #[error("malformed procedure reply: {0}")]
+    BadReply(String),
 }

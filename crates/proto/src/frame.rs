@@ -26,6 +26,8 @@ pub enum FrameKind {
     Error = 7,
     /// Server-to-server messages for stored procedures (see [`crate::peer`]).
     Peer = 8,
+    /// The acceptor's nonce, the first frame of the handshake (see [`crate::hello`]).
+    Challenge = 9,
 }
 
 impl FrameKind {
@@ -39,6 +41,7 @@ impl FrameKind {
             6 => Self::ControlReply,
             7 => Self::Error,
             8 => Self::Peer,
+            9 => Self::Challenge,
             other => return Err(DecodeError::UnknownFrameKind(other)),
         })
     }

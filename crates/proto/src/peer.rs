@@ -21,6 +21,11 @@ use crate::status::Status;
 use crate::wire::Cursor;
 use crate::{CacheId, DecodeError};
 
+/// Most bytes one FETCH asks for: larger pulls are split by the server that pulls, so
+/// answering any one FETCH is a small, bounded piece of work (a peer's large pulls
+/// cannot stall the other connections of the server answering them).
+pub const MAX_FETCH: u32 = 64 << 10;
+
 const FORWARD: u8 = 1;
 const RESULT: u8 = 2;
 const FETCH: u8 = 3;
@@ -143,6 +148,36 @@ impl PeerMsg<'_> {
                 long_bytes(out, data);
             }
         }
+    }
+}
+
+/// Appends a FETCHED message whose `len` data bytes `fill` writes in place (saving the
+/// copy through a separate buffer); if `fill` reports a status other than Ok, the data
+/// is dropped and the message carries that status and `hint` instead.
+pub fn push_fetched_with(
+    out: &mut Vec<u8>,
+    ticket: u64,
+    addr: u64,
+    len: usize,
+    fill: impl FnOnce(&mut [u8]) -> Status,
+    hint: impl FnOnce() -> Option<String>,
+) {
+    out.push(FETCHED);
+    out.extend_from_slice(&ticket.to_le_bytes());
+    out.extend_from_slice(&addr.to_le_bytes());
+    let status_at = out.len();
+    out.push(Status::Ok as u8);
+    let len_at = out.len();
+    out.extend_from_slice(&(len as u32).to_le_bytes());
+    let data_at = out.len();
+    out.resize(data_at + len, 0);
+    let status = fill(&mut out[data_at..]);
+    if status != Status::Ok {
+        out.truncate(data_at);
+        out[status_at] = status as u8;
+        let h = hint().unwrap_or_default();
+        out[len_at..len_at + 4].copy_from_slice(&(h.len() as u32).to_le_bytes());
+        out.extend_from_slice(h.as_bytes());
     }
 }
 
@@ -344,6 +379,45 @@ mod tests {
                 data: &[7; 16],
             },
         ]
+    }
+
+    #[test]
+    fn fetched_written_in_place_matches_the_encoder() {
+        let mut a = Vec::new();
+        push_fetched_with(
+            &mut a,
+            9,
+            64,
+            4,
+            |d| {
+                d.copy_from_slice(b"abcd");
+                Status::Ok
+            },
+            || None,
+        );
+        let want = PeerMsg::Fetched {
+            ticket: 9,
+            addr: 64,
+            status: Status::Ok,
+            data: b"abcd",
+        };
+        assert_eq!(a, want.to_vec());
+        let mut b = Vec::new();
+        push_fetched_with(
+            &mut b,
+            9,
+            64,
+            4,
+            |_| Status::WrongServer,
+            || Some("h:1".into()),
+        );
+        let want = PeerMsg::Fetched {
+            ticket: 9,
+            addr: 64,
+            status: Status::WrongServer,
+            data: b"h:1",
+        };
+        assert_eq!(b, want.to_vec());
     }
 
     #[test]

@@ -108,6 +108,12 @@ impl ResponseEncoder {
         out[mark - 4..mark].copy_from_slice(&len.to_le_bytes());
     }
 
+    /// Takes back the last reply, which starts at `at` in `out`.
+    pub fn abandon_last(&mut self, out: &mut Vec<u8>, at: usize) {
+        out.truncate(at);
+        self.count -= 1;
+    }
+
     /// Takes back the data reply begun at `mark`, so another reply can replace it.
     pub fn abandon_data(&mut self, out: &mut Vec<u8>, mark: usize) {
         out.truncate(mark - 6);
@@ -130,6 +136,20 @@ impl ResponseEncoder {
         out[self.start + HEADER_LEN..self.start + HEADER_LEN + 4]
             .copy_from_slice(&self.count.to_le_bytes());
     }
+}
+
+/// One reply on its own, for a place a frame left with [`ResponseEncoder::placeholder`]:
+/// a data reply carrying `data`, or `TooLarge` if it would take the frame past
+/// `room` bytes.
+pub fn late_data_reply(op: OpCode, data: &[u8], room: usize) -> Vec<u8> {
+    if data.len() + 6 > room {
+        return vec![op as u8, Status::TooLarge as u8];
+    }
+    let mut r = Vec::with_capacity(6 + data.len());
+    r.extend_from_slice(&[op as u8, Status::Ok as u8]);
+    r.extend_from_slice(&(data.len() as u32).to_le_bytes());
+    r.extend_from_slice(data);
+    r
 }
 
 #[derive(Debug)]

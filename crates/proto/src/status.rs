@@ -24,6 +24,9 @@ pub enum Status {
     Internal = 8,
     /// EXECUTE named a procedure this server has not loaded.
     NoSuchProc = 9,
+    /// The connection's token does not allow this op on this cache (another cache, or
+    /// a write with a read-only token).
+    Forbidden = 10,
 }
 
 impl Status {
@@ -39,6 +42,7 @@ impl Status {
             7 => Self::NoMemory,
             8 => Self::Internal,
             9 => Self::NoSuchProc,
+            10 => Self::Forbidden,
             other => return Err(DecodeError::UnknownStatus(other)),
         })
     }
@@ -55,6 +59,7 @@ impl Status {
             Self::NoMemory => "out of memory",
             Self::Internal => "internal server error",
             Self::NoSuchProc => "no such procedure",
+            Self::Forbidden => "not permitted by this connection's token",
         }
     }
 }

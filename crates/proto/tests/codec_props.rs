@@ -11,8 +11,9 @@ use decode_all::{decode_all, decode_request, decode_response, decode_stream, fra
 use farcache_proto::control::{ControlErrorCode, ControlRequest, ControlResponse, PriceClass};
 use farcache_proto::response::ReplyBody;
 use farcache_proto::{
-    DecodeError, FrameHeader, FrameKind, HEADER_LEN, Hello, HelloAck, Op, OpCode, Reply,
-    RequestDecoder, RequestEncoder, ResponseDecoder, ResponseEncoder, Role, Status,
+    Challenge, ClusterSecret, Credential, DecodeError, FrameHeader, FrameKind, HEADER_LEN, Hello,
+    HelloAck, Op, OpCode, Reply, RequestDecoder, RequestEncoder, ResponseDecoder, ResponseEncoder,
+    Rights, Role, Status,
 };
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -280,11 +281,17 @@ fn valid_frame() -> impl Strategy<Value = Vec<u8>> {
         (any::<u64>(), any::<u64>()).prop_map(|(seq, id)| frame(
             FrameKind::Hello,
             seq,
-            &Hello::new(Role::Client, id).encode()
+            &hello(Role::Client, id).encode()
         )),
-        control_request().prop_map(|r| frame(FrameKind::Control, 0, &r.to_json())),
-        control_response().prop_map(|r| frame(FrameKind::ControlReply, 0, &r.to_json())),
+        control_request().prop_map(|r| frame(FrameKind::Control, 0, &r.encode())),
+        control_response().prop_map(|r| frame(FrameKind::ControlReply, 0, &r.encode())),
     ]
+}
+
+/// A Hello answering a fresh challenge with a random cluster secret.
+fn hello(role: Role, id: u64) -> Hello {
+    let cred = Credential::Cluster(ClusterSecret::generate());
+    cred.hello(role, id, "127.0.0.1:7401", &Challenge::new([9; 32]))
 }
 
 fn name() -> impl Strategy<Value = String> {
@@ -311,6 +318,7 @@ fn control_request() -> impl Strategy<Value = ControlRequest> {
                 |(server_id, addr, memory, cores, price_class, price_per_gib_hour)| {
                     ControlRequest::RegisterServer {
                         server_id,
+                        tls_addr: Some(format!("{addr}:1")),
                         addr,
                         memory,
                         cores,
@@ -319,8 +327,37 @@ fn control_request() -> impl Strategy<Value = ControlRequest> {
                     }
                 }
             ),
-        (any::<u32>(), any::<u64>())
-            .prop_map(|(server_id, used)| ControlRequest::Heartbeat { server_id, used }),
+        (any::<u32>(), any::<u64>(), any::<u64>(), any::<u64>()).prop_map(
+            |(server_id, used, regions, digest)| ControlRequest::Heartbeat {
+                server_id,
+                used,
+                regions,
+                digest
+            }
+        ),
+        (name(), vec(any::<u8>(), 0..300)).prop_map(|(proc_name, code)| {
+            ControlRequest::RegisterProc {
+                cache: "c".into(),
+                proc_name,
+                code,
+            }
+        }),
+        (any::<u32>(), any::<u64>(), any::<u64>()).prop_map(|(cache, capacity, epoch)| {
+            ControlRequest::ResizeCache {
+                cache,
+                capacity,
+                epoch,
+            }
+        }),
+        (name(), any::<bool>()).prop_map(|(name, ro)| ControlRequest::IssueToken {
+            name,
+            rights: if ro {
+                Rights::ReadOnly
+            } else {
+                Rights::ReadWrite
+            },
+        }),
+        Just(ControlRequest::ListRegions),
         (name(), any::<u64>(), proptest::option::of(any::<u64>())).prop_map(
             |(name, capacity, region_size)| ControlRequest::CreateCache {
                 name,
@@ -333,14 +370,22 @@ fn control_request() -> impl Strategy<Value = ControlRequest> {
             .prop_map(|(name, capacity)| ControlRequest::ReshapeCache { name, capacity }),
         name().prop_map(|name| ControlRequest::DeleteCache { name }),
         Just(ControlRequest::Status),
-        (any::<u32>(), any::<u32>(), any::<u64>(), any::<u64>()).prop_map(
-            |(cache, region, region_size, capacity)| ControlRequest::AllocRegion {
-                cache,
-                region,
-                region_size,
-                capacity
-            }
-        ),
+        (
+            any::<u32>(),
+            any::<u32>(),
+            any::<u64>(),
+            any::<u64>(),
+            any::<u64>()
+        )
+            .prop_map(|(cache, region, region_size, capacity, epoch)| {
+                ControlRequest::AllocRegion {
+                    cache,
+                    region,
+                    region_size,
+                    capacity,
+                    epoch,
+                }
+            }),
         (any::<u32>(), any::<u32>(), proptest::option::of(name())).prop_map(
             |(cache, region, moved_to)| ControlRequest::FreeRegion {
                 cache,
@@ -362,6 +407,7 @@ fn control_response() -> impl Strategy<Value = ControlResponse> {
         ControlErrorCode::UnknownServer,
         ControlErrorCode::Unavailable,
         ControlErrorCode::Internal,
+        ControlErrorCode::Forbidden,
     ]);
     prop_oneof![
         Just(ControlResponse::Ok),
@@ -372,6 +418,13 @@ fn control_response() -> impl Strategy<Value = ControlResponse> {
             }
         }),
         (code, name()).prop_map(|(code, message)| ControlResponse::Error { code, message }),
+        vec((any::<u32>(), any::<u32>()), 0..5).prop_map(|v| ControlResponse::Regions {
+            regions: v
+                .into_iter()
+                .map(|(cache, region)| farcache_proto::control::HeldRegion { cache, region })
+                .collect()
+        }),
+        name().prop_map(|token| ControlResponse::Token { token }),
         (any::<u32>(), name(), any::<u64>(), vec(any::<u32>(), 0..8)).prop_map(
             |(id, name, epoch, regions)| ControlResponse::Cache(
                 farcache_proto::control::CacheInfo {
@@ -509,12 +562,12 @@ proptest! {
     #[test]
     fn frame_headers_round_trip_and_reject(
         len in any::<u32>(),
-        kind in 1u8..=8,
+        kind in 1u8..=9,
         flags in any::<u8>(),
         seq in any::<u64>(),
         max in any::<u32>(),
         reserved in 1u16..,
-        bad_kind in prop_oneof![Just(0u8), 9u8..],
+        bad_kind in prop_oneof![Just(0u8), 10u8..],
         short in 0usize..HEADER_LEN,
     ) {
         let kind = FrameKind::from_u8(kind).unwrap();
@@ -546,11 +599,11 @@ proptest! {
     }
 
     #[test]
-    fn handshake_round_trips(role in 1u8..=3, id in any::<u64>(), server in any::<u32>(), max in any::<u32>()) {
+    fn handshake_round_trips(role in 1u8..=3, id in any::<u64>(), server in any::<u32>(), max in any::<u32>(), proof in any::<[u8; 32]>()) {
         let role = match role { 1 => Role::Client, 2 => Role::Server, _ => Role::Manager };
-        let h = Hello::new(role, id);
+        let h = hello(role, id);
         prop_assert_eq!(Hello::decode(&h.encode()), Ok(h));
-        let a = HelloAck { version: farcache_proto::PROTOCOL_VERSION, server_id: server, max_frame: max };
+        let a = HelloAck { version: farcache_proto::PROTOCOL_VERSION, server_id: server, max_frame: max, proof };
         prop_assert_eq!(HelloAck::decode(&a.encode()), Ok(a));
     }
 
@@ -632,8 +685,8 @@ proptest! {
 
     #[test]
     fn control_messages_round_trip(req in control_request(), resp in control_response()) {
-        prop_assert_eq!(ControlRequest::from_json(&req.to_json()), Ok(req));
-        prop_assert_eq!(ControlResponse::from_json(&resp.to_json()), Ok(resp));
+        prop_assert_eq!(ControlRequest::decode(&req.encode()), Ok(req));
+        prop_assert_eq!(ControlResponse::decode(&resp.encode()), Ok(resp));
     }
 }
 

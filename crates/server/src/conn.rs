@@ -1,183 +1,313 @@
-//! One peer connection: buffers, handshake state and frame dispatch.
+//! One peer connection: the authenticated handshake, buffers, frame dispatch, and the
+//! limits a peer lives under.
+//!
+//! - Nothing but a Hello answering this side's challenge is read before the peer has
+//!   proven its role; the role and token then decide what each frame may do.
+//! - Received bytes are read into the worker's shared buffer and served in place; only
+//!   the tail of a frame still arriving is kept per connection ([`FrameBuf`]), so a
+//!   connection's memory follows what its peer actually sent.
+//! - A connection stops reading while its replies are unsent (per connection and in
+//!   the whole server) or wait for other servers; a peer that does not read its
+//!   replies, or stalls inside a frame or the handshake, is closed by the worker's
+//!   sweep ([`Conn::expired`]).
+//! - A connection reads a few times per event-loop turn and then yields to the others
+//!   ([`Turn::Again`]): one busy peer cannot starve the rest.
 
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Instant;
 
-use farcache_proto::control::{ControlRequest, ControlResponse};
+use farcache_net::{FrameBuf, GuardConfig, Stream};
+use farcache_proto::control::{ControlErrorCode, ControlRequest, ControlResponse};
 use farcache_proto::frame::encode_frame;
+use farcache_proto::peer::{PeerDecoder, PeerEncoder, PeerMsg};
 use farcache_proto::{
-    DecodeError, FrameHeader, FrameKind, Hello, HelloAck, PROTOCOL_VERSION, Role,
+    Access, Challenge, DecodeError, FrameHeader, FrameKind, HEADER_LEN, Hello, Role,
 };
-use mio::net::TcpStream;
+use mio::Registry;
 use tracing::{debug, warn};
 
-use farcache_proto::peer::PeerDecoder;
-use mio::Registry;
-
-use crate::exec::execute_batch;
+use crate::control::Job;
+use crate::exec::{BatchCtx, execute_batch};
 use crate::flow::{Engine, HoleRef, Invocation, PendingResponses, Target};
-use crate::metrics::Tally;
+use crate::metrics::{GuardCounters, Tally};
 use crate::server::Shared;
 
-/// Stop reading from a connection while this many responses wait for other servers.
+/// Stop reading from a connection while this many responses wait for other servers,
 const MAX_PENDING_RESPONSES: usize = 4096;
+/// ... or while those responses hold this many bytes.
+const MAX_PENDING_BYTES: usize = 16 << 20;
+/// Reads per connection per event-loop turn before the worker serves the others.
+const READS_PER_TURN: usize = 4;
+/// Bytes of work (replies written, bytes served to other servers) per connection per
+/// turn: past it the connection waits for the next turn, so one peer's large requests
+/// delay everyone else's by a bounded amount. At least one frame (or peer message) is
+/// served per turn.
+const TURN_WORK: usize = 64 << 10;
+/// Largest Hello payload accepted (a real one is under 400 bytes).
+const MAX_HELLO: u32 = 512;
+/// Write-buffer capacity kept once it drains; a larger one is given back.
+const RETAIN_WBUF: usize = 4 << 20;
 
 /// What a connection's frame handling needs from its worker.
 pub struct WorkerCtx<'w> {
+    pub worker: usize,
     pub key: usize,
     pub engine: &'w mut Engine,
     pub reg: &'w Registry,
 }
 
-const MIN_READ: usize = 64 << 10;
-/// Most a partial frame grows the receive buffer by before more of it arrives.
-const GROW_STEP: usize = 1 << 20;
-/// Receive buffers above this size shrink back once empty.
-const RETAIN_RBUF: usize = 32 << 20;
-/// Largest Hello payload accepted (the real one is a few bytes).
-const MAX_HELLO: u32 = 256;
+/// What the worker does with a connection after serving it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Turn {
+    /// Wait for its next event.
+    Idle,
+    /// It may have more to read: serve it again next turn.
+    Again,
+    /// Held back by the server's unsent-reply cap or by a full session to another
+    /// server: retry shortly.
+    Blocked,
+}
+
+/// A peer that proved its role.
+struct Peer {
+    role: Role,
+    access: Access,
+    /// A server peer's advertised address (the `origin` its FETCHes must carry).
+    identity: String,
+}
+
+enum Auth {
+    /// Waiting for a Hello answering this challenge.
+    Challenged(Challenge),
+    Ready(Peer),
+}
 
 pub struct Conn {
-    pub stream: TcpStream,
+    pub stream: Stream,
     pub peer: SocketAddr,
-    rbuf: Vec<u8>,
-    rpos: usize,
-    rlen: usize,
-    wbuf: Vec<u8>,
-    wpos: usize,
-    role: Option<Role>,
     /// Distinguishes this connection from later ones reusing its slab key.
     pub serial: u64,
+    inbuf: FrameBuf,
+    wbuf: Vec<u8>,
+    wpos: usize,
+    auth: Auth,
     /// Responses waiting for procedures running on other servers.
     pending: PendingResponses,
+    /// A control request is with the pool: read nothing more until it answers.
+    awaiting_control: bool,
     /// Set after a fatal protocol error: flush what is queued, then close.
     closing: bool,
     pub closed: bool,
+    accepted: Instant,
+    /// Since when an incomplete frame has waited for more bytes.
+    frame_since: Option<Instant>,
+    /// Since when replies have been queued without the peer taking any.
+    stalled_since: Option<Instant>,
+    /// Bytes this connection has counted in the server's unsent total.
+    accounted: usize,
+    /// Work done in this turn (see [`TURN_WORK`]).
+    work: usize,
+    /// The turn's work is done: serve the rest next turn.
+    yielded: bool,
+    /// A peer message waits for room in the session it answers on.
+    blocked: bool,
+    /// The unserved rest of a peer frame, re-framed, to go back in front of the buffer.
+    carry: Option<Vec<u8>>,
 }
 
 impl Conn {
-    pub fn new(stream: TcpStream, peer: SocketAddr, serial: u64) -> Self {
+    /// A new connection, with this side's challenge queued as its first frame.
+    pub fn new(stream: Stream, peer: SocketAddr, serial: u64, sh: &Shared) -> Self {
+        let challenge = sh.authority.challenge();
+        let mut wbuf = Vec::new();
+        encode_frame(&mut wbuf, FrameKind::Challenge, 0, &challenge.encode());
         Self {
             stream,
             peer,
-            rbuf: vec![0; MIN_READ * 2],
-            rpos: 0,
-            rlen: 0,
-            wbuf: Vec::with_capacity(MIN_READ),
-            wpos: 0,
-            role: None,
             serial,
+            inbuf: FrameBuf::new(),
+            wbuf,
+            wpos: 0,
+            auth: Auth::Challenged(challenge),
             pending: PendingResponses::default(),
+            awaiting_control: false,
             closing: false,
             closed: false,
+            accepted: Instant::now(),
+            frame_since: None,
+            stalled_since: None,
+            accounted: 0,
+            work: 0,
+            yielded: false,
+            blocked: false,
+            carry: None,
         }
+    }
+
+    pub fn is_authenticated(&self) -> bool {
+        matches!(self.auth, Auth::Ready(_))
     }
 
     fn pending_write(&self) -> usize {
         self.wbuf.len() - self.wpos
     }
 
-    /// Reads and serves as much as the socket offers, stopping early while too much
-    /// response data is unsent (it resumes from the writable event).
-    pub fn on_ready(&mut self, sh: &Shared, ctx: &mut WorkerCtx<'_>) {
-        self.flush();
-        while !self.closed
-            && !self.closing
-            && self.pending_write() < sh.config.max_pending_write
-            && self.pending.len() < MAX_PENDING_RESPONSES
+    /// Why the connection may not take more requests now, if it may not.
+    fn paused(&self, sh: &Shared) -> Option<Turn> {
+        if self.awaiting_control
+            || self.pending.len() >= MAX_PENDING_RESPONSES
+            || self.pending.bytes() >= MAX_PENDING_BYTES
+            || self.pending_write() >= sh.config.max_pending_write
         {
-            if self.rbuf.len() - self.rlen < MIN_READ {
-                self.make_room(MIN_READ);
+            // A control reply, an answer from another server or a writable event
+            // resumes it.
+            return Some(Turn::Idle);
+        }
+        if sh.output_total.load(Relaxed) >= sh.config.max_output_total {
+            return Some(Turn::Blocked);
+        }
+        None
+    }
+
+    /// Serves what is buffered and what the socket offers, a few reads at most.
+    pub fn on_ready(&mut self, sh: &Shared, ctx: &mut WorkerCtx<'_>, scratch: &mut [u8]) -> Turn {
+        self.flush();
+        (self.work, self.yielded, self.blocked) = (0, false, false);
+        let mut reads = 0;
+        let turn = loop {
+            if self.closed || self.closing {
+                break Turn::Idle;
             }
-            let space = self.rbuf.len() - self.rlen;
-            match self.stream.read(&mut self.rbuf[self.rlen..]) {
-                Ok(0) => {
-                    self.closed = true;
-                    break;
+            if !self.inbuf.is_empty() {
+                self.serve_buffered(sh, ctx);
+                if self.closed || self.closing {
+                    break Turn::Idle;
                 }
-                Ok(n) => {
-                    self.rlen += n;
-                    self.serve_frames(sh, ctx);
-                    self.flush();
-                    if n < space {
-                        // Drained the socket for now; the next arrival raises a new edge.
-                        break;
+            }
+            if self.blocked {
+                break Turn::Blocked;
+            }
+            if self.yielded {
+                break Turn::Again;
+            }
+            if let Some(t) = self.paused(sh) {
+                break t;
+            }
+            if reads == READS_PER_TURN {
+                break Turn::Again;
+            }
+            reads += 1;
+            let read = if self.inbuf.is_empty() {
+                self.stream.read(scratch).map(|n| {
+                    let used = self.serve_frames(sh, ctx, &scratch[..n]);
+                    if let Some(c) = self.carry.take() {
+                        self.inbuf.stash(&c);
+                    }
+                    if used < n {
+                        self.inbuf.stash(&scratch[used..n]);
+                    }
+                    (n, scratch.len())
+                })
+            } else {
+                let r = self.inbuf.read_from(&mut self.stream, sh.config.max_frame);
+                if let Ok((n, _)) = r
+                    && n > 0
+                {
+                    self.serve_buffered(sh, ctx);
+                }
+                r
+            };
+            self.flush();
+            match read {
+                Ok((0, _)) => {
+                    self.closed = true;
+                    break Turn::Idle;
+                }
+                Ok((n, room)) => {
+                    self.frame_since = (!self.inbuf.is_empty()).then(Instant::now);
+                    if self.blocked {
+                        break Turn::Blocked;
+                    }
+                    if self.yielded {
+                        break Turn::Again;
+                    }
+                    if self.stream.drained_after(n, room) {
+                        // The next arrival raises a new edge.
+                        break Turn::Idle;
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break Turn::Idle,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
                     debug!(peer = %self.peer, "read error: {e}");
                     self.closed = true;
+                    break Turn::Idle;
                 }
             }
-        }
+        };
         if self.closing && self.pending_write() == 0 {
             self.closed = true;
         }
+        self.account(sh);
+        turn
     }
 
-    fn make_room(&mut self, want: usize) {
-        if self.rpos > 0 {
-            self.rbuf.copy_within(self.rpos..self.rlen, 0);
-            self.rlen -= self.rpos;
-            self.rpos = 0;
+    fn serve_buffered(&mut self, sh: &Shared, ctx: &mut WorkerCtx<'_>) {
+        let mut buf = std::mem::take(&mut self.inbuf);
+        let used = self.serve_frames(sh, ctx, buf.bytes());
+        buf.consume(used);
+        if let Some(c) = self.carry.take() {
+            // The rest of a split peer frame goes back in front of what follows it.
+            let rest = buf.bytes().to_vec();
+            buf.clear();
+            buf.stash(&c);
+            buf.stash(&rest);
         }
-        if self.rbuf.len() - self.rlen < want {
-            self.rbuf.resize(self.rlen + want, 0);
+        if !self.closing {
+            self.inbuf = buf;
         }
     }
 
-    /// Puts an answer from another server into its response; sends what is complete.
-    pub fn fill(&mut self, sh: &Shared, hole: HoleRef, body: &[u8]) {
-        self.pending
-            .fill(hole.resp, hole.hole, body, sh.config.max_frame as usize);
-        self.pending.drain_ready(&mut self.wbuf);
-    }
-
-    fn serve_frames(&mut self, sh: &Shared, ctx: &mut WorkerCtx<'_>) {
+    /// Serves the whole frames at the start of `data`; returns the bytes they took.
+    fn serve_frames(&mut self, sh: &Shared, ctx: &mut WorkerCtx<'_>, data: &[u8]) -> usize {
         let max = sh.config.max_frame;
-        while !self.closing {
-            let avail = &self.rbuf[self.rpos..self.rlen];
+        let mut at = 0;
+        while !self.closing && !self.blocked && !self.yielded && self.paused(sh) != Some(Turn::Idle)
+        {
+            if self.work >= TURN_WORK && at > 0 {
+                self.yielded = true;
+                break;
+            }
+            let avail = &data[at..];
             let hdr = match FrameHeader::decode(avail, max) {
                 Ok(Some(h)) => h,
                 Ok(None) => break,
-                Err(e) => return self.fatal(sh, &e),
+                Err(e) => {
+                    self.fatal(sh, &e.to_string());
+                    return data.len();
+                }
             };
-            if self.role.is_none() && (hdr.kind != FrameKind::Hello || hdr.len > MAX_HELLO) {
-                let e = DecodeError::BadHello(format!(
-                    "{:?} frame of {} bytes before the handshake (a Hello of at most {MAX_HELLO} bytes comes first)",
+            if !self.is_authenticated() && (hdr.kind != FrameKind::Hello || hdr.len > MAX_HELLO) {
+                let why = format!(
+                    "{:?} frame of {} bytes before the handshake (a Hello of at most {MAX_HELLO} bytes answering the challenge comes first)",
                     hdr.kind, hdr.len
-                ));
-                return self.fatal(sh, &e);
+                );
+                self.fatal(sh, &why);
+                return data.len();
             }
             if avail.len() < hdr.frame_len() {
-                // Grow with the bytes that actually arrive, not with the length a peer
-                // announces: a 16-byte header must not commit 64 MiB.
-                let missing = hdr.frame_len() - (self.rlen - self.rpos);
-                self.make_room(missing.min(GROW_STEP));
                 break;
             }
-            let start = self.rpos + farcache_proto::HEADER_LEN;
-            let end = self.rpos + hdr.frame_len();
-            self.rpos = end;
-            // Borrow the payload out of rbuf while writing into wbuf.
-            let payload = std::mem::take(&mut self.rbuf);
-            let r = self.serve_frame(sh, ctx, hdr, &payload[start..end]);
-            self.rbuf = payload;
-            if let Err(e) = r {
-                return self.fatal(sh, &e);
+            at += hdr.frame_len();
+            let payload = &avail[HEADER_LEN..hdr.frame_len()];
+            if let Err(e) = self.serve_frame(sh, ctx, hdr, payload) {
+                self.fatal(sh, &e.to_string());
+                return data.len();
             }
         }
-        if self.rpos == self.rlen {
-            self.rpos = 0;
-            self.rlen = 0;
-            if self.rbuf.len() > RETAIN_RBUF {
-                // A big frame is done: give its memory back.
-                self.rbuf.truncate(MIN_READ * 2);
-                self.rbuf.shrink_to_fit();
-            }
-        }
+        at
     }
 
     fn serve_frame(
@@ -187,117 +317,240 @@ impl Conn {
         hdr: FrameHeader,
         payload: &[u8],
     ) -> Result<(), DecodeError> {
-        match (hdr.kind, self.role) {
-            (FrameKind::Hello, None) => {
-                let hello = Hello::decode(payload)?;
-                if hello.version != PROTOCOL_VERSION {
-                    return Err(DecodeError::BadHello(format!(
-                        "client speaks protocol v{}, this server speaks v{PROTOCOL_VERSION}",
-                        hello.version
-                    )));
-                }
-                self.role = Some(hello.role);
-                let ack = HelloAck {
-                    version: PROTOCOL_VERSION,
-                    server_id: sh.server_id(),
-                    max_frame: sh.config.max_frame,
+        let (kind, peer) = match &self.auth {
+            Auth::Challenged(ch) => {
+                let ch = *ch;
+                return self.handshake(sh, &ch, hdr, payload);
+            }
+            Auth::Ready(p) => (hdr.kind, p),
+        };
+        match (kind, peer.role) {
+            (FrameKind::Request, _) => {
+                let access = peer.access;
+                self.serve_request(sh, ctx, hdr.seq, payload, access)
+            }
+            (FrameKind::Peer, Role::Server) => {
+                let from = peer.identity.clone();
+                self.serve_peer(sh, ctx, &from, payload)
+            }
+            (FrameKind::Control, role) => {
+                let req = ControlRequest::decode(payload)?;
+                let job = Job {
+                    worker: ctx.worker,
+                    conn: ctx.key,
+                    serial: self.serial,
+                    seq: hdr.seq,
+                    role,
+                    access: peer.access,
+                    req,
                 };
-                encode_frame(&mut self.wbuf, FrameKind::HelloAck, hdr.seq, &ack.encode());
-                Ok(())
-            }
-            (FrameKind::Request, Some(_)) => {
-                let map = sh.store.snapshot();
-                let mut tally = Tally::default();
-                let start = self.wbuf.len();
-                let mut spawned = Vec::new();
-                let r = execute_batch(
-                    &map,
-                    payload,
-                    hdr.seq,
-                    &mut self.wbuf,
-                    sh.config.max_frame as usize,
-                    &mut tally,
-                    &sh.procs,
-                    &mut spawned,
-                );
-                sh.metrics.publish(&tally);
-                r?;
-                if !spawned.is_empty() || !self.pending.is_empty() {
-                    // Replies leave in request order: this one waits, or queues behind.
-                    let frame = self.wbuf.split_off(start);
-                    let holes: Vec<usize> = spawned.iter().map(|s| s.offset).collect();
-                    let resp = self.pending.push(frame, &holes);
-                    for (i, s) in spawned.into_iter().enumerate() {
-                        let hole = HoleRef {
-                            conn: ctx.key,
-                            serial: self.serial,
-                            resp,
-                            hole: i as u32,
-                        };
-                        let inv = Invocation {
-                            cache: s.cache,
-                            proc_name: s.proc_name,
-                            addr: s.addr,
-                            state: Vec::new(),
-                            hops: 0,
-                            pulled: Default::default(),
-                            target: Target::Local(hole),
-                        };
-                        ctx.engine.start(sh, ctx.reg, inv, s.step);
-                    }
-                    self.pending.drain_ready(&mut self.wbuf);
-                }
-                Ok(())
-            }
-            (FrameKind::Peer, Some(Role::Server)) => {
-                PeerDecoder::validate(payload)?;
-                for m in PeerDecoder::new(payload)? {
-                    ctx.engine.on_msg(sh, ctx.reg, m?);
-                }
-                Ok(())
-            }
-            (FrameKind::Control, Some(role)) => {
-                let reply = match ControlRequest::from_json(payload) {
-                    Ok(req) => crate::control::handle(sh, role, req),
-                    Err(e) => return Err(e),
-                };
-                encode_frame(
-                    &mut self.wbuf,
-                    FrameKind::ControlReply,
-                    hdr.seq,
-                    &reply.to_json(),
-                );
-                Ok(())
-            }
-            (kind, role) => Err(DecodeError::BadHello(format!(
-                "{kind:?} frame not allowed {}",
-                if role.is_none() {
-                    "before the handshake"
+                if sh.control.submit(job) {
+                    self.awaiting_control = true;
                 } else {
-                    "after the handshake"
+                    let r = ControlResponse::error(
+                        ControlErrorCode::Unavailable,
+                        "the server is shutting down",
+                    );
+                    encode_frame(
+                        &mut self.wbuf,
+                        FrameKind::ControlReply,
+                        hdr.seq,
+                        &r.encode(),
+                    );
                 }
+                Ok(())
+            }
+            (FrameKind::Peer, role) => {
+                GuardCounters::bump(&sh.metrics.guard.forbidden);
+                Err(DecodeError::BadHello(format!(
+                    "Peer frames are accepted only from servers that proved the cluster secret; this connection is a {role:?}"
+                )))
+            }
+            (kind, _) => Err(DecodeError::BadHello(format!(
+                "{kind:?} frame not allowed after the handshake"
             ))),
         }
     }
 
-    fn fatal(&mut self, sh: &Shared, e: &DecodeError) {
-        sh.metrics
-            .protocol_errors
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        warn!(peer = %self.peer, "closing connection after protocol error: {e}");
-        encode_frame(
-            &mut self.wbuf,
-            FrameKind::Error,
-            0,
-            e.to_string().as_bytes(),
-        );
+    /// Serves the messages of a `Peer` frame while the turn's work budget lasts and
+    /// while the sessions their answers go on have room; the rest is re-framed and
+    /// kept for a later turn (a frame of thousands of 1 MiB FETCHes is a lot of work).
+    fn serve_peer(
+        &mut self,
+        sh: &Shared,
+        ctx: &mut WorkerCtx<'_>,
+        from: &str,
+        payload: &[u8],
+    ) -> Result<(), DecodeError> {
+        PeerDecoder::validate(payload)?;
+        let mut dec = PeerDecoder::new(payload)?;
+        let mut served = 0;
+        while let Some(m) = dec.next() {
+            let m = m?;
+            let (cost, answer) = match m {
+                PeerMsg::Fetch { origin, len, .. } => {
+                    let len = len as usize;
+                    (len, Some((origin, len)))
+                }
+                PeerMsg::Forward { state, .. } => (state.len(), None),
+                PeerMsg::Result { body, .. } => (body.len(), None),
+                PeerMsg::Fetched { data, .. } => (data.len(), None),
+            };
+            let full = answer.is_some_and(|(to, len)| !ctx.engine.sessions.has_room(sh, to, len));
+            if full || (served > 0 && self.work + cost > TURN_WORK) {
+                let mut rest = Vec::new();
+                let mut enc = PeerEncoder::begin(&mut rest);
+                enc.push(&mut rest, &m);
+                for m in dec {
+                    enc.push(&mut rest, &m?);
+                }
+                enc.finish(&mut rest);
+                self.carry = Some(rest);
+                if full {
+                    self.blocked = true;
+                } else {
+                    self.yielded = true;
+                }
+                return Ok(());
+            }
+            self.work += cost;
+            served += 1;
+            ctx.engine.on_peer_msg(sh, ctx.reg, from, m);
+        }
+        Ok(())
+    }
+
+    /// Checks the Hello against this side's challenge and answers with a proof.
+    fn handshake(
+        &mut self,
+        sh: &Shared,
+        challenge: &Challenge,
+        hdr: FrameHeader,
+        payload: &[u8],
+    ) -> Result<(), DecodeError> {
+        let hello = Hello::decode(payload)?;
+        let v = sh.authority.verify(challenge, &hello).map_err(|e| {
+            GuardCounters::bump(&sh.metrics.guard.auth_failures);
+            DecodeError::BadHello(e.to_string())
+        })?;
+        if v.role == Role::Client && sh.tls_advertise.is_some() && !self.stream.is_tls() {
+            GuardCounters::bump(&sh.metrics.guard.forbidden);
+            return Err(DecodeError::BadHello(format!(
+                "this server takes clients over TLS only, at {}",
+                sh.tls_advertise.as_deref().unwrap_or_default()
+            )));
+        }
+        let ack = sh
+            .authority
+            .ack(&v, challenge, sh.server_id(), sh.config.max_frame);
+        encode_frame(&mut self.wbuf, FrameKind::HelloAck, hdr.seq, &ack.encode());
+        debug!(peer = %self.peer, role = ?v.role, access = ?v.access, "peer authenticated");
+        self.auth = Auth::Ready(Peer {
+            role: v.role,
+            access: v.access,
+            identity: v.identity,
+        });
+        Ok(())
+    }
+
+    fn serve_request(
+        &mut self,
+        sh: &Shared,
+        ctx: &mut WorkerCtx<'_>,
+        seq: u64,
+        payload: &[u8],
+        access: Access,
+    ) -> Result<(), DecodeError> {
+        let map = sh.store.snapshot();
+        let cx = BatchCtx {
+            map: &map,
+            procs: &sh.procs,
+            access,
+            me: &sh.advertise,
+            max_frame: sh.config.max_frame as usize,
+        };
+        let mut tally = Tally::default();
+        let start = self.wbuf.len();
+        let mut spawned = Vec::new();
+        let r = execute_batch(&cx, payload, seq, &mut self.wbuf, &mut tally, &mut spawned);
+        sh.metrics.publish(&tally);
+        r?;
+        self.work += self.wbuf.len() - start;
+        if !spawned.is_empty() || !self.pending.is_empty() {
+            // Replies leave in request order: this one waits, or queues behind.
+            let frame = self.wbuf.split_off(start);
+            let holes: Vec<usize> = spawned.iter().map(|s| s.offset).collect();
+            let resp = self.pending.push(frame, &holes);
+            for (i, s) in spawned.into_iter().enumerate() {
+                let hole = HoleRef {
+                    conn: ctx.key,
+                    serial: self.serial,
+                    resp,
+                    hole: i as u32,
+                };
+                let inv = Invocation {
+                    cache: s.cache,
+                    proc_name: s.proc_name,
+                    addr: s.addr,
+                    state: Vec::new(),
+                    hops: 0,
+                    pulled: Default::default(),
+                    target: Target::Local(hole),
+                };
+                ctx.engine.start(sh, ctx.reg, inv, s.step);
+            }
+            self.pending.drain_ready(&mut self.wbuf);
+        }
+        Ok(())
+    }
+
+    /// Puts an answer from another server into its response; sends what is complete.
+    pub fn fill(&mut self, sh: &Shared, hole: HoleRef, body: &[u8]) {
+        self.pending
+            .fill(hole.resp, hole.hole, body, sh.config.max_frame as usize);
+        self.pending.drain_ready(&mut self.wbuf);
+        self.account(sh);
+    }
+
+    /// The control pool answered: queue the reply (behind responses still waiting for
+    /// other servers) and read again.
+    pub fn control_done(&mut self, sh: &Shared, frame: Vec<u8>) {
+        self.awaiting_control = false;
+        if self.pending.is_empty() {
+            self.wbuf.extend_from_slice(&frame);
+        } else {
+            self.pending.push(frame, &[]);
+            self.pending.drain_ready(&mut self.wbuf);
+        }
+        self.account(sh);
+    }
+
+    fn fatal(&mut self, sh: &Shared, why: &str) {
+        sh.metrics.protocol_errors.fetch_add(1, Relaxed);
+        warn!(peer = %self.peer, "closing connection after protocol error: {why}");
+        encode_frame(&mut self.wbuf, FrameKind::Error, 0, why.as_bytes());
         self.closing = true;
-        self.rpos = 0;
-        self.rlen = 0;
+        self.inbuf.clear();
+        self.frame_since = None;
+    }
+
+    /// Best effort before the worker drops the connection (its thread failed, or the
+    /// server stops): tell the peer why.
+    pub fn abort(&mut self, why: &str) {
+        self.wbuf.truncate(self.wpos);
+        encode_frame(&mut self.wbuf, FrameKind::Error, 0, why.as_bytes());
+        self.flush();
+        self.closed = true;
     }
 
     /// Writes queued bytes until the socket pushes back.
     pub fn flush(&mut self) {
+        if let Err(e) = self.stream.push() {
+            debug!(peer = %self.peer, "write error: {e}");
+            self.closed = true;
+            return;
+        }
+        let before = self.wpos;
         while self.pending_write() > 0 {
             match self.stream.write(&self.wbuf[self.wpos..]) {
                 Ok(0) => {
@@ -305,7 +558,7 @@ impl Conn {
                     return;
                 }
                 Ok(n) => self.wpos += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
                     debug!(peer = %self.peer, "write error: {e}");
@@ -314,18 +567,78 @@ impl Conn {
                 }
             }
         }
+        if self.pending_write() > 0 {
+            // Progress resets the clock: a slow reader is not a stalled one.
+            if self.wpos != before || self.stalled_since.is_none() {
+                self.stalled_since = Some(Instant::now());
+            }
+            return;
+        }
+        self.stalled_since = None;
         self.wbuf.clear();
         self.wpos = 0;
-        if self.wbuf.capacity() > 32 << 20 {
-            self.wbuf.shrink_to(MIN_READ);
+        if self.wbuf.capacity() > RETAIN_WBUF {
+            self.wbuf = Vec::new();
         }
+    }
+
+    /// Keeps the server-wide count of unsent reply bytes up to date.
+    fn account(&mut self, sh: &Shared) {
+        let now = self.pending_write() + self.pending.bytes();
+        if now != self.accounted {
+            if now > self.accounted {
+                sh.output_total.fetch_add(now - self.accounted, Relaxed);
+            } else {
+                sh.output_total.fetch_sub(self.accounted - now, Relaxed);
+            }
+            self.accounted = now;
+        }
+    }
+
+    /// Takes this connection's bytes out of the server's count (it is being dropped).
+    pub fn release(&mut self, sh: &Shared) {
+        sh.output_total.fetch_sub(self.accounted, Relaxed);
+        self.accounted = 0;
+    }
+
+    /// Whether a deadline passed: the handshake, a frame that stopped arriving, or
+    /// replies the peer does not take. Returns what to log and count.
+    pub fn expired(&self, now: Instant, g: &GuardConfig) -> Option<Expiry> {
+        if !self.is_authenticated() && now.duration_since(self.accepted) > g.handshake_timeout {
+            return Some(Expiry::Handshake);
+        }
+        let idle = !self.awaiting_control && self.pending.is_empty();
+        if idle
+            && self
+                .frame_since
+                .is_some_and(|t| now.duration_since(t) > g.frame_timeout)
+        {
+            return Some(Expiry::Frame);
+        }
+        if self
+            .stalled_since
+            .is_some_and(|t| now.duration_since(t) > g.write_stall_timeout)
+        {
+            return Some(Expiry::NotReading);
+        }
+        None
     }
 }
 
-/// A reply for a control request a connection's role may not make.
-pub fn forbidden(what: &str) -> ControlResponse {
-    ControlResponse::error(
-        farcache_proto::control::ControlErrorCode::InvalidArgument,
-        format!("{what} is only accepted from the manager"),
-    )
+/// Why a connection was closed by the sweep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expiry {
+    Handshake,
+    Frame,
+    NotReading,
+}
+
+impl Expiry {
+    pub fn why(self) -> &'static str {
+        match self {
+            Self::Handshake => "handshake not finished in time",
+            Self::Frame => "frame stalled: no bytes of it arrived in time",
+            Self::NotReading => "peer does not read its replies",
+        }
+    }
 }

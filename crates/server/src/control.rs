@@ -1,94 +1,255 @@
-//! Control requests a server answers: region placement (from the manager) and stats.
+//! Control requests a server answers — region placement, capacity, routes and
+//! procedures (from the manager only), and stats — on a small pool of threads, never on
+//! a worker: compiling a WebAssembly module or resolving a peer's name can take long.
+//!
+//! A worker hands a request over as a [`Job`] and stops reading from that connection;
+//! the pool sends the reply frame back to the worker, which resumes the connection.
 
-use farcache_proto::Role;
+use std::collections::HashMap;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
 use farcache_proto::control::{ControlErrorCode, ControlRequest, ControlResponse, ServerStats};
-use tracing::info;
+use farcache_proto::frame::encode_frame;
+use farcache_proto::{Access, FrameKind, Role};
+use parking_lot::Mutex;
+use tracing::{info, warn};
 
-use crate::conn::forbidden;
 use crate::error::StoreError;
+use crate::metrics::GuardCounters;
 use crate::server::Shared;
+use crate::worker::WorkerMsg;
 
-pub fn handle(sh: &Shared, role: Role, req: ControlRequest) -> ControlResponse {
+/// Threads answering control requests: one may compile a module while the other
+/// places regions.
+const POOL_THREADS: usize = 2;
+
+/// A control request from one connection of one worker.
+pub struct Job {
+    pub worker: usize,
+    pub conn: usize,
+    pub serial: u64,
+    pub seq: u64,
+    pub role: Role,
+    pub access: Access,
+    pub req: ControlRequest,
+}
+
+/// The workers' end of the pool.
+pub struct Queue {
+    tx: Mutex<Option<Sender<Job>>>,
+}
+
+impl Queue {
+    pub fn new() -> (Self, Receiver<Job>) {
+        let (tx, rx) = channel();
+        (
+            Self {
+                tx: Mutex::new(Some(tx)),
+            },
+            rx,
+        )
+    }
+
+    /// Queues a job; false once the server is stopping.
+    pub fn submit(&self, job: Job) -> bool {
+        self.tx
+            .lock()
+            .as_ref()
+            .is_some_and(|tx| tx.send(job).is_ok())
+    }
+
+    /// Lets the pool threads finish.
+    pub fn close(&self) {
+        self.tx.lock().take();
+    }
+}
+
+pub fn spawn_pool(sh: &Arc<Shared>, rx: Receiver<Job>) -> std::io::Result<Vec<JoinHandle<()>>> {
+    let rx = Arc::new(Mutex::new(rx));
+    (0..POOL_THREADS)
+        .map(|i| {
+            let (sh, rx) = (sh.clone(), rx.clone());
+            std::thread::Builder::new()
+                .name(format!("fc-control-{i}"))
+                .spawn(move || serve(&sh, &rx))
+        })
+        .collect()
+}
+
+fn serve(sh: &Shared, rx: &Mutex<Receiver<Job>>) {
+    loop {
+        let job = match rx.lock().recv_timeout(Duration::from_millis(200)) {
+            Ok(j) => j,
+            Err(RecvTimeoutError::Timeout) if !sh.shutdown.load(Ordering::Acquire) => continue,
+            Err(_) => return,
+        };
+        let reply = handle(sh, job.role, job.access, job.req);
+        let mut frame = Vec::new();
+        encode_frame(
+            &mut frame,
+            FrameKind::ControlReply,
+            job.seq,
+            &reply.encode(),
+        );
+        if let Some(inbox) = sh.inboxes.get().and_then(|i| i.get(job.worker)) {
+            inbox.send(WorkerMsg::ControlReply {
+                conn: job.conn,
+                serial: job.serial,
+                frame,
+            });
+        }
+    }
+}
+
+fn forbidden(sh: &Shared, what: &str, role: Role, who: &str) -> ControlResponse {
+    GuardCounters::bump(&sh.metrics.guard.forbidden);
+    ControlResponse::error(
+        ControlErrorCode::Forbidden,
+        format!("{what} is only accepted from {who}; this connection authenticated as {role:?}"),
+    )
+}
+
+pub fn handle(sh: &Shared, role: Role, access: Access, req: ControlRequest) -> ControlResponse {
+    let manager_only = matches!(
+        req,
+        ControlRequest::AllocRegion { .. }
+            | ControlRequest::FreeRegion { .. }
+            | ControlRequest::DropCache { .. }
+            | ControlRequest::LoadProc { .. }
+            | ControlRequest::SetRoutes { .. }
+            | ControlRequest::ResizeCache { .. }
+            | ControlRequest::ListRegions
+    );
+    if manager_only && role != Role::Manager {
+        return forbidden(sh, &req.name(), role, "the manager");
+    }
     match req {
         ControlRequest::AllocRegion {
             cache,
             region,
             region_size,
             capacity,
-        } => {
-            if role != Role::Manager {
-                return forbidden("AllocRegion");
+            epoch,
+        } => match sh.store.alloc(cache, region, region_size, capacity, epoch) {
+            Ok(()) => {
+                info!(cache, region, region_size, epoch, "region placed");
+                ControlResponse::Ok
             }
-            match sh.store.alloc(cache, region, region_size, capacity) {
-                Ok(()) => {
-                    info!(cache, region, region_size, "region placed");
-                    ControlResponse::Ok
-                }
-                Err(e @ StoreError::NoMemory { .. }) => {
-                    ControlResponse::error(ControlErrorCode::InsufficientMemory, e.to_string())
-                }
-                Err(e) => ControlResponse::error(ControlErrorCode::InvalidArgument, e.to_string()),
+            Err(e @ StoreError::NoMemory { .. }) => {
+                ControlResponse::error(ControlErrorCode::InsufficientMemory, e.to_string())
             }
-        }
+            Err(e) => ControlResponse::error(ControlErrorCode::InvalidArgument, e.to_string()),
+        },
         ControlRequest::FreeRegion {
             cache,
             region,
             moved_to,
         } => {
-            if role != Role::Manager {
-                return forbidden("FreeRegion");
-            }
             let freed = sh.store.free(cache, region, moved_to);
             info!(cache, region, freed, "region freed");
+            refresh_peers(sh);
             ControlResponse::Ok
         }
         ControlRequest::DropCache { cache } => {
-            if role != Role::Manager {
-                return forbidden("DropCache");
-            }
             let dropped = sh.store.drop_cache(cache);
             sh.procs.drop_cache(cache);
             info!(cache, dropped, "cache dropped");
+            refresh_peers(sh);
             ControlResponse::Ok
         }
         ControlRequest::LoadProc {
             cache,
             proc_name,
             code,
-        } => {
-            if role != Role::Manager {
-                return forbidden("LoadProc");
+        } => match sh.procs.load(cache, &proc_name, &code) {
+            Ok(()) => {
+                info!(cache, proc_name, bytes = code.len(), "procedure loaded");
+                ControlResponse::Ok
             }
-            match sh.procs.load(cache, &proc_name, &code) {
-                Ok(()) => {
-                    info!(cache, proc_name, bytes = code.len(), "procedure loaded");
-                    ControlResponse::Ok
-                }
-                Err(e) => ControlResponse::error(ControlErrorCode::InvalidArgument, e.to_string()),
-            }
-        }
+            Err(e) => ControlResponse::error(ControlErrorCode::InvalidArgument, e.to_string()),
+        },
         ControlRequest::SetRoutes {
             cache,
             epoch,
             owners,
+            capacity,
         } => {
-            if role != Role::Manager {
-                return forbidden("SetRoutes");
-            }
             let regions = owners.len();
-            sh.store.set_routes(cache, epoch, owners);
+            sh.store.set_routes(cache, epoch, owners, capacity);
+            refresh_peers(sh);
             info!(cache, epoch, regions, "routes updated");
             ControlResponse::Ok
         }
-        ControlRequest::ServerStats => ControlResponse::Stats(stats(sh)),
+        ControlRequest::ResizeCache {
+            cache,
+            capacity,
+            epoch,
+        } => {
+            let held = sh.store.resize(cache, capacity, epoch);
+            info!(cache, capacity, epoch, held, "capacity updated");
+            ControlResponse::Ok
+        }
+        ControlRequest::ListRegions => ControlResponse::Regions {
+            regions: sh.store.held(),
+        },
+        ControlRequest::ServerStats => {
+            if role == Role::Client && !access.is_cluster() {
+                return forbidden(
+                    sh,
+                    "ServerStats",
+                    role,
+                    "cluster members and cluster-secret clients",
+                );
+            }
+            ControlResponse::Stats(stats(sh))
+        }
         other => ControlResponse::error(
             ControlErrorCode::InvalidArgument,
             format!(
                 "a cache server does not serve '{}'; send it to the manager",
-                request_name(&other)
+                other.name()
             ),
         ),
     }
+}
+
+/// Rebuilds the set of servers this one may talk to from every region table and
+/// forwarding address it holds, resolving new names here (on the pool, not a worker).
+fn refresh_peers(sh: &Shared) {
+    let map = sh.store.snapshot();
+    let old = sh.peers.load();
+    let mut next: HashMap<String, SocketAddr> = HashMap::new();
+    let named = map
+        .caches
+        .values()
+        .flat_map(|c| c.owners.iter().chain(c.moved.values()));
+    for addr in named {
+        if addr.is_empty() || *addr == sh.advertise || next.contains_key(addr) {
+            continue;
+        }
+        let resolved = match old.get(addr) {
+            Some(a) => Some(*a),
+            None => resolve(addr),
+        };
+        match resolved {
+            Some(a) => {
+                next.insert(addr.clone(), a);
+            }
+            None => warn!(peer = %addr, "cannot resolve a server named in a region table"),
+        }
+    }
+    sh.peers.store(Arc::new(next));
+}
+
+fn resolve(addr: &str) -> Option<SocketAddr> {
+    addr.parse()
+        .ok()
+        .or_else(|| addr.to_socket_addrs().ok()?.next())
 }
 
 pub fn stats(sh: &Shared) -> ServerStats {
@@ -102,12 +263,7 @@ pub fn stats(sh: &Shared) -> ServerStats {
         ops: sh.metrics.ops(),
         protocol_errors: sh.metrics.protocol_errors.load(Relaxed),
         peer: sh.metrics.peer.snapshot(),
+        guard: sh.metrics.guard.snapshot(),
+        worker_panics: sh.metrics.worker_panics.load(Relaxed),
     }
-}
-
-fn request_name(req: &ControlRequest) -> String {
-    serde_json::to_value(req)
-        .ok()
-        .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(str::to_owned))
-        .unwrap_or_default()
 }

@@ -32,4 +32,10 @@ pub enum StoreError {
     },
     #[error("mapping memory failed: {0}")]
     Map(String),
+    #[error("region {region} lies past a capacity of {capacity} bytes in regions of {region_size}")]
+    RegionOutOfRange {
+        region: u32,
+        capacity: u64,
+        region_size: u64,
+    },
 }

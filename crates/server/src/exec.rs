@@ -2,9 +2,10 @@
 
 use farcache_proto::control::region_split;
 use farcache_proto::op::MAX_OP_BYTES;
-use farcache_proto::{CacheId, DecodeError, Op, OpCode, RequestDecoder, ResponseEncoder, Status};
-
-use farcache_sproc::outcome::{TAG_CONTINUE, TAG_DONE, encode_failure};
+use farcache_proto::reply;
+use farcache_proto::{
+    Access, CacheId, DecodeError, Op, OpCode, RequestDecoder, ResponseEncoder, Status,
+};
 
 use crate::flow::memory::FlowMemory;
 use crate::flow::{Spawned, Step};
@@ -14,6 +15,17 @@ use crate::metrics::Tally;
 use crate::region::Region;
 use crate::store::{CacheRegions, StoreMap};
 
+/// What a batch runs against and on whose behalf.
+pub struct BatchCtx<'a> {
+    pub map: &'a StoreMap,
+    pub procs: &'a ProcTable,
+    /// What the connection's credential allows.
+    pub access: Access,
+    /// This server's advertised address (never given as an owner hint).
+    pub me: &'a str,
+    pub max_frame: usize,
+}
+
 enum Miss<'m> {
     Status(Status),
     Wrong(Option<&'m str>),
@@ -21,7 +33,12 @@ enum Miss<'m> {
 
 /// Resolves `[addr, addr+len)` of `cache` to a region and offset on this server.
 /// The range must lie within one region: clients split at region boundaries.
-fn locate<'m>(c: &'m CacheRegions, addr: u64, len: u64) -> Result<(&'m Region, usize), Miss<'m>> {
+fn locate<'m>(
+    c: &'m CacheRegions,
+    addr: u64,
+    len: u64,
+    me: &str,
+) -> Result<(&'m Region, usize), Miss<'m>> {
     let end = addr
         .checked_add(len)
         .ok_or(Miss::Status(Status::OutOfRange))?;
@@ -34,17 +51,13 @@ fn locate<'m>(c: &'m CacheRegions, addr: u64, len: u64) -> Result<(&'m Region, u
     }
     match c.regions.get(idx as usize) {
         Some(Some(r)) => Ok((r, off as usize)),
-        _ => Err(Miss::Wrong(
-            u32::try_from(idx)
-                .ok()
-                .and_then(|i| c.moved.get(&i))
-                .map(String::as_str),
-        )),
+        _ => Err(Miss::Wrong(c.hint(idx, me))),
     }
 }
 
 struct Lookup<'m> {
     map: &'m StoreMap,
+    me: &'m str,
     last: Option<(CacheId, &'m CacheRegions)>,
 }
 
@@ -68,7 +81,7 @@ impl<'m> Lookup<'m> {
         len: u64,
     ) -> Result<(&'m Region, usize), Miss<'m>> {
         let c = self.cache(cache).ok_or(Miss::Status(Status::NoSuchCache))?;
-        locate(c, addr, len)
+        locate(c, addr, len, self.me)
     }
 }
 
@@ -96,39 +109,69 @@ fn miss(out: &mut Vec<u8>, enc: &mut ResponseEncoder, op: OpCode, m: Miss<'_>) {
     }
 }
 
+/// Whether the connection's credential allows `op`: a token reaches its own cache only,
+/// and a read-only token neither writes nor runs atomics.
+#[inline]
+fn permitted(access: &Access, op: &Op<'_>) -> bool {
+    match *op {
+        Op::Read { cache, .. } | Op::Execute { cache, .. } => access.may_read(cache),
+        Op::Write { cache, .. } | Op::Cas { cache, .. } | Op::FetchAdd { cache, .. } => {
+            access.may_write(cache)
+        }
+        Op::Ping => true,
+    }
+}
+
 /// Validates the whole batch first (a malformed batch runs no op at all), then runs
 /// every op in order and appends exactly one reply per op, except EXECUTEs that go on
 /// at other servers: those leave a hole in the frame and an entry in `spawned`.
-#[allow(clippy::too_many_arguments)]
 pub fn execute_batch(
-    map: &StoreMap,
+    cx: &BatchCtx<'_>,
     payload: &[u8],
     seq: u64,
     out: &mut Vec<u8>,
-    max_frame: usize,
     tally: &mut Tally,
-    procs: &ProcTable,
     spawned: &mut Vec<Spawned>,
 ) -> Result<(), DecodeError> {
     RequestDecoder::validate(payload)?;
     let frame_start = out.len();
     let mut enc = ResponseEncoder::begin(out, seq);
-    let mut look = Lookup { map, last: None };
-    let mut body = Vec::new();
+    let mut look = Lookup {
+        map: cx.map,
+        me: cx.me,
+        last: None,
+    };
+    // Connections with the cluster secret skip the per-op check.
+    let scoped = !cx.access.is_cluster();
     // A batch usually calls one procedure many times: look it up once.
     let mut last_proc: Option<(CacheId, &str, crate::procs::ProcRef)> = None;
     for op in RequestDecoder::new(payload)? {
         let op = op?;
         let code = op.code();
         let before = out.len();
+        if scoped && !permitted(&cx.access, &op) {
+            tally.forbidden += 1;
+            enc.status(out, code, Status::Forbidden);
+            tally.op(code, 0, false);
+            continue;
+        }
         match op {
             Op::Read { cache, addr, len } => {
-                if len > MAX_OP_BYTES || enc.payload_len(out) + 6 + len as usize > max_frame {
+                if len > MAX_OP_BYTES || enc.payload_len(out) + 6 + len as usize > cx.max_frame {
                     enc.status(out, code, Status::TooLarge);
                 } else {
                     match look.find(cache, addr, len.into()) {
                         Ok((r, off)) => {
-                            enc.data_with(out, code, len as usize, |dst| r.read_into(off, dst))
+                            let mut ok = true;
+                            enc.data_with(out, code, len as usize, |dst| {
+                                ok = r.read_into(off, dst)
+                            });
+                            if !ok {
+                                // `locate` checked the range; a region that disagrees
+                                // is a bug, reported rather than served.
+                                enc.abandon_last(out, before);
+                                enc.status(out, code, Status::Internal);
+                            }
                         }
                         Err(m) => miss(out, &mut enc, code, m),
                     }
@@ -140,17 +183,18 @@ pub fn execute_batch(
                 } else {
                     match look.find(cache, addr, data.len() as u64) {
                         Ok((r, off)) => {
-                            r.write_from(off, data);
-                            enc.status(out, code, Status::Ok);
+                            let s = if r.write_from(off, data) {
+                                Status::Ok
+                            } else {
+                                Status::Internal
+                            };
+                            enc.status(out, code, s);
                         }
                         Err(m) => miss(out, &mut enc, code, m),
                     }
                 }
             }
-            Op::Cas { cache, addr, .. } | Op::FetchAdd { cache, addr, .. }
-                if !addr.is_multiple_of(8) =>
-            {
-                let _ = cache;
+            Op::Cas { addr, .. } | Op::FetchAdd { addr, .. } if !addr.is_multiple_of(8) => {
                 enc.status(out, code, Status::Misaligned);
             }
             Op::Cas {
@@ -159,11 +203,17 @@ pub fn execute_batch(
                 expected,
                 new,
             } => match look.find(cache, addr, 8) {
-                Ok((r, off)) => enc.value(out, code, r.cas(off, expected, new)),
+                Ok((r, off)) => match r.cas(off, expected, new) {
+                    Some(v) => enc.value(out, code, v),
+                    None => enc.status(out, code, Status::Internal),
+                },
                 Err(m) => miss(out, &mut enc, code, m),
             },
             Op::FetchAdd { cache, addr, delta } => match look.find(cache, addr, 8) {
-                Ok((r, off)) => enc.value(out, code, r.fetch_add(off, delta)),
+                Ok((r, off)) => match r.fetch_add(off, delta) {
+                    Some(v) => enc.value(out, code, v),
+                    None => enc.status(out, code, Status::Internal),
+                },
                 Err(m) => miss(out, &mut enc, code, m),
             },
             Op::Execute {
@@ -175,63 +225,18 @@ pub fn execute_batch(
                 Err(m) => miss(out, &mut enc, code, m),
                 Ok(_) => match (
                     look.cache(cache),
-                    proc_for(procs, &mut last_proc, cache, proc_name),
+                    proc_for(cx.procs, &mut last_proc, cache, proc_name),
                 ) {
                     (None, _) => enc.status(out, code, Status::NoSuchCache),
                     (_, None) => enc.status(out, code, Status::NoSuchProc),
                     (Some(c), Some(p)) => {
-                        // The result goes straight into the reply; only procedures
-                        // that go on elsewhere or fail take the slower road below.
-                        let mem = FlowMemory::new(c, None);
-                        let mark = enc.open_data(out, code);
-                        out.push(TAG_DONE);
-                        let slow = match p.run_into(&mem, addr, args, out) {
-                            Ok(None) => None,
-                            Ok(Some(o)) => Some(Ok(o)),
-                            Err(e) => Some(Err(e)),
+                        let call = Call {
+                            cache,
+                            addr,
+                            proc_name,
+                            args,
                         };
-                        if slow.is_none() && enc.payload_len(out) <= max_frame {
-                            enc.close_data(out, mark);
-                        } else if slow.is_none() {
-                            enc.abandon_data(out, mark);
-                            enc.status(out, code, Status::TooLarge);
-                        } else if let Some(r) = slow {
-                            enc.abandon_data(out, mark);
-                            let step = crate::flow::step::next(&**p, c, &mem, addr, r);
-                            body.clear();
-                            let mut hole = false;
-                            match step {
-                                Step::Done(r) => {
-                                    body.push(TAG_DONE);
-                                    body.extend_from_slice(&r);
-                                }
-                                Step::Fail(e) => encode_failure(&e, &mut body),
-                                // No region table from the manager: the client continues it.
-                                Step::Ship { addr: next, state } if c.owners.is_empty() => {
-                                    body.push(TAG_CONTINUE);
-                                    body.extend_from_slice(&next.to_le_bytes());
-                                    body.extend_from_slice(&state);
-                                }
-                                step => {
-                                    hole = true;
-                                    enc.placeholder();
-                                    spawned.push(Spawned {
-                                        offset: out.len() - frame_start,
-                                        cache,
-                                        proc_name: proc_name.to_owned(),
-                                        addr,
-                                        step,
-                                    });
-                                }
-                            }
-                            if hole {
-                                // The reply is inserted when the answer comes.
-                            } else if enc.payload_len(out) + 6 + body.len() > max_frame {
-                                enc.status(out, code, Status::TooLarge)
-                            } else {
-                                enc.data(out, code, &body)
-                            }
-                        }
+                        run_execute(cx, c, p, &call, out, &mut enc, frame_start, spawned);
                     }
                 },
             },
@@ -249,13 +254,88 @@ pub fn execute_batch(
     Ok(())
 }
 
+/// One EXECUTE's fields.
+struct Call<'a> {
+    cache: CacheId,
+    addr: u64,
+    proc_name: &'a str,
+    args: &'a [u8],
+}
+
+/// Runs a procedure at `call.addr`. A finished run writes its result straight into the
+/// reply; a failure, or a continuation the client must send on, becomes the reply
+/// body; work that goes on at other servers leaves a hole in the frame.
+#[allow(clippy::too_many_arguments)]
+fn run_execute(
+    cx: &BatchCtx<'_>,
+    c: &CacheRegions,
+    p: &crate::procs::ProcRef,
+    call: &Call<'_>,
+    out: &mut Vec<u8>,
+    enc: &mut ResponseEncoder,
+    frame_start: usize,
+    spawned: &mut Vec<Spawned>,
+) {
+    let code = OpCode::Execute;
+    let mem = FlowMemory::new(c, None);
+    let mark = enc.open_data(out, code);
+    reply::begin_done(out);
+    let slow = match p.run_into(&mem, call.addr, call.args, out) {
+        Ok(None) => None,
+        Ok(Some(o)) => Some(Ok(o)),
+        Err(e) => Some(Err(e)),
+    };
+    let Some(r) = slow else {
+        if enc.payload_len(out) <= cx.max_frame {
+            enc.close_data(out, mark);
+        } else {
+            enc.abandon_data(out, mark);
+            enc.status(out, code, Status::TooLarge);
+        }
+        return;
+    };
+    enc.abandon_data(out, mark);
+    let mut body = Vec::new();
+    match crate::flow::step::next(&**p, c, &mem, call.addr, r) {
+        Step::Done(r) => reply::push_done(&mut body, &r),
+        Step::Fail(e) => reply::push_failed(&mut body, &e.to_string()),
+        // No region table from the manager: the client continues it.
+        Step::Ship { addr: next, state } if c.owners.is_empty() => {
+            reply::push_continue(&mut body, next, &state)
+        }
+        step => {
+            // The reply is inserted when the answer comes.
+            enc.placeholder();
+            spawned.push(Spawned {
+                offset: out.len() - frame_start,
+                cache: call.cache,
+                proc_name: call.proc_name.to_owned(),
+                addr: call.addr,
+                step,
+            });
+            return;
+        }
+    }
+    if enc.payload_len(out) + 6 + body.len() > cx.max_frame {
+        enc.status(out, code, Status::TooLarge)
+    } else {
+        enc.data(out, code, &body)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::store::RegionStore;
-    use farcache_proto::{HEADER_LEN, RequestEncoder, ResponseDecoder, response::ReplyBody};
+    use farcache_proto::{
+        HEADER_LEN, RequestEncoder, ResponseDecoder, Rights, response::ReplyBody,
+    };
 
     fn run(store: &RegionStore, ops: &[Op<'_>]) -> Vec<u8> {
+        run_as(store, ops, Access::Cluster)
+    }
+
+    fn run_as(store: &RegionStore, ops: &[Op<'_>], access: Access) -> Vec<u8> {
         let mut req = Vec::new();
         let mut e = RequestEncoder::begin(&mut req, 5);
         for op in ops {
@@ -263,14 +343,21 @@ mod tests {
         }
         e.finish(&mut req);
         let mut out = Vec::new();
+        let map = store.snapshot();
+        let procs = ProcTable::default();
+        let cx = BatchCtx {
+            map: &map,
+            procs: &procs,
+            access,
+            me: "127.0.0.1:1",
+            max_frame: 1 << 20,
+        };
         execute_batch(
-            &store.snapshot(),
+            &cx,
             &req[HEADER_LEN..],
             5,
             &mut out,
-            1 << 20,
             &mut Tally::default(),
-            &ProcTable::default(),
             &mut Vec::new(),
         )
         .unwrap();
@@ -280,7 +367,7 @@ mod tests {
     #[test]
     fn ops_against_regions() {
         let store = RegionStore::new(1 << 20);
-        store.alloc(7, 0, 4096, 8192).unwrap();
+        store.alloc(7, 0, 4096, 8192, 1).unwrap();
         store.free(7, 1, Some("10.0.0.9:1".into()));
         let out = run(
             &store,
@@ -363,5 +450,96 @@ mod tests {
         assert_eq!(r[8].status, Status::NoSuchCache);
         assert_eq!(r[9].status, Status::Misaligned);
         assert_eq!(r[10].status, Status::OutOfRange);
+    }
+
+    fn statuses(out: &[u8]) -> Vec<Status> {
+        ResponseDecoder::new(&out[HEADER_LEN..])
+            .unwrap()
+            .map(|r| r.unwrap().status)
+            .collect()
+    }
+
+    #[test]
+    fn tokens_reach_their_own_cache_only() {
+        let store = RegionStore::new(1 << 20);
+        store.alloc(1, 0, 4096, 4096, 1).unwrap();
+        store.alloc(2, 0, 4096, 4096, 1).unwrap();
+        let ops = [
+            Op::Write {
+                cache: 1,
+                addr: 0,
+                data: b"x",
+            },
+            Op::Read {
+                cache: 1,
+                addr: 0,
+                len: 1,
+            },
+            Op::FetchAdd {
+                cache: 1,
+                addr: 8,
+                delta: 1,
+            },
+            Op::Read {
+                cache: 2,
+                addr: 0,
+                len: 1,
+            },
+            Op::Write {
+                cache: 2,
+                addr: 0,
+                data: b"y",
+            },
+        ];
+        let rw = Access::Cache {
+            cache: 1,
+            rights: Rights::ReadWrite,
+        };
+        use Status::{Forbidden as F, Ok as K};
+        assert_eq!(statuses(&run_as(&store, &ops, rw)), [K, K, K, F, F]);
+        let ro = Access::Cache {
+            cache: 1,
+            rights: Rights::ReadOnly,
+        };
+        assert_eq!(statuses(&run_as(&store, &ops, ro)), [F, K, F, F, F]);
+        assert_eq!(
+            statuses(&run_as(&store, &ops, Access::Cluster)),
+            [K, K, K, K, K]
+        );
+    }
+
+    #[test]
+    fn wrong_server_names_the_owner_from_the_region_table() {
+        let store = RegionStore::new(1 << 20);
+        store.alloc(3, 0, 4096, 8192, 1).unwrap();
+        store.set_routes(3, 1, vec!["127.0.0.1:1".into(), "10.0.0.2:7".into()], 8192);
+        let out = run(
+            &store,
+            &[Op::Read {
+                cache: 3,
+                addr: 5000,
+                len: 8,
+            }],
+        );
+        let r: Vec<_> = ResponseDecoder::new(&out[HEADER_LEN..])
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(r[0].body, ReplyBody::Owner(Some("10.0.0.2:7")));
+        // A table naming this server for a region it does not hold gives no hint.
+        store.set_routes(3, 2, vec!["127.0.0.1:1".into(), "127.0.0.1:1".into()], 8192);
+        let out = run(
+            &store,
+            &[Op::Read {
+                cache: 3,
+                addr: 5000,
+                len: 8,
+            }],
+        );
+        let r: Vec<_> = ResponseDecoder::new(&out[HEADER_LEN..])
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(r[0].body, ReplyBody::Owner(None));
     }
 }

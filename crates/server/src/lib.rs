@@ -1,12 +1,17 @@
 //! The farcache cache server as a library; `farcache server` is a thin `main` over it.
 //!
-//! Layout: [`store`] holds region memory and the (cache, region) → memory table;
-//! [`exec`] runs a request batch against it; [`conn`] is one client connection's
-//! buffers and frame handling; [`worker`] is a thread's event loop (each worker owns
-//! its connections and runs every request to completion in place); [`acceptor`] hands
-//! new connections to workers; [`manager_link`] registers and heartbeats; [`metrics`]
-//! counts ops and [`metrics_http`] serves them to Prometheus; [`flow`] carries stored
-//! procedures across servers (FFlow hand-offs, DFlow pulls, sessions between servers).
+//! Layout: `store` holds region memory and the (cache, region) → memory table;
+//! `exec` runs a request batch against it; `conn` is one connection's handshake,
+//! buffers, limits and frame handling; `worker` is a thread's event loop (each worker
+//! owns its connections and runs every request to completion in place, and is
+//! restarted if it panics); `acceptor` hands new connections to workers; `control`
+//! answers control requests on a small pool; `manager_link` registers and heartbeats;
+//! [`metrics`] counts ops and `metrics_http` serves them to Prometheus; `flow`
+//! carries stored procedures across servers (FFlow hand-offs, DFlow pulls, sessions
+//! between servers).
+//!
+//! Every connection proves its role first (cluster secret or cache token, see
+//! `farcache_proto::auth`); a cache token reaches its own cache only.
 
 mod acceptor;
 pub mod config;
@@ -21,7 +26,7 @@ mod metrics_http;
 mod procs;
 mod region;
 mod server;
-pub mod store;
+mod store;
 mod worker;
 
 pub use config::ServerConfig;

@@ -6,23 +6,28 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use farcache_proto::blocking::{RpcError, control_call};
-use farcache_proto::control::{ControlErrorCode, ControlRequest, ControlResponse};
+use farcache_proto::blocking::{RpcError, control_call, handshake};
+use farcache_proto::control::{ControlErrorCode, ControlRequest, ControlResponse, region_digest};
+use farcache_proto::{Credential, Role};
 use tracing::{info, warn};
 
 use crate::server::Shared;
 
 const IO_TIMEOUT: Duration = Duration::from_secs(2);
 
-fn connect(addr: &str) -> Result<TcpStream, RpcError> {
+/// Connects and proves this server's role (the cluster secret, with its advertised
+/// address as identity).
+fn connect(sh: &Shared, addr: &str) -> Result<TcpStream, RpcError> {
     use std::net::ToSocketAddrs;
     let sa = addr.to_socket_addrs()?.next().ok_or_else(|| {
         RpcError::Unexpected(format!("manager address '{addr}' does not resolve"))
     })?;
-    let s = TcpStream::connect_timeout(&sa, IO_TIMEOUT)?;
+    let mut s = TcpStream::connect_timeout(&sa, IO_TIMEOUT)?;
     s.set_read_timeout(Some(IO_TIMEOUT))?;
     s.set_write_timeout(Some(IO_TIMEOUT))?;
     s.set_nodelay(true)?;
+    let cred = Credential::Cluster(sh.config.secret.clone());
+    handshake(&mut s, Role::Server, 0, &sh.advertise, &cred)?;
     Ok(s)
 }
 
@@ -36,6 +41,7 @@ fn register(sh: &Shared, stream: &mut TcpStream) -> Result<Duration, RpcError> {
         cores: c.cores,
         price_class: c.price_class,
         price_per_gib_hour: c.price_per_gib_hour,
+        tls_addr: sh.tls_advertise.clone(),
     };
     match control_call(stream, &req)? {
         ControlResponse::Registered {
@@ -58,15 +64,18 @@ pub fn run(sh: Arc<Shared>, manager: String) {
     let mut warned = false;
     while !sh.shutdown.load(Ordering::Acquire) {
         let r = (|| -> Result<(), RpcError> {
-            let mut s = connect(&manager)?;
+            let mut s = connect(&sh, &manager)?;
             let every = register(&sh, &mut s)?;
             warned = false;
             backoff = Duration::from_millis(50);
             while !sh.shutdown.load(Ordering::Acquire) {
                 sh.sleep(every);
+                let held = sh.store.held();
                 let hb = ControlRequest::Heartbeat {
                     server_id: sh.server_id(),
                     used: sh.store.used(),
+                    regions: held.len() as u64,
+                    digest: region_digest(held),
                 };
                 match control_call(&mut s, &hb) {
                     Ok(_) => {}

@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use farcache_proto::OpCode;
-use farcache_proto::control::{OpStats, PeerStats};
+use farcache_proto::control::{GuardStats, OpStats, PeerStats};
 
 const N: usize = OpCode::ALL.len();
 
@@ -20,6 +20,39 @@ pub struct Metrics {
     pub protocol_errors: AtomicU64,
     pub connections: AtomicU64,
     pub peer: PeerCounters,
+    pub guard: GuardCounters,
+    /// Worker threads that panicked (and were restarted).
+    pub worker_panics: AtomicU64,
+}
+
+/// What the server did to protect itself (see [`GuardStats`]).
+#[derive(Default)]
+pub struct GuardCounters {
+    pub refused: AtomicU64,
+    pub evicted: AtomicU64,
+    pub auth_failures: AtomicU64,
+    pub timed_out: AtomicU64,
+    pub cut_off: AtomicU64,
+    pub forbidden: AtomicU64,
+    pub peer_dropped: AtomicU64,
+}
+
+impl GuardCounters {
+    pub fn snapshot(&self) -> GuardStats {
+        GuardStats {
+            refused: self.refused.load(Relaxed),
+            evicted: self.evicted.load(Relaxed),
+            auth_failures: self.auth_failures.load(Relaxed),
+            timed_out: self.timed_out.load(Relaxed),
+            cut_off: self.cut_off.load(Relaxed),
+            forbidden: self.forbidden.load(Relaxed),
+            peer_dropped: self.peer_dropped.load(Relaxed),
+        }
+    }
+
+    pub fn bump(c: &AtomicU64) {
+        c.fetch_add(1, Relaxed);
+    }
 }
 
 /// Server-to-server traffic (see [`PeerStats`]).
@@ -60,6 +93,8 @@ pub struct Tally {
     count: [u64; N],
     bytes: [u64; N],
     errors: [u64; N],
+    /// Ops refused for the connection's token.
+    pub forbidden: u64,
 }
 
 impl Tally {
@@ -74,6 +109,9 @@ impl Tally {
 
 impl Metrics {
     pub fn publish(&self, t: &Tally) {
+        if t.forbidden > 0 {
+            self.guard.forbidden.fetch_add(t.forbidden, Relaxed);
+        }
         for i in 0..N {
             if t.count[i] != 0 {
                 self.count[i].fetch_add(t.count[i], Relaxed);
@@ -122,6 +160,22 @@ impl Metrics {
         ] {
             s += &format!("farcache_peer_{name}_total {v}\n");
         }
+        let g = self.guard.snapshot();
+        for (name, v) in [
+            ("refused", g.refused),
+            ("evicted", g.evicted),
+            ("auth_failures", g.auth_failures),
+            ("timed_out", g.timed_out),
+            ("cut_off", g.cut_off),
+            ("forbidden", g.forbidden),
+            ("peer_dropped", g.peer_dropped),
+        ] {
+            s += &format!("farcache_guard_{name}_total {v}\n");
+        }
+        s += &format!(
+            "farcache_worker_panics_total {}\n",
+            self.worker_panics.load(Relaxed)
+        );
         s += &format!("farcache_memory_bytes {memory}\nfarcache_memory_used_bytes {used}\n");
         s
     }

@@ -15,22 +15,49 @@ type PerCache = HashMap<CacheId, HashMap<String, Arc<dyn Procedure>>>;
 pub struct ProcTable {
     runtime: Option<WasmRuntime>,
     loaded: RwLock<PerCache>,
+    /// Fault injection on (tests only): `__panic` is callable.
+    faults: bool,
 }
 
 impl Default for ProcTable {
     fn default() -> Self {
-        Self::new(Limits::default())
+        Self::new(Limits::default(), false)
+    }
+}
+
+/// The fault-injection procedure: panics the worker thread that runs it, so tests can
+/// check that a failing worker is replaced and its connections told.
+struct Panic;
+
+static PANIC: Panic = Panic;
+
+impl Procedure for Panic {
+    fn name(&self) -> &str {
+        "__panic"
+    }
+
+    fn run(
+        &self,
+        _mem: &dyn farcache_sproc::Memory,
+        _addr: u64,
+        _args: &[u8],
+    ) -> Result<farcache_sproc::Outcome, SprocError> {
+        panic!("fault injection: the __panic procedure ran");
     }
 }
 
 impl ProcTable {
-    pub fn new(limits: Limits) -> Self {
+    pub fn new(limits: Limits, faults: bool) -> Self {
         let runtime = WasmRuntime::new(limits)
             .inspect_err(|e| tracing::warn!("WebAssembly procedures disabled: {e}"))
             .ok();
+        if faults {
+            tracing::warn!("fault injection is on (FARCACHE_FAULT_INJECTION=1): for tests only");
+        }
         Self {
             runtime,
             loaded: RwLock::new(HashMap::new()),
+            faults,
         }
     }
 
@@ -57,6 +84,9 @@ impl ProcTable {
     pub fn get(&self, cache: CacheId, name: &str) -> Option<ProcRef> {
         if let Some(p) = builtin::by_name(name) {
             return Some(ProcRef::Builtin(p));
+        }
+        if self.faults && name == PANIC.name() {
+            return Some(ProcRef::Builtin(&PANIC));
         }
         let p = self.loaded.read().get(&cache)?.get(name).cloned()?;
         Some(ProcRef::Loaded(p))

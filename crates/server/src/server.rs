@@ -1,13 +1,16 @@
-//! Starting and stopping a server: binds, spawns acceptor, workers and the manager link.
+//! Starting and stopping a server: binds, spawns acceptor, workers, the control pool
+//! and the manager link.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use farcache_proto::ServerId;
+use arc_swap::ArcSwap;
 use farcache_proto::control::ServerStats;
+use farcache_proto::{Authority, ServerId};
 use mio::{Poll, Waker};
 use parking_lot::{Condvar, Mutex};
 use tracing::info;
@@ -22,6 +25,10 @@ use crate::worker::{WAKER, Worker, WorkerInbox};
 pub struct Shared {
     pub config: ServerConfig,
     pub advertise: String,
+    /// Where clients reach this server over TLS, if it serves TLS.
+    pub tls_advertise: Option<String>,
+    /// Checks the proofs in peers' Hellos against the cluster secret.
+    pub authority: Authority,
     pub store: RegionStore,
     pub metrics: Metrics,
     /// Stored procedures this server can run.
@@ -31,6 +38,15 @@ pub struct Shared {
     pub inboxes: std::sync::OnceLock<Vec<WorkerInbox>>,
     /// Every worker's run queue, for idle workers to steal from.
     pub sched: std::sync::OnceLock<crate::flow::sched::Board>,
+    /// The other servers this one may talk to, by advertised address, resolved off
+    /// the workers (see [`crate::control`]): a peer message naming any other address
+    /// is refused, and no worker ever waits for DNS.
+    pub peers: ArcSwap<HashMap<String, SocketAddr>>,
+    /// Control requests go to a small pool, so a slow one (compiling WebAssembly)
+    /// never stalls a worker.
+    pub control: crate::control::Queue,
+    /// Response bytes queued and not yet sent, over all connections.
+    pub output_total: AtomicUsize,
     server_id: AtomicU32,
     nap: (Mutex<()>, Condvar),
 }
@@ -57,6 +73,7 @@ pub struct Server;
 
 pub struct ServerHandle {
     addr: SocketAddr,
+    tls_addr: Option<SocketAddr>,
     metrics_addr: Option<SocketAddr>,
     shared: Arc<Shared>,
     wakers: Vec<Arc<Waker>>,
@@ -77,16 +94,46 @@ impl Server {
         let addr = std_listener.local_addr()?;
         let listener = mio::net::TcpListener::from_std(std_listener);
         let advertise = config.advertise.clone().unwrap_or_else(|| addr.to_string());
+        let (tls_listener, tls_addr) = match (config.tls_listen, &config.tls) {
+            (Some(at), Some(_)) => {
+                let l = std::net::TcpListener::bind(at).map_err(|source| ServerError::Bind {
+                    addr: at.to_string(),
+                    source,
+                })?;
+                l.set_nonblocking(true)?;
+                let a = l.local_addr()?;
+                (Some(mio::net::TcpListener::from_std(l)), Some(a))
+            }
+            (Some(_), None) => {
+                return Err(ServerError::Config(
+                    "--tls-listen needs a certificate and key (--tls-cert, --tls-key)".into(),
+                ));
+            }
+            _ => (None, None),
+        };
+        let tls_advertise = tls_addr.map(|a| {
+            config
+                .tls_advertise
+                .clone()
+                .unwrap_or_else(|| a.to_string())
+        });
+        let fds = farcache_net::guard::raise_fd_limit();
+        let (control, jobs) = crate::control::Queue::new();
         let shared = Arc::new(Shared {
             store: RegionStore::new(config.memory),
             metrics: Metrics::default(),
-            procs: crate::procs::ProcTable::default(),
+            procs: crate::procs::ProcTable::new(Default::default(), config.fault_injection),
             shutdown: AtomicBool::new(false),
             inboxes: std::sync::OnceLock::new(),
             sched: std::sync::OnceLock::new(),
+            peers: ArcSwap::from_pointee(HashMap::new()),
+            control,
+            output_total: AtomicUsize::new(0),
             server_id: AtomicU32::new(0),
             nap: (Mutex::new(()), Condvar::new()),
+            authority: Authority::new(config.secret.clone()),
             advertise,
+            tls_advertise,
             config,
         });
 
@@ -129,8 +176,9 @@ impl Server {
         threads.push(
             std::thread::Builder::new()
                 .name("fc-acceptor".into())
-                .spawn(move || crate::acceptor::run(poll, listener, sh))?,
+                .spawn(move || crate::acceptor::run(poll, listener, tls_listener, sh))?,
         );
+        threads.extend(crate::control::spawn_pool(&shared, jobs)?);
         let mut metrics_addr = None;
         if let Some(at) = shared.config.metrics_listen {
             let l = crate::metrics_http::bind(at).map_err(|source| ServerError::Bind {
@@ -153,9 +201,10 @@ impl Server {
                     .spawn(move || crate::manager_link::run(sh, manager))?,
             );
         }
-        info!(%addr, threads = shared.config.threads, memory = shared.config.memory, "server listening");
+        info!(%addr, ?tls_addr, threads = shared.config.threads, memory = shared.config.memory, fds, "server listening");
         Ok(ServerHandle {
             addr,
+            tls_addr,
             metrics_addr,
             shared,
             wakers,
@@ -167,6 +216,11 @@ impl Server {
 impl ServerHandle {
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Where the TLS listener bound, if TLS is on.
+    pub fn tls_addr(&self) -> Option<SocketAddr> {
+        self.tls_addr
     }
 
     /// Where `--metrics-listen` bound, if set.
@@ -217,6 +271,7 @@ impl ServerHandle {
     fn stop(&mut self) {
         self.shared.shutdown.store(true, Ordering::Release);
         self.shared.nap.1.notify_all();
+        self.shared.control.close();
         for w in &self.wakers {
             let _ = w.wake();
         }

@@ -3,36 +3,57 @@
 //! that continues elsewhere is parked in the worker's flow engine, not on the thread.
 //! Invocations that can run again wait on the worker's queue; a worker about to sleep
 //! steals from the others' queues first, and a worker with a backlog wakes a sleeper.
+//!
+//! The worker also keeps its peers in bounds: it serves each connection a few reads per
+//! turn, holds at most its share of connections that have not authenticated (a new one
+//! evicts the oldest), and sweeps for deadlines (handshake, stalled frame, unread
+//! replies). If the thread panics, its connections are told and closed and the loop
+//! starts over on the same thread: the server's memory, and so every cache, stays.
 
+use std::collections::VecDeque;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
+use farcache_net::Stream;
 use farcache_proto::peer::PeerMsg;
-use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
-use tracing::{debug, warn};
+use tracing::{debug, error, warn};
 
-use crate::conn::{Conn, WorkerCtx};
+use crate::conn::{Conn, Expiry, Turn, WorkerCtx};
 use crate::flow::sched::SHARE_AT;
 use crate::flow::sessions::PEER_BASE;
 use crate::flow::{Engine, Invocation};
+use crate::metrics::GuardCounters;
 use crate::server::Shared;
 
 pub const WAKER: Token = Token(usize::MAX);
 /// How often parked invocations' deadlines are checked while the worker is idle.
 const DEADLINE_TICK: Duration = Duration::from_millis(10);
+/// How often connections' deadlines are checked.
+const SWEEP_EVERY: Duration = Duration::from_millis(250);
+/// How soon connections held back by the server-wide output cap are retried.
+const BLOCKED_RETRY: Duration = Duration::from_millis(1);
 /// Queued invocations run per loop turn before the worker looks at its sockets again.
 const RUN_BUDGET: usize = 256;
+/// The worker's read buffer: connections read into it and are served in place.
+const SCRATCH: usize = 256 << 10;
 
 /// What other threads hand a worker.
 pub enum WorkerMsg {
     /// A new connection (from the acceptor).
-    Conn(TcpStream),
+    Conn(Stream),
     /// A peer message for a ticket this worker owns (from another worker).
     Peer(Vec<u8>),
+    /// The control pool's reply for one of this worker's connections.
+    ControlReply {
+        conn: usize,
+        serial: u64,
+        frame: Vec<u8>,
+    },
 }
 
 pub struct Worker {
@@ -57,31 +78,108 @@ impl WorkerInbox {
     }
 }
 
+type ConnRef = (usize, u64);
+
 struct Loop {
     conns: Slab<Conn>,
     engine: Engine,
     serial: u64,
+    scratch: Vec<u8>,
+    /// Connections that may have more to read: served again next turn.
+    again: Vec<ConnRef>,
+    /// Connections waiting for the server's unsent replies to drain.
+    blocked: Vec<ConnRef>,
+    /// Connections not yet authenticated, oldest first (entries may be stale).
+    unauth: VecDeque<ConnRef>,
+    unauth_count: usize,
+    next_sweep: Instant,
+}
+
+impl Loop {
+    fn new(id: usize, sh: &Shared, queue: crossbeam_deque::Worker<Invocation>) -> Self {
+        Self {
+            conns: Slab::new(),
+            engine: Engine::new(id, sh.config.peer_batching, queue),
+            serial: 0,
+            scratch: vec![0; SCRATCH],
+            again: Vec::new(),
+            blocked: Vec::new(),
+            unauth: VecDeque::new(),
+            unauth_count: 0,
+            next_sweep: Instant::now() + SWEEP_EVERY,
+        }
+    }
+}
+
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".into())
 }
 
 impl Worker {
     pub fn run(mut self) {
-        let mut events = Events::with_capacity(1024);
         let queue = std::mem::replace(&mut self.queue, crossbeam_deque::Worker::new_fifo());
-        let mut st = Loop {
-            conns: Slab::new(),
-            engine: Engine::new(self.id, self.shared.config.peer_batching, queue),
-            serial: 0,
-        };
+        let mut st = Loop::new(self.id, &self.shared, queue);
+        loop {
+            match catch_unwind(AssertUnwindSafe(|| self.turns(&mut st))) {
+                Ok(()) => break,
+                Err(p) => {
+                    let what = panic_text(&*p);
+                    error!(
+                        worker = self.id,
+                        "worker thread panicked: {what}; closing its connections and starting over"
+                    );
+                    self.shared
+                        .metrics
+                        .worker_panics
+                        .fetch_add(1, Ordering::Relaxed);
+                    st = self.recover(st);
+                }
+            }
+        }
+        for key in st.conns.iter().map(|(k, _)| k).collect::<Vec<_>>() {
+            self.close(&mut st, key);
+        }
+    }
+
+    /// After a panic: every connection gets an error and is closed (its state may be
+    /// half-updated), parked invocations are dropped (their callers time out), and a
+    /// fresh loop starts with the same queue.
+    fn recover(&self, mut st: Loop) -> Loop {
+        let keys: Vec<usize> = st.conns.iter().map(|(k, _)| k).collect();
+        for key in keys {
+            if let Some(c) = st.conns.get_mut(key) {
+                c.abort(
+                    "internal error: the server thread serving this connection failed; reconnect",
+                );
+            }
+            self.close(&mut st, key);
+        }
+        let queue = st.engine.into_queue();
+        while queue.pop().is_some() {}
+        Loop::new(self.id, &self.shared, queue)
+    }
+
+    fn turns(&mut self, st: &mut Loop) {
+        let mut events = Events::with_capacity(1024);
         let spin = self.shared.config.busy_poll;
         let mut last_work = Instant::now();
         loop {
             let sh = &*self.shared;
             let mut timeout =
                 (!spin.is_zero() && last_work.elapsed() < spin).then_some(Duration::ZERO);
-            if st.engine.queued() > 0 {
+            if st.engine.queued() > 0 || !st.again.is_empty() {
                 timeout = Some(Duration::ZERO);
             } else if st.engine.has_waits() {
                 timeout = Some(timeout.unwrap_or(DEADLINE_TICK));
+            }
+            if !st.blocked.is_empty() {
+                timeout = Some(timeout.unwrap_or(BLOCKED_RETRY).min(BLOCKED_RETRY));
+            }
+            if !st.conns.is_empty() {
+                timeout = Some(timeout.unwrap_or(SWEEP_EVERY).min(SWEEP_EVERY));
             }
             // About to sleep: help a busier worker first. The idle bit goes up before
             // the last look, so a worker queueing work after it wakes this one.
@@ -90,7 +188,7 @@ impl Worker {
                 board.set_idle(self.id);
                 if st.engine.steal(sh, self.poll.registry()) {
                     board.clear_idle(self.id);
-                    self.settle(&mut st);
+                    self.settle(st);
                     continue;
                 }
             }
@@ -111,20 +209,30 @@ impl Worker {
             for ev in events.iter() {
                 let t = ev.token();
                 if t == WAKER {
-                    self.adopt(&mut st);
+                    self.adopt(st);
                 } else if t.0 >= PEER_BASE {
                     st.engine.on_session_event(sh, self.poll.registry(), t, ev);
                 } else {
-                    self.serve(&mut st, t.0);
+                    self.serve(st, t.0);
                 }
             }
-            if !events.is_empty() {
+            let mut worked = !events.is_empty();
+            for (key, serial) in std::mem::take(&mut st.again) {
+                worked = true;
+                self.serve_if(st, key, serial);
+            }
+            // Held back by the server's output cap or a full session to another
+            // server: each connection checks its own condition again.
+            for (key, serial) in std::mem::take(&mut st.blocked) {
+                self.serve_if(st, key, serial);
+            }
+            if worked {
                 // The window runs from the end of the work, not its start: a batch
                 // that takes longer to serve must not eat the time its successor has
                 // to arrive without waking this thread.
                 last_work = Instant::now();
             }
-            self.share(&st);
+            self.share(st);
             if st.engine.queued() > 0 {
                 st.engine.run_queue(sh, self.poll.registry(), RUN_BUDGET);
             } else if events.is_empty() && !sleeping {
@@ -139,8 +247,15 @@ impl Worker {
             if st.engine.has_waits() {
                 st.engine.expire(sh, self.poll.registry(), Instant::now());
             }
-            self.settle(&mut st);
+            self.settle(st);
             st.engine.forget_deadlines();
+            {
+                let now = Instant::now();
+                if now >= st.next_sweep {
+                    st.next_sweep = now + SWEEP_EVERY;
+                    self.sweep(st, now);
+                }
+            }
         }
     }
 
@@ -158,24 +273,112 @@ impl Worker {
         }
     }
 
+    fn serve_if(&self, st: &mut Loop, key: usize, serial: u64) {
+        if st.conns.get(key).is_some_and(|c| c.serial == serial) {
+            self.serve(st, key);
+        }
+    }
+
     fn serve(&self, st: &mut Loop, key: usize) {
-        let Some(conn) = st.conns.get_mut(key) else {
+        let Loop {
+            conns,
+            engine,
+            scratch,
+            ..
+        } = st;
+        let Some(conn) = conns.get_mut(key) else {
             return;
         };
+        let was_authenticated = conn.is_authenticated();
         let mut ctx = WorkerCtx {
+            worker: self.id,
             key,
-            engine: &mut st.engine,
+            engine,
             reg: self.poll.registry(),
         };
-        conn.on_ready(&self.shared, &mut ctx);
-        if conn.closed {
-            let mut c = st.conns.remove(key);
-            let _ = self.poll.registry().deregister(&mut c.stream);
-            self.shared
-                .metrics
-                .connections
-                .fetch_sub(1, Ordering::Relaxed);
-            debug!(worker = self.id, peer = %c.peer, "connection closed");
+        let turn = conn.on_ready(&self.shared, &mut ctx, scratch);
+        let (serial, closed) = (conn.serial, conn.closed);
+        if !was_authenticated && conn.is_authenticated() {
+            st.unauth_count = st.unauth_count.saturating_sub(1);
+        }
+        if closed {
+            self.close(st, key);
+            return;
+        }
+        match turn {
+            Turn::Again => st.again.push((key, serial)),
+            Turn::Blocked => st.blocked.push((key, serial)),
+            Turn::Idle => {}
+        }
+    }
+
+    /// Drops a connection and its accounting.
+    fn close(&self, st: &mut Loop, key: usize) {
+        let Some(mut c) = st.conns.try_remove(key) else {
+            return;
+        };
+        let _ = c.stream.deregister(self.poll.registry());
+        c.release(&self.shared);
+        if !c.is_authenticated() {
+            st.unauth_count = st.unauth_count.saturating_sub(1);
+        }
+        self.shared
+            .metrics
+            .connections
+            .fetch_sub(1, Ordering::Relaxed);
+        debug!(worker = self.id, peer = %c.peer, "connection closed");
+    }
+
+    /// Closes connections (and fails sessions) whose handshake, frame or replies are
+    /// overdue.
+    fn sweep(&self, st: &mut Loop, now: Instant) {
+        st.engine
+            .sweep_sessions(&self.shared, self.poll.registry(), now);
+        let g = &self.shared.config.guard;
+        let overdue: Vec<(usize, Expiry)> = st
+            .conns
+            .iter()
+            .filter_map(|(k, c)| c.expired(now, g).map(|e| (k, e)))
+            .collect();
+        for (key, why) in overdue {
+            let counter = match why {
+                Expiry::NotReading => &self.shared.metrics.guard.cut_off,
+                _ => &self.shared.metrics.guard.timed_out,
+            };
+            GuardCounters::bump(counter);
+            if let Some(c) = st.conns.get_mut(key) {
+                debug!(worker = self.id, peer = %c.peer, "closing connection: {}", why.why());
+                c.abort(why.why());
+            }
+            self.close(st, key);
+        }
+        // Forget entries of connections that authenticated or closed since.
+        if st.unauth.len() > 2 * st.unauth_count + 64 {
+            let conns = &st.conns;
+            st.unauth.retain(|&(k, s)| {
+                conns
+                    .get(k)
+                    .is_some_and(|c| c.serial == s && !c.is_authenticated())
+            });
+        }
+    }
+
+    /// Closes the oldest connection still waiting to authenticate.
+    fn evict_oldest(&self, st: &mut Loop) {
+        while let Some((key, serial)) = st.unauth.pop_front() {
+            let live = st
+                .conns
+                .get(key)
+                .is_some_and(|c| c.serial == serial && !c.is_authenticated());
+            if !live {
+                continue;
+            }
+            GuardCounters::bump(&self.shared.metrics.guard.evicted);
+            if let Some(c) = st.conns.get_mut(key) {
+                c.abort("too many connections waiting to authenticate; the oldest is closed");
+            }
+            self.close(st, key);
+            return;
         }
     }
 
@@ -206,13 +409,26 @@ impl Worker {
     }
 
     fn adopt(&self, st: &mut Loop) {
+        let sh = &*self.shared;
+        let cap = (sh.config.guard.max_unauthenticated / sh.config.threads.max(1)).max(1);
         while let Ok(msg) = self.incoming.try_recv() {
             let mut stream = match msg {
                 WorkerMsg::Conn(s) => s,
                 WorkerMsg::Peer(raw) => {
                     match PeerMsg::decode(&raw) {
-                        Ok(m) => st.engine.on_msg(&self.shared, self.poll.registry(), m),
+                        Ok(m) => st.engine.on_msg(sh, self.poll.registry(), m),
                         Err(e) => warn!(worker = self.id, "bad internal peer message: {e}"),
+                    }
+                    continue;
+                }
+                WorkerMsg::ControlReply {
+                    conn,
+                    serial,
+                    frame,
+                } => {
+                    if let Some(c) = st.conns.get_mut(conn).filter(|c| c.serial == serial) {
+                        c.control_done(sh, frame);
+                        self.serve(st, conn);
                     }
                     continue;
                 }
@@ -222,22 +438,25 @@ impl Worker {
                 .unwrap_or_else(|_| ([0, 0, 0, 0], 0).into());
             let entry = st.conns.vacant_entry();
             let key = entry.key();
-            if let Err(e) = self.poll.registry().register(
-                &mut stream,
+            if let Err(e) = stream.register(
+                self.poll.registry(),
                 Token(key),
                 Interest::READABLE | Interest::WRITABLE,
             ) {
                 warn!(worker = self.id, "register failed: {e}");
+                sh.metrics.connections.fetch_sub(1, Ordering::Relaxed);
                 continue;
             }
-            self.shared
-                .metrics
-                .connections
-                .fetch_add(1, Ordering::Relaxed);
             debug!(worker = self.id, %peer, "connection adopted");
             st.serial += 1;
-            entry.insert(Conn::new(stream, peer, st.serial));
-            // Data may have arrived before registration; edges raised then are lost.
+            let serial = st.serial;
+            entry.insert(Conn::new(stream, peer, serial, sh));
+            st.unauth.push_back((key, serial));
+            st.unauth_count += 1;
+            if st.unauth_count > cap {
+                self.evict_oldest(st);
+            }
+            // Sends the challenge; data may also have arrived before registration.
             self.serve(st, key);
         }
     }

@@ -28,7 +28,12 @@ fn value(text: &str, metric: &str) -> u64 {
 
 #[test]
 fn metrics_count_ops_errors_and_protocol_violations() {
-    let mut cfg = ServerConfig::new("127.0.0.1:0".parse().expect("addr"), 64 << 20);
+    let secret = farcache_proto::ClusterSecret::generate();
+    let mut cfg = ServerConfig::new(
+        "127.0.0.1:0".parse().expect("addr"),
+        64 << 20,
+        secret.clone(),
+    );
     cfg.metrics_listen = Some("127.0.0.1:0".parse().expect("addr"));
     let server = Server::start(cfg).expect("start server");
     let maddr = server.metrics_addr().expect("metrics bound");
@@ -39,7 +44,8 @@ fn metrics_count_ops_errors_and_protocol_violations() {
     let mut s = TcpStream::connect(server.addr()).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(5)))
         .expect("timeout");
-    handshake(&mut s, Role::Client, 7).expect("handshake");
+    let cred = farcache_proto::Credential::Cluster(secret);
+    handshake(&mut s, Role::Client, 7, "", &cred).expect("handshake");
     let mut out = Vec::new();
     let mut enc = RequestEncoder::begin(&mut out, 1);
     enc.push(&mut out, &Op::Ping);

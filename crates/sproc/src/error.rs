@@ -22,6 +22,12 @@ pub enum SprocError {
     /// no answer in time, no region table).
     #[error("{0}")]
     Flow(String),
+    /// The run read memory more times than its step budget allows (see
+    /// [`crate::memory::Steps`]).
+    #[error(
+        "{proc} stopped after its step budget of {limit} reads (a cycle, or too much work for one call: split it)"
+    )]
+    Budget { proc: String, limit: u64 },
     /// A sandboxed procedure trapped, ran out of fuel or broke the ABI.
     #[error("procedure {proc} {reason}")]
     Trapped { proc: String, reason: String },

@@ -10,7 +10,12 @@
 //! to the client library, which re-sends it. Because a procedure's state is always
 //! plain bytes, an invocation can stop and resume on any server.
 //!
-//! Layout: [`memory`] (what a procedure may read), [`outcome`] (the reply codec),
+//! One run on one server may read memory at most a step budget of times
+//! ([`memory::DEFAULT_STEP_BUDGET`], counted by the [`Memory`]); past it the run ends
+//! with [`SprocError::Budget`], so no arguments (a cyclic chain, say) can keep a server
+//! busy indefinitely. WebAssembly is additionally bounded by fuel.
+//!
+//! Layout: [`memory`] (what a procedure may read), [`outcome`] (what a run asks next),
 //! [`procedure`] (the trait and registry), [`args`] (little-endian helpers),
 //! [`builtin`] (gather, aggregate, pointer chase, scan-filter-aggregate, k-hop count).
 
@@ -23,6 +28,6 @@ pub mod procedure;
 pub mod wasm;
 
 pub use error::SprocError;
-pub use memory::{Memory, Miss};
+pub use memory::{Memory, Miss, Steps};
 pub use outcome::Outcome;
 pub use procedure::{Procedure, Registry};

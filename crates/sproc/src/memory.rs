@@ -1,5 +1,15 @@
 //! The cache as a procedure sees it: byte ranges by cache address, served only if this
 //! server holds them (the paper's `Translate` with its out-of-bounds condition).
+//!
+//! Every run of a procedure is bounded by a step budget of memory reads, charged by
+//! the [`Memory`] implementation (see [`Steps`]), so no arguments can keep a server
+//! worker busy indefinitely, whether the procedure is built in or WebAssembly.
+
+use std::cell::Cell;
+
+/// Memory reads one run of a procedure on one server may make by default (one
+/// `Procedure::run`/`run_into` call; a continuation elsewhere starts afresh).
+pub const DEFAULT_STEP_BUDGET: u64 = 1 << 24;
 
 /// Why a read was not served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -8,6 +18,8 @@ pub enum Miss {
     Remote,
     /// The range lies (partly) outside the cache: an error, not a continuation.
     OutOfRange,
+    /// This run used up its step budget ([`Memory::step_limit`] reads): an error.
+    Budget,
 }
 
 pub trait Memory {
@@ -25,15 +37,71 @@ pub trait Memory {
         self.read(addr, &mut b)?;
         Ok(u32::from_le_bytes(b))
     }
+
+    /// The step budget behind [`Miss::Budget`], for the error a procedure reports.
+    /// Implementations enforcing another limit say so here.
+    fn step_limit(&self) -> u64 {
+        DEFAULT_STEP_BUDGET
+    }
+}
+
+/// A run's step counter: a [`Memory`] holds one per run and charges a step per read.
+#[derive(Debug)]
+pub struct Steps {
+    used: Cell<u64>,
+    limit: u64,
+}
+
+impl Steps {
+    pub const fn new(limit: u64) -> Self {
+        Self {
+            used: Cell::new(0),
+            limit,
+        }
+    }
+
+    /// Counts one read; [`Miss::Budget`] once `limit` reads were counted.
+    #[inline]
+    pub fn charge(&self) -> Result<(), Miss> {
+        let used = self.used.get();
+        if used >= self.limit {
+            return Err(Miss::Budget);
+        }
+        // `used < limit`, so this cannot overflow.
+        self.used.set(used + 1);
+        Ok(())
+    }
+
+    pub fn used(&self) -> u64 {
+        self.used.get()
+    }
+
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+}
+
+impl Default for Steps {
+    fn default() -> Self {
+        Self::new(DEFAULT_STEP_BUDGET)
+    }
 }
 
 /// A byte vector standing in for a cache whose regions of `region_size` bytes are held
 /// locally where `local[region]` is true. Used by tests and by clients that want to
-/// run a procedure against a local copy.
+/// run a procedure against a local copy. It has no step budget of its own: wrap it
+/// with [`VecMemory::with_limit`] to get one.
 pub struct VecMemory<'a> {
     pub bytes: &'a [u8],
     pub region_size: u64,
     pub local: &'a [bool],
+}
+
+impl VecMemory<'_> {
+    /// This memory, serving at most `limit` reads (one run's worth).
+    pub fn with_limit(self, limit: u64) -> Budgeted<Self> {
+        Budgeted::new(self, limit)
+    }
 }
 
 impl Memory for VecMemory<'_> {
@@ -51,5 +119,89 @@ impl Memory for VecMemory<'_> {
         }
         out.copy_from_slice(&self.bytes[addr as usize..end as usize]);
         Ok(())
+    }
+}
+
+/// Any [`Memory`] with a step budget: each read charges one step first.
+pub struct Budgeted<M> {
+    inner: M,
+    steps: Steps,
+}
+
+impl<M: Memory> Budgeted<M> {
+    pub fn new(inner: M, limit: u64) -> Self {
+        Self {
+            inner,
+            steps: Steps::new(limit),
+        }
+    }
+
+    pub fn steps(&self) -> &Steps {
+        &self.steps
+    }
+
+    pub fn inner(&self) -> &M {
+        &self.inner
+    }
+}
+
+impl<M: Memory> Memory for Budgeted<M> {
+    fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), Miss> {
+        self.steps.charge()?;
+        self.inner.read(addr, out)
+    }
+
+    // Forwarded so the inner memory's fast paths still apply.
+    fn read_u64(&self, addr: u64) -> Result<u64, Miss> {
+        self.steps.charge()?;
+        self.inner.read_u64(addr)
+    }
+
+    fn read_u32(&self, addr: u64) -> Result<u32, Miss> {
+        self.steps.charge()?;
+        self.inner.read_u32(addr)
+    }
+
+    fn step_limit(&self) -> u64 {
+        self.steps.limit
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_allow_exactly_the_limit() {
+        let s = Steps::new(3);
+        for _ in 0..3 {
+            assert_eq!(s.charge(), Ok(()));
+        }
+        assert_eq!(s.charge(), Err(Miss::Budget));
+        assert_eq!(s.charge(), Err(Miss::Budget));
+        assert_eq!(s.used(), 3);
+        // The largest limit never overflows the counter.
+        let s = Steps::new(u64::MAX);
+        s.used.set(u64::MAX - 1);
+        assert_eq!(s.charge(), Ok(()));
+        assert_eq!(s.charge(), Err(Miss::Budget));
+    }
+
+    #[test]
+    fn budgeted_memory_charges_every_kind_of_read() {
+        let bytes = [7u8; 64];
+        let m = VecMemory {
+            bytes: &bytes,
+            region_size: 64,
+            local: &[true],
+        }
+        .with_limit(3);
+        let mut b = [0u8; 2];
+        assert_eq!(m.read(0, &mut b), Ok(()));
+        assert_eq!(m.read_u64(8), Ok(0x0707_0707_0707_0707));
+        assert_eq!(m.read_u32(8), Ok(0x0707_0707));
+        assert_eq!(m.read_u64(8), Err(Miss::Budget));
+        assert_eq!(m.step_limit(), 3);
+        assert_eq!(m.steps().used(), 3);
     }
 }

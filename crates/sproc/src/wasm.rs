@@ -1,6 +1,8 @@
 //! WebAssembly procedures: user code compiled once at registration (wasmtime,
 //! Cranelift) and run sandboxed per invocation — a fuel budget bounds its time, a
-//! store limiter bounds its memory, and a trap ends only that invocation.
+//! store limiter bounds its memory, and a trap ends only that invocation. Bytes copied
+//! by `read` and `output` cost fuel too (1 + len/8 units per call), and `read` counts against the
+//! run's step budget like a built-in's reads ([`SprocError::Budget`] once used up).
 //!
 //! Guest ABI (module `farcache`, all integers little-endian):
 //!
@@ -172,6 +174,7 @@ fn host_read(
 ) -> Result<i32, wasmtime::Error> {
     let mem = guest_memory(&mut c)?;
     let (len, dst) = (len as u32 as usize, dst as u32 as usize);
+    charge_copy(&mut c, len)?;
     let cache = c.data().mem;
     let buf = mem
         .data_mut(&mut c)
@@ -187,7 +190,35 @@ fn host_read(
             "read [{}, {}+{len}) outside the cache",
             addr as u64, addr as u64
         ))),
+        Err(Miss::Budget) => Err(wasmtime::Error::new(StepBudget(cache.step_limit()))),
     }
+}
+
+/// Ends an invocation whose memory answered [`Miss::Budget`]; `trapped` reports it as
+/// [`SprocError::Budget`].
+#[derive(Debug)]
+struct StepBudget(u64);
+
+impl std::fmt::Display for StepBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "stopped after its step budget of {} reads", self.0)
+    }
+}
+
+impl std::error::Error for StepBudget {}
+
+/// Host calls that copy bytes do work no guest instruction pays for. Charge about what
+/// a guest loop moving the bytes a word at a time would burn (a unit per 8 bytes), plus
+/// one for the call, so large copies in a loop run into the time limit like any loop.
+fn charge_copy(c: &mut Caller<'_, Host>, len: usize) -> Result<(), wasmtime::Error> {
+    let cost = 1 + len as u64 / 8;
+    let fuel = c.get_fuel()?;
+    if fuel < cost {
+        c.set_fuel(0)?;
+        return Err(wasmtime::Error::new(Trap::OutOfFuel));
+    }
+    c.set_fuel(fuel - cost)?;
+    Ok(())
 }
 
 fn host_output(mut c: Caller<'_, Host>, ptr: i32, len: i32) -> Result<(), wasmtime::Error> {
@@ -198,6 +229,7 @@ fn host_output(mut c: Caller<'_, Host>, ptr: i32, len: i32) -> Result<(), wasmti
             "output above {MAX_OUTPUT} bytes"
         )));
     }
+    charge_copy(&mut c, len)?;
     let (data, host) = mem.data_and_store_mut(&mut c);
     let bytes = data
         .get(ptr..ptr.saturating_add(len))
@@ -219,6 +251,12 @@ pub struct WasmProcedure {
 
 impl WasmProcedure {
     fn trapped(&self, e: &wasmtime::Error) -> SprocError {
+        if let Some(StepBudget(limit)) = e.downcast_ref::<StepBudget>() {
+            return SprocError::Budget {
+                proc: self.name.clone(),
+                limit: *limit,
+            };
+        }
         let reason = match e.downcast_ref::<Trap>() {
             Some(Trap::OutOfFuel) => format!("exceeded its time limit ({} fuel)", self.limits.fuel),
             Some(t) => format!("trapped: {t}"),

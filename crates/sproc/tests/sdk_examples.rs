@@ -18,8 +18,6 @@ use farcache_sproc::{Outcome, Procedure, SprocError};
 /// A multiple of the manager's region alignment, so rows and chunks never straddle.
 const REGION: u64 = 4096;
 const SERVERS: u64 = 3;
-/// The hop limit of the client library.
-const MAX_HOPS: usize = 4096;
 
 /// Builds the examples once per test process and returns where the modules are.
 fn examples_dir() -> &'static Path {
@@ -145,7 +143,11 @@ impl World {
                 Outcome::Continue { addr: at, state } => {
                     let next = self.owners.get((at / REGION) as usize).copied();
                     assert_ne!(next, server, "{}: continued on the same server", p.name());
-                    assert!(trace.len() < MAX_HOPS, "{}: too many hops", p.name());
+                    assert!(
+                        trace.len() < farcache_proto::reply::MAX_HOPS as usize,
+                        "{}: too many hops",
+                        p.name()
+                    );
                     trace.push((at, state.clone()));
                     (addr, args) = (at, state);
                 }

@@ -3,6 +3,7 @@ use std::time::Duration;
 
 use farcache_client::{Client, ClientConfig};
 use farcache_manager::{Manager, ManagerConfig, ManagerHandle};
+use farcache_proto::ClusterSecret;
 use farcache_server::{Server, ServerConfig, ServerHandle};
 
 use crate::{ClusterOptions, TestkitError, wait_for_alive};
@@ -12,6 +13,7 @@ pub struct LocalCluster {
     servers: Vec<ServerHandle>,
     manager: Option<ManagerHandle>,
     manager_addr: SocketAddr,
+    secret: ClusterSecret,
     _dir: tempfile::TempDir,
 }
 
@@ -19,7 +21,8 @@ impl LocalCluster {
     pub fn start(opts: &ClusterOptions) -> Result<Self, TestkitError> {
         let dir = tempfile::tempdir()?;
         let loopback: SocketAddr = ([127, 0, 0, 1], 0).into();
-        let mut mc = ManagerConfig::new(loopback, dir.path());
+        let secret = ClusterSecret::generate();
+        let mut mc = ManagerConfig::new(loopback, dir.path(), secret.clone());
         mc.region_size = opts.region_size;
         mc.heartbeat_interval = opts.heartbeat_interval;
         mc.heartbeat_timeout = opts.heartbeat_timeout;
@@ -27,7 +30,7 @@ impl LocalCluster {
         let manager_addr = manager.addr();
         let mut servers = Vec::new();
         for _ in 0..opts.servers {
-            let mut sc = ServerConfig::new(loopback, opts.server_memory);
+            let mut sc = ServerConfig::new(loopback, opts.server_memory, secret.clone());
             sc.threads = opts.server_threads;
             sc.peer_batching = opts.peer_batching;
             sc.manager = Some(manager_addr.to_string());
@@ -42,6 +45,7 @@ impl LocalCluster {
             servers,
             manager: Some(manager),
             manager_addr,
+            secret,
             _dir: dir,
         };
         wait_for_alive(&c.client()?, opts.servers, Duration::from_secs(10))?;
@@ -56,15 +60,24 @@ impl LocalCluster {
         &self.servers
     }
 
-    pub fn client(&self) -> Result<Client, TestkitError> {
-        Ok(Client::connect(&self.manager_addr.to_string())?)
+    /// The cluster's secret (clients from [`LocalCluster::client`] hold it).
+    pub fn secret(&self) -> &ClusterSecret {
+        &self.secret
     }
 
-    pub fn client_with(&self, cfg: ClientConfig) -> Result<Client, TestkitError> {
-        Ok(Client::with_config(ClientConfig {
-            manager: self.manager_addr.to_string(),
-            ..cfg
-        })?)
+    /// A client holding the cluster secret.
+    pub fn client(&self) -> Result<Client, TestkitError> {
+        self.client_with(ClientConfig::new(""))
+    }
+
+    /// A client with `cfg`'s transport settings, this cluster's manager, and the
+    /// cluster secret unless `cfg` names a credential.
+    pub fn client_with(&self, mut cfg: ClientConfig) -> Result<Client, TestkitError> {
+        cfg.manager = self.manager_addr.to_string();
+        if cfg.credential.is_none() {
+            cfg = cfg.secret(self.secret.clone());
+        }
+        Ok(Client::with_config(cfg)?)
     }
 
     /// Stops servers, then the manager.

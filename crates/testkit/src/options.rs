@@ -11,6 +11,13 @@ pub struct ClusterOptions {
     pub heartbeat_timeout: Duration,
     /// Servers batch messages to each other per destination (see `ServerConfig`).
     pub peer_batching: bool,
+    /// Manager and servers also serve TLS (a self-signed certificate for 127.0.0.1);
+    /// clients from the cluster use it.
+    pub tls: bool,
+    /// Extra command-line arguments for every server process (`ProcessCluster`).
+    pub server_args: Vec<String>,
+    /// Extra environment for every server process (`ProcessCluster`).
+    pub server_env: Vec<(String, String)>,
 }
 
 impl Default for ClusterOptions {
@@ -23,6 +30,9 @@ impl Default for ClusterOptions {
             heartbeat_interval: Duration::from_millis(100),
             heartbeat_timeout: Duration::from_millis(1000),
             peer_batching: true,
+            tls: false,
+            server_args: Vec::new(),
+            server_env: Vec::new(),
         }
     }
 }
@@ -45,6 +55,23 @@ impl ClusterOptions {
 
     pub fn peer_batching(mut self, on: bool) -> Self {
         self.peer_batching = on;
+        self
+    }
+
+    pub fn tls(mut self, on: bool) -> Self {
+        self.tls = on;
+        self
+    }
+
+    /// Adds `args` to every server's command line (`ProcessCluster`).
+    pub fn server_args<I: IntoIterator<Item = S>, S: Into<String>>(mut self, args: I) -> Self {
+        self.server_args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Sets `key=value` in every server's environment (`ProcessCluster`).
+    pub fn server_env(mut self, key: &str, value: &str) -> Self {
+        self.server_env.push((key.into(), value.into()));
         self
     }
 

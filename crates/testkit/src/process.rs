@@ -2,32 +2,42 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use farcache_client::{Client, ClientConfig};
+use farcache_client::{Client, ClientConfig, TlsConnector};
+use farcache_proto::ClusterSecret;
 
 use crate::{ClusterOptions, TestkitError, wait_for_alive};
 
-/// Manager and servers as child processes of the `farcache` binary.
+/// Manager and servers as child processes of the `farcache` binary, sharing a cluster
+/// secret written to a key file in the cluster's directory.
 pub struct ProcessCluster {
     bin: PathBuf,
     dir: tempfile::TempDir,
     opts: ClusterOptions,
+    secret: ClusterSecret,
+    /// The self-signed certificate and key, when the cluster serves TLS.
+    tls_files: Option<(PathBuf, PathBuf)>,
     manager: Option<Child>,
     manager_addr: String,
+    manager_tls_addr: Option<String>,
     servers: Vec<Option<Child>>,
     server_addrs: Vec<String>,
 }
 
+/// The addresses a process wrote once listening: its address, then its TLS address
+/// if it serves TLS.
 fn read_addr_file(
     path: &Path,
     child: &mut Child,
     timeout: Duration,
-) -> Result<String, TestkitError> {
+) -> Result<(String, Option<String>), TestkitError> {
     let deadline = Instant::now() + timeout;
     loop {
         if let Ok(s) = std::fs::read_to_string(path)
             && s.ends_with('\n')
         {
-            return Ok(s.trim().to_string());
+            let mut it = s.split_whitespace().map(str::to_owned);
+            let addr = it.next().unwrap_or_default();
+            return Ok((addr, it.next()));
         }
         if let Some(status) = child.try_wait()? {
             return Err(TestkitError::Other(format!(
@@ -47,12 +57,27 @@ fn read_addr_file(
 impl ProcessCluster {
     /// Starts `farcache manager` and `opts.servers` × `farcache server` from `bin`.
     pub fn start(bin: impl Into<PathBuf>, opts: &ClusterOptions) -> Result<Self, TestkitError> {
+        let dir = tempfile::tempdir()?;
+        let secret = ClusterSecret::create(&dir.path().join("cluster.secret"))
+            .map_err(|e| TestkitError::Other(e.to_string()))?;
+        let tls_files = if opts.tls {
+            let names = vec!["127.0.0.1".to_string(), "localhost".to_string()];
+            Some(
+                farcache_net::tls::ensure_self_signed(dir.path(), &names)
+                    .map_err(|e| TestkitError::Other(e.to_string()))?,
+            )
+        } else {
+            None
+        };
         let mut c = Self {
             bin: bin.into(),
-            dir: tempfile::tempdir()?,
+            dir,
             opts: opts.clone(),
+            secret,
+            tls_files,
             manager: None,
             manager_addr: "127.0.0.1:0".into(),
+            manager_tls_addr: None,
             servers: Vec::new(),
             server_addrs: Vec::new(),
         };
@@ -73,12 +98,40 @@ impl ProcessCluster {
         cmd
     }
 
+    /// The key file every process of the cluster reads.
+    pub fn secret_path(&self) -> PathBuf {
+        self.dir.path().join("cluster.secret")
+    }
+
+    pub fn secret(&self) -> &ClusterSecret {
+        &self.secret
+    }
+
+    /// The certificate clients trust, when the cluster serves TLS.
+    pub fn tls_cert(&self) -> Option<&Path> {
+        self.tls_files.as_ref().map(|(c, _)| c.as_path())
+    }
+
+    fn tls_args(&self, cmd: &mut Command) {
+        if let Some((cert, key)) = &self.tls_files {
+            cmd.arg("--tls-listen")
+                .arg("127.0.0.1:0")
+                .arg("--tls-cert")
+                .arg(cert)
+                .arg("--tls-key")
+                .arg(key);
+        }
+    }
+
     fn start_manager(&mut self) -> Result<(), TestkitError> {
         let addr_file = self.dir.path().join("manager.addr");
         let _ = std::fs::remove_file(&addr_file);
-        let mut child = self
-            .command()
-            .arg("manager")
+        let mut cmd = self.command();
+        cmd.arg("manager");
+        self.tls_args(&mut cmd);
+        let mut child = cmd
+            .arg("--secret-file")
+            .arg(self.secret_path())
             .arg("--listen")
             .arg(&self.manager_addr)
             .arg("--data-dir")
@@ -92,7 +145,9 @@ impl ProcessCluster {
             .arg("--addr-file")
             .arg(&addr_file)
             .spawn()?;
-        self.manager_addr = read_addr_file(&addr_file, &mut child, Duration::from_secs(20))?;
+        let (addr, tls) = read_addr_file(&addr_file, &mut child, Duration::from_secs(20))?;
+        self.manager_addr = addr;
+        self.manager_tls_addr = tls;
         self.manager = Some(child);
         Ok(())
     }
@@ -107,10 +162,17 @@ impl ProcessCluster {
             .unwrap_or_else(|| "127.0.0.1:0".into());
         let mut cmd = self.command();
         cmd.arg("server");
+        self.tls_args(&mut cmd);
         if !self.opts.peer_batching {
             cmd.arg("--no-peer-batching");
         }
+        cmd.args(&self.opts.server_args);
+        for (k, v) in &self.opts.server_env {
+            cmd.env(k, v);
+        }
         let mut child = cmd
+            .arg("--secret-file")
+            .arg(self.secret_path())
             .arg("--listen")
             .arg(listen)
             .arg("--manager")
@@ -122,7 +184,7 @@ impl ProcessCluster {
             .arg("--addr-file")
             .arg(&addr_file)
             .spawn()?;
-        let addr = read_addr_file(&addr_file, &mut child, Duration::from_secs(20))?;
+        let (addr, _) = read_addr_file(&addr_file, &mut child, Duration::from_secs(20))?;
         if i < self.servers.len() {
             self.servers[i] = Some(child);
             self.server_addrs[i] = addr;
@@ -141,15 +203,31 @@ impl ProcessCluster {
         &self.server_addrs[i]
     }
 
-    pub fn client(&self) -> Result<Client, TestkitError> {
-        Ok(Client::connect(&self.manager_addr)?)
+    /// The manager's TLS address, when the cluster serves TLS.
+    pub fn manager_tls_addr(&self) -> Option<&str> {
+        self.manager_tls_addr.as_deref()
     }
 
-    pub fn client_with(&self, cfg: ClientConfig) -> Result<Client, TestkitError> {
-        Ok(Client::with_config(ClientConfig {
-            manager: self.manager_addr.clone(),
-            ..cfg
-        })?)
+    /// A client holding the cluster secret (over TLS if the cluster serves it).
+    pub fn client(&self) -> Result<Client, TestkitError> {
+        self.client_with(ClientConfig::new(""))
+    }
+
+    /// A client with `cfg`'s transport settings and this cluster's manager; it holds
+    /// the cluster secret unless `cfg` names a credential, and speaks TLS when the
+    /// cluster serves it.
+    pub fn client_with(&self, mut cfg: ClientConfig) -> Result<Client, TestkitError> {
+        cfg.manager = self.manager_addr.clone();
+        if cfg.credential.is_none() {
+            cfg = cfg.secret(self.secret.clone());
+        }
+        if let (Some(cert), Some(tls_addr)) = (self.tls_cert(), &self.manager_tls_addr) {
+            let t =
+                TlsConnector::from_ca_file(cert).map_err(|e| TestkitError::Other(e.to_string()))?;
+            cfg = cfg.tls(t);
+            cfg.manager = tls_addr.clone();
+        }
+        Ok(Client::with_config(cfg)?)
     }
 
     /// OS process id of server `i`, while it runs (for tests that stop or signal it).

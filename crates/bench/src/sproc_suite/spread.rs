@@ -70,7 +70,8 @@ impl SpreadCluster {
         let addrs: Vec<String> = (0..SPREAD_SERVERS)
             .map(|i| cluster.server_addr(i).to_string())
             .collect();
-        let counters = OpCounters::connect(&addrs)?;
+        let cred = farcache_proto::Credential::Cluster(cluster.secret().clone());
+        let counters = OpCounters::connect(&addrs, &cred)?;
         Ok(Self {
             client,
             counters,
@@ -102,13 +103,13 @@ struct OpCounters {
 }
 
 impl OpCounters {
-    fn connect(addrs: &[String]) -> Result<Self> {
+    fn connect(addrs: &[String], cred: &farcache_proto::Credential) -> Result<Self> {
         let mut conns = Vec::new();
         for (i, a) in addrs.iter().enumerate() {
             let mut s = TcpStream::connect(a.as_str())?;
             s.set_read_timeout(Some(Duration::from_secs(10)))?;
             s.set_nodelay(true)?;
-            handshake(&mut s, Role::Client, 0x5000 + i as u64).map_err(cluster_err)?;
+            handshake(&mut s, Role::Client, 0x5000 + i as u64, "", cred).map_err(cluster_err)?;
             conns.push(s);
         }
         Ok(Self { conns })

@@ -80,6 +80,7 @@ pub fn run(a: Args) -> Result<()> {
         fill(&cache, a.size)?,
         verify(&cache, a.size)?,
         mixed(&cache, a.size, a.seconds)?,
+        tenant(&cluster, &cache)?,
     ];
     print_rows(&rows);
     print_servers(&cluster);
@@ -89,6 +90,41 @@ pub fn run(a: Args) -> Result<()> {
     cluster.shutdown();
     println!("\ncluster stopped cleanly.");
     Ok(())
+}
+
+/// A second client holding only the cache's read-only token: it reads what the fill
+/// wrote, its writes are refused by the servers, and it cannot see other caches.
+fn tenant(cluster: &LocalCluster, cache: &Cache) -> Result<Row> {
+    let tokens = cache.tokens().context("create hands out tokens")?;
+    let token = tokens.read_only.parse()?;
+    let started = Instant::now();
+    let reader = cluster.client_with(ClientConfig::new("").token(token))?;
+    let view = reader.open(&cache.info().name)?;
+    let probe = 4096u64;
+    let got = view.read(probe, 64)?;
+    ensure!(
+        got.iter()
+            .enumerate()
+            .all(|(i, &b)| b == pattern(probe + i as u64)),
+        "the read-only tenant reads other bytes than the fill wrote"
+    );
+    let write = view.write(probe, b"not allowed");
+    ensure!(write.is_err(), "a read-only token wrote to the cache");
+    ensure!(
+        reader.status().is_err(),
+        "a token client saw the whole cluster"
+    );
+    ensure!(
+        cache.read(probe, 64)?[..] == got[..],
+        "the refused write changed the cache"
+    );
+    Ok(Row {
+        phase: "tenant",
+        work: "1 read, 1 write".into(),
+        secs: started.elapsed().as_secs_f64(),
+        rate: "-".into(),
+        note: "read-only token: read ok, write refused".into(),
+    })
 }
 
 /// One manager and `a.servers` servers, each with room for twice its share of the cache.

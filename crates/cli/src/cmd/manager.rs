@@ -23,18 +23,34 @@ pub struct Args {
     /// A server silent this long is marked dead.
     #[arg(long, default_value_t = 3000)]
     dead_after_ms: u64,
+    /// Write the bound address (and TLS address) to this file once listening.
     #[arg(long)]
     addr_file: Option<PathBuf>,
+    #[command(flatten)]
+    net: super::Listening,
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let mut c = ManagerConfig::new(a.listen, a.data_dir);
+    let mut c = ManagerConfig::new(a.listen, a.data_dir, a.net.secret()?);
+    if let Some((at, t)) = a.net.tls()? {
+        c.tls_listen = Some(at);
+        c.tls = Some(t);
+    }
+    c.guard = a.net.guard();
     c.region_size = a.region_size;
     c.heartbeat_interval = Duration::from_millis(a.heartbeat_ms);
     c.heartbeat_timeout = Duration::from_millis(a.dead_after_ms);
     let h = Manager::start(c)?;
-    super::write_addr_file(a.addr_file.as_deref(), &h.addr().to_string())?;
+    let tls = h.tls_addr().map(|t| t.to_string());
+    super::write_addr_file(
+        a.addr_file.as_deref(),
+        &h.addr().to_string(),
+        tls.as_deref(),
+    )?;
     println!("farcache manager listening on {}", h.addr());
+    if let Some(t) = tls {
+        println!("TLS clients: {t}");
+    }
     loop {
         std::thread::park();
     }

@@ -47,13 +47,28 @@ pub struct Args {
     /// event-loop turn (to measure what batching buys).
     #[arg(long)]
     no_peer_batching: bool,
-    /// Write the bound address to this file once listening.
+    /// Address to register for TLS clients, if different from --tls-listen.
+    #[arg(long)]
+    tls_advertise: Option<String>,
+    /// Stop reading from every connection while this much reply data is unsent.
+    #[arg(long, default_value = "1GiB", value_parser = parse_size)]
+    max_output: u64,
+    /// Write the bound address (and TLS address) to this file once listening.
     #[arg(long)]
     addr_file: Option<PathBuf>,
+    #[command(flatten)]
+    net: super::Listening,
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let mut c = ServerConfig::new(a.listen, a.memory);
+    let mut c = ServerConfig::new(a.listen, a.memory, a.net.secret()?);
+    if let Some((at, t)) = a.net.tls()? {
+        c.tls_listen = Some(at);
+        c.tls = Some(t);
+    }
+    c.tls_advertise = a.tls_advertise;
+    c.guard = a.net.guard();
+    c.max_output_total = usize::try_from(a.max_output).unwrap_or(usize::MAX);
     c.advertise = a.advertise;
     c.threads = a.threads;
     c.manager = a.manager;
@@ -65,8 +80,16 @@ pub fn run(a: Args) -> Result<()> {
     c.peer_batching = !a.no_peer_batching;
     c.max_frame = u32::try_from(a.max_frame).context("--max-frame must be below 4GiB")?;
     let h = Server::start(c)?;
-    super::write_addr_file(a.addr_file.as_deref(), &h.addr().to_string())?;
+    let tls = h.tls_addr().map(|t| t.to_string());
+    super::write_addr_file(
+        a.addr_file.as_deref(),
+        &h.addr().to_string(),
+        tls.as_deref(),
+    )?;
     println!("farcache server listening on {}", h.addr());
+    if let Some(t) = tls {
+        println!("TLS clients: {t}");
+    }
     if let Some(m) = h.metrics_addr() {
         println!("metrics: http://{m}/metrics");
     }

@@ -10,10 +10,12 @@ pub struct Args {
     /// Also list every region of every cache.
     #[arg(long)]
     regions: bool,
+    #[command(flatten)]
+    creds: super::Credentials,
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let client = Client::connect(&a.manager)?;
+    let client = Client::with_config(a.creds.config(&a.manager)?)?;
     let s = client.status()?;
     println!("servers ({}):", s.servers.len());
     println!(

@@ -1,7 +1,9 @@
+use std::path::Path;
 use std::process::{Child, Command};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use farcache_client::{ClientConfig, ClusterSecret};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -19,6 +21,7 @@ pub struct Args {
     /// Manager port; servers take the following ports.
     #[arg(long, default_value_t = 7400)]
     port: u16,
+    /// Holds the catalogue and the cluster's secret key (created on first start).
     #[arg(long, default_value = "farcache-data")]
     data_dir: String,
 }
@@ -37,6 +40,10 @@ impl Drop for Children {
 pub fn run(a: Args) -> Result<()> {
     let exe = std::env::current_exe().context("cannot find the farcache binary")?;
     let manager = format!("127.0.0.1:{}", a.port);
+    std::fs::create_dir_all(&a.data_dir)?;
+    let secret_path = Path::new(&a.data_dir).join("cluster.secret");
+    let secret = ClusterSecret::load_or_create(&secret_path)?;
+    let secret_file = secret_path.display().to_string();
     let mut kids = Children(Vec::new());
     kids.0.push(
         Command::new(&exe)
@@ -48,11 +55,12 @@ pub fn run(a: Args) -> Result<()> {
                 &a.data_dir,
                 "--region-size",
                 &a.region_size,
+                "--secret-file",
+                &secret_file,
             ])
             .spawn()
             .context("starting the manager")?,
     );
-    std::thread::sleep(Duration::from_millis(200));
     for i in 0..a.servers {
         let port = u16::try_from(usize::from(a.port) + 1 + i).map_err(|_| {
             anyhow::anyhow!("--port {} leaves no room for {} servers", a.port, a.servers)
@@ -68,20 +76,25 @@ pub fn run(a: Args) -> Result<()> {
                     &manager,
                     "--memory",
                     &a.memory,
+                    "--secret-file",
+                    &secret_file,
                 ])
                 .args(["--threads", &a.threads.to_string()])
                 .spawn()
                 .with_context(|| format!("starting server {i}"))?,
         );
     }
-    let client = farcache_client::Client::connect(&manager)?;
+    let client = connect(&manager, &secret)?;
     farcache_testkit::wait_for_alive(&client, a.servers, Duration::from_secs(20))?;
     println!(
         "\nfarcache is up: manager {manager}, {} servers.",
         a.servers
     );
+    println!("  key:     export FARCACHE_SECRET_FILE={secret_file}");
     println!("  status:  farcache status --manager {manager}");
-    println!("  connect: farcache_client::Client::connect(\"{manager}\")");
+    println!(
+        "  connect: farcache_client::Client::connect(\"{manager}\")  (reads FARCACHE_SECRET_FILE)"
+    );
     println!("Press Ctrl-C to stop.");
     loop {
         for (i, c) in kids.0.iter_mut().enumerate() {
@@ -90,5 +103,21 @@ pub fn run(a: Args) -> Result<()> {
             }
         }
         std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Connects once the manager listens (it may take a moment to start).
+fn connect(manager: &str, secret: &ClusterSecret) -> Result<farcache_client::Client> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let cfg = ClientConfig::new(manager).secret(secret.clone());
+        match farcache_client::Client::with_config(cfg) {
+            Ok(c) => return Ok(c),
+            Err(e) if std::time::Instant::now() < deadline => {
+                tracing::debug!("manager not reachable yet: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => return Err(e.into()),
+        }
     }
 }

@@ -10,7 +10,13 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
+use std::io::Write;
+use std::net::TcpStream;
+
 use farcache_client::{ClientError, OpError, OpOutput, OpResult};
+use farcache_proto::blocking::read_frame;
+use farcache_proto::response::ReplyBody;
+use farcache_proto::{FrameKind, Op, OpCode, RequestEncoder, ResponseDecoder, Status};
 
 /// Path of the `farcache` binary built for these tests.
 pub fn bin() -> &'static str {
@@ -189,4 +195,64 @@ pub fn all_threads_stopped(pid: libc::pid_t) -> bool {
         any = true;
     }
     any
+}
+
+// ---------------------------------------------------------------------------------
+// Raw request batches, for tests that speak the wire protocol themselves.
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Body {
+    None,
+    Data(Vec<u8>),
+    Value(u64),
+    Owner(Option<String>),
+}
+
+pub type Reply = (OpCode, Status, Body);
+
+pub fn encode_request(seq: u64, ops: &[Op<'_>]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut enc = RequestEncoder::begin(&mut out, seq);
+    for op in ops {
+        enc.push(&mut out, op);
+    }
+    enc.finish(&mut out);
+    out
+}
+
+pub fn decode_replies(payload: &[u8]) -> Vec<Reply> {
+    let mut d = ResponseDecoder::new(payload).expect("response payload");
+    let replies = d
+        .by_ref()
+        .map(|r| {
+            let r = r.expect("reply");
+            let body = match r.body {
+                ReplyBody::None => Body::None,
+                ReplyBody::Data(b) => Body::Data(b.to_vec()),
+                ReplyBody::Value(v) => Body::Value(v),
+                ReplyBody::Owner(o) => Body::Owner(o.map(str::to_owned)),
+            };
+            (r.op, r.status, body)
+        })
+        .collect();
+    d.finish().expect("well-formed response");
+    replies
+}
+
+/// One request batch and its response on an established connection.
+pub fn request(s: &mut TcpStream, seq: u64, ops: &[Op<'_>]) -> Vec<Reply> {
+    s.write_all(&encode_request(seq, ops))
+        .expect("send request");
+    let (h, payload) = read_frame(s, u32::MAX).expect("response frame");
+    assert_eq!(
+        h.kind,
+        FrameKind::Response,
+        "expected a response, got {:?}: {}",
+        h.kind,
+        String::from_utf8_lossy(&payload)
+    );
+    assert_eq!(h.seq, seq, "response seq");
+    let r = decode_replies(&payload);
+    assert_eq!(r.len(), ops.len(), "one reply per op");
+    r
 }

@@ -11,18 +11,28 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use farcache_manager::{Manager, ManagerConfig, ManagerHandle};
-use farcache_proto::blocking::{RpcError, read_frame, write_frame};
+use farcache_proto::blocking::{RpcError, handshake, read_frame, write_frame};
 use farcache_proto::control::{
-    ClusterStatus, ControlErrorCode, ControlRequest, ControlResponse, PriceClass, ServerInfo,
+    ClusterStatus, ControlErrorCode, ControlRequest, ControlResponse, HeldRegion, PriceClass,
+    ServerInfo,
 };
-use farcache_proto::{CacheId, FrameKind, HelloAck, MAX_FRAME_DEFAULT, PROTOCOL_VERSION, ServerId};
+use farcache_proto::{
+    Authority, CacheId, Challenge, ClusterSecret, Credential, FrameKind, Hello, MAX_FRAME_DEFAULT,
+    Role, ServerId,
+};
 use parking_lot::Mutex;
 
 /// Small regions keep the numbers readable.
 pub const R: u64 = 1 << 20;
 
+/// The secret every manager, fake server and connection of these tests shares.
+pub fn secret() -> ClusterSecret {
+    static S: std::sync::OnceLock<ClusterSecret> = std::sync::OnceLock::new();
+    S.get_or_init(ClusterSecret::generate).clone()
+}
+
 pub fn config(dir: &Path) -> ManagerConfig {
-    let mut c = ManagerConfig::new(([127, 0, 0, 1], 0).into(), dir);
+    let mut c = ManagerConfig::new(([127, 0, 0, 1], 0).into(), dir, secret());
     c.region_size = R;
     // Long enough that no test server is declared dead unless a test wants it.
     c.heartbeat_timeout = Duration::from_secs(60);
@@ -33,11 +43,13 @@ pub fn start(dir: &Path) -> ManagerHandle {
     Manager::start(config(dir)).expect("manager starts")
 }
 
-/// A cache server stand-in: answers Hello and Alloc/Free/Drop, recording each call.
+/// A cache server stand-in: authenticates the manager like a server does, answers
+/// Alloc/Free/Drop/Resize, reports `held` regions, and records each call.
 pub struct FakeServer {
     pub addr: SocketAddr,
     calls: Arc<Mutex<Vec<ControlRequest>>>,
     fail_alloc: Arc<AtomicBool>,
+    held: Arc<Mutex<Vec<HeldRegion>>>,
 }
 
 impl FakeServer {
@@ -46,12 +58,17 @@ impl FakeServer {
         let addr = listener.local_addr().expect("fake server addr");
         let calls = Arc::new(Mutex::new(Vec::new()));
         let fail_alloc = Arc::new(AtomicBool::new(false));
-        let (c, f) = (Arc::clone(&calls), Arc::clone(&fail_alloc));
+        let held = Arc::new(Mutex::new(Vec::new()));
+        let (c, f, h) = (
+            Arc::clone(&calls),
+            Arc::clone(&fail_alloc),
+            Arc::clone(&held),
+        );
         thread::spawn(move || {
             for stream in listener.incoming().flatten() {
-                let (c, f) = (Arc::clone(&c), Arc::clone(&f));
+                let (c, f, h) = (Arc::clone(&c), Arc::clone(&f), Arc::clone(&h));
                 thread::spawn(move || {
-                    let _ = fake_connection(stream, &c, &f);
+                    let _ = fake_connection(stream, &c, &f, &h);
                 });
             }
         });
@@ -59,7 +76,13 @@ impl FakeServer {
             addr,
             calls,
             fail_alloc,
+            held,
         }
+    }
+
+    /// What the fake answers to ListRegions.
+    pub fn set_held(&self, regions: Vec<HeldRegion>) {
+        *self.held.lock() = regions;
     }
 
     pub fn set_fail_alloc(&self, fail: bool) {
@@ -110,29 +133,46 @@ fn fake_connection(
     mut s: TcpStream,
     calls: &Mutex<Vec<ControlRequest>>,
     fail_alloc: &AtomicBool,
+    held: &Mutex<Vec<HeldRegion>>,
 ) -> Result<(), RpcError> {
+    // The acceptor's side of the handshake, as a real server does it.
+    let auth = Authority::new(secret());
+    let ch = auth.challenge();
+    write_frame(&mut s, FrameKind::Challenge, 0, &ch.encode())?;
+    let (h, payload) = read_frame(&mut s, MAX_FRAME_DEFAULT)?;
+    if h.kind != FrameKind::Hello {
+        return Err(RpcError::Unexpected(format!("{:?} before Hello", h.kind)));
+    }
+    let hello = Hello::decode(&payload)?;
+    let v = auth.verify(&ch, &hello)?;
+    if v.role != Role::Manager {
+        return Err(RpcError::Unexpected(format!("{:?} connected", v.role)));
+    }
+    write_frame(
+        &mut s,
+        FrameKind::HelloAck,
+        h.seq,
+        &auth.ack(&v, &ch, 0, 1 << 20).encode(),
+    )?;
     loop {
         let (h, payload) = read_frame(&mut s, MAX_FRAME_DEFAULT)?;
         match h.kind {
-            FrameKind::Hello => {
-                let ack = HelloAck {
-                    version: PROTOCOL_VERSION,
-                    server_id: 0,
-                    max_frame: 1 << 20,
-                };
-                write_frame(&mut s, FrameKind::HelloAck, h.seq, &ack.encode())?;
-            }
             FrameKind::Control => {
-                let req = ControlRequest::from_json(&payload)?;
+                let req = ControlRequest::decode(&payload)?;
                 let fail = matches!(req, ControlRequest::AllocRegion { .. })
                     && fail_alloc.load(Ordering::SeqCst);
+                let list = matches!(req, ControlRequest::ListRegions);
                 calls.lock().push(req);
                 let resp = if fail {
                     ControlResponse::error(ControlErrorCode::InsufficientMemory, "fake failure")
+                } else if list {
+                    ControlResponse::Regions {
+                        regions: held.lock().clone(),
+                    }
                 } else {
                     ControlResponse::Ok
                 };
-                write_frame(&mut s, FrameKind::ControlReply, h.seq, &resp.to_json())?;
+                write_frame(&mut s, FrameKind::ControlReply, h.seq, &resp.encode())?;
             }
             other => return Err(RpcError::Unexpected(format!("{other:?}"))),
         }
@@ -144,28 +184,82 @@ fn fake_connection(
 pub struct Conn {
     stream: TcpStream,
     seq: u64,
+    manager: SocketAddr,
+    role: Role,
+}
+
+fn tcp(addr: SocketAddr) -> TcpStream {
+    let stream = TcpStream::connect(addr).expect("connect to manager");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("set timeout");
+    stream
 }
 
 impl Conn {
+    /// A client holding the cluster secret.
     pub fn connect(addr: SocketAddr) -> Self {
-        let stream = TcpStream::connect(addr).expect("connect to manager");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(20)))
-            .expect("set timeout");
-        Self { stream, seq: 0 }
+        Self::with(addr, Role::Client, "", &Credential::Cluster(secret()))
+    }
+
+    /// A connection that proved `role` with `cred` (and `identity`).
+    pub fn with(addr: SocketAddr, role: Role, identity: &str, cred: &Credential) -> Self {
+        let mut stream = tcp(addr);
+        handshake(&mut stream, role, 1, identity, cred).expect("handshake");
+        Self {
+            stream,
+            seq: 0,
+            manager: addr,
+            role,
+        }
+    }
+
+    /// A server that proved it is at `identity`.
+    pub fn as_server(addr: SocketAddr, identity: &str) -> Self {
+        Self::with(addr, Role::Server, identity, &Credential::Cluster(secret()))
+    }
+
+    /// Connected, challenged, and nothing sent yet.
+    pub fn unauthenticated(addr: SocketAddr) -> (TcpStream, Challenge) {
+        let mut stream = tcp(addr);
+        let (h, payload) = read_frame(&mut stream, MAX_FRAME_DEFAULT).expect("challenge");
+        assert_eq!(h.kind, FrameKind::Challenge);
+        (
+            stream,
+            Challenge::decode(&payload).expect("challenge decodes"),
+        )
     }
 
     pub fn raw(&mut self) -> &mut TcpStream {
         &mut self.stream
     }
 
+    /// Sends `req` and returns the reply. Server requests (registration, heartbeats)
+    /// from a client connection go over a server connection proving the address the
+    /// request names, as a real server's would.
     pub fn call(&mut self, req: &ControlRequest) -> ControlResponse {
+        if self.role == Role::Client {
+            match req {
+                ControlRequest::RegisterServer { addr, .. } => {
+                    return Self::as_server(self.manager, addr).call(req);
+                }
+                ControlRequest::Heartbeat { .. } => {
+                    return Self::as_server(self.manager, "").call(req);
+                }
+                _ => {}
+            }
+        }
+        self.call_raw(req)
+    }
+
+    /// Sends `req` on this connection as it is.
+    pub fn call_raw(&mut self, req: &ControlRequest) -> ControlResponse {
         self.seq += 1;
         write_frame(
             &mut self.stream,
             FrameKind::Control,
             self.seq,
-            &req.to_json(),
+            &req.encode(),
         )
         .expect("send request");
         let (h, payload) = read_frame(&mut self.stream, MAX_FRAME_DEFAULT).expect("read reply");
@@ -176,7 +270,7 @@ impl Conn {
             String::from_utf8_lossy(&payload)
         );
         assert_eq!(h.seq, self.seq, "reply echoes the request seq");
-        ControlResponse::from_json(&payload).expect("reply JSON")
+        ControlResponse::decode(&payload).expect("reply JSON")
     }
 
     pub fn register(
@@ -193,6 +287,7 @@ impl Conn {
             cores: 4,
             price_class: PriceClass::OnDemand,
             price_per_gib_hour: price,
+            tls_addr: None,
         };
         match self.call(&req) {
             ControlResponse::Registered { server_id, .. } => server_id,
@@ -200,6 +295,7 @@ impl Conn {
         }
     }
 
+    /// Creates a cache; the reply is `Created` (or an error).
     pub fn create(&mut self, name: &str, capacity: u64) -> ControlResponse {
         self.call(&ControlRequest::CreateCache {
             name: name.into(),

@@ -11,23 +11,21 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
 use crossbeam_deque::Worker as Deque;
+use farcache_proto::control::region_split;
 use farcache_proto::peer::PeerMsg;
-use farcache_proto::{CacheId, MAX_OP_BYTES, Status};
-use farcache_sproc::outcome::{TAG_CONTINUE, TAG_DONE, encode_failure};
+use farcache_proto::reply::{self, MAX_HOPS};
+use farcache_proto::{CacheId, Status};
 use farcache_sproc::{Memory, Miss, SprocError};
 use mio::Registry;
-use tracing::debug;
+use tracing::{debug, warn};
 
 use super::memory::{FlowMemory, MAX_PULLED, Pulled};
 use super::pending::HoleRef;
 use super::sessions::{Fallout, Sessions};
 use super::step::{self, Step};
-use crate::metrics::PeerCounters;
+use crate::metrics::{GuardCounters, PeerCounters};
 use crate::server::Shared;
 use crate::store::CacheRegions;
-
-/// Hand-offs plus pulls one invocation may make (as many as the client allows).
-pub const MAX_HOPS: u32 = 4096;
 
 /// Where an invocation's answer goes.
 pub enum Target {
@@ -66,16 +64,12 @@ enum Wait {
 /// tables that disagree for longer than this are not converging.
 const MAX_REDIRECTS: u32 = 16;
 
-/// The server this one believes holds `addr` of cache `c`: where the region went if it
-/// left this server, else the manager's table; never this server itself.
+/// The server this one believes holds `addr` of cache `c` (see [`CacheRegions::hint`]).
 fn owner_hint<'c>(c: &'c CacheRegions, addr: u64, me: &str) -> Option<&'c str> {
-    let moved = u32::try_from(addr / c.region_size)
-        .ok()
-        .and_then(|r| c.moved.get(&r))
-        .map(String::as_str);
-    moved
-        .or_else(|| c.owner(addr))
-        .filter(|o| !o.is_empty() && *o != me)
+    if addr >= c.capacity {
+        return None;
+    }
+    c.hint(region_split(addr, c.region_size).0, me)
 }
 
 pub struct Engine {
@@ -99,9 +93,7 @@ fn worker_of(ticket: u64) -> usize {
 }
 
 fn failure(e: &SprocError) -> Vec<u8> {
-    let mut b = Vec::new();
-    encode_failure(e, &mut b);
-    b
+    reply::failed(&e.to_string())
 }
 
 impl Engine {
@@ -121,6 +113,11 @@ impl Engine {
 
     pub fn has_waits(&self) -> bool {
         !self.waits.is_empty()
+    }
+
+    /// The run queue, for a worker starting over after a panic.
+    pub fn into_queue(self) -> Deque<Invocation> {
+        self.queue
     }
 
     /// Invocations waiting on this worker's queue.
@@ -196,7 +193,7 @@ impl Engine {
 
     fn send(&mut self, sh: &Shared, reg: &Registry, dest: &str, msg: &PeerMsg<'_>) {
         self.sessions
-            .send(reg, &sh.metrics, dest, msg.to_vec(), &mut self.fallout);
+            .send(sh, reg, dest, msg.to_vec(), &mut self.fallout);
     }
 
     /// Continues an invocation whose first run (by an EXECUTE) asked for `step`.
@@ -226,9 +223,8 @@ impl Engine {
         loop {
             let (addr, state) = match step {
                 Step::Done(r) => {
-                    let mut body = Vec::with_capacity(1 + r.len());
-                    body.push(TAG_DONE);
-                    body.extend_from_slice(&r);
+                    let mut body = Vec::new();
+                    reply::push_done(&mut body, &r);
                     return self.deliver(sh, reg, inv.target, inv.hops, body);
                 }
                 Step::Fail(e) => return self.deliver(sh, reg, inv.target, inv.hops, failure(&e)),
@@ -261,10 +257,8 @@ impl Engine {
                 .map(str::to_owned);
             let Some(owner) = owner else {
                 // No region table here (or a stale one): the client library continues it.
-                let mut body = Vec::with_capacity(9 + state.len());
-                body.push(TAG_CONTINUE);
-                body.extend_from_slice(&addr.to_le_bytes());
-                body.extend_from_slice(&state);
+                let mut body = Vec::new();
+                reply::push_continue(&mut body, addr, &state);
                 return self.deliver(sh, reg, inv.target, inv.hops, body);
             };
             let (origin, ticket) = match inv.target {
@@ -343,11 +337,14 @@ impl Engine {
                 });
                 return Some((inv, s));
             };
-            // One piece per region: each may live on a different server. Local pieces
-            // are read in place when the procedure runs again.
+            // One piece per region (each may live on a different server) and per
+            // MAX_FETCH bytes. Local pieces are read in place when the procedure runs
+            // again.
             let mut at = addr;
             while at < end {
-                let n = (rs - at % rs).min(end - at);
+                let n = (rs - at % rs)
+                    .min(end - at)
+                    .min(u64::from(farcache_proto::peer::MAX_FETCH));
                 match c.holds(at) {
                     true => {}
                     false => match owner_hint(c, at, &sh.advertise) {
@@ -428,6 +425,32 @@ impl Engine {
         }
     }
 
+    /// Handles one message that arrived on a session from the server `from` (its
+    /// proven advertised address). Answers go only where they may: a FETCH's bytes to
+    /// the server that asked, a hand-off's result to a server the region tables name.
+    pub fn on_peer_msg(&mut self, sh: &Shared, reg: &Registry, from: &str, msg: PeerMsg<'_>) {
+        let refused = match msg {
+            PeerMsg::Fetch { origin, .. } if origin != from => Some(format!(
+                "a FETCH from {from} names {origin} as the server to answer"
+            )),
+            PeerMsg::Forward { origin, .. }
+                if origin != sh.advertise && !sh.peers.load().contains_key(origin) =>
+            {
+                Some(format!(
+                    "a hand-off from {from} names {origin}, which no region table here names, as its origin"
+                ))
+            }
+            _ => None,
+        };
+        match refused {
+            Some(why) => {
+                GuardCounters::bump(&sh.metrics.guard.forbidden);
+                warn!(peer = from, "peer message refused: {why}");
+            }
+            None => self.on_msg(sh, reg, msg),
+        }
+    }
+
     /// Handles one message from another server (or another worker of this one).
     pub fn on_msg(&mut self, sh: &Shared, reg: &Registry, msg: PeerMsg<'_>) {
         let ticket = msg.ticket();
@@ -464,38 +487,35 @@ impl Engine {
                 len,
             } => {
                 let map = sh.store.snapshot();
-                let mut data = Vec::new();
-                let status = match map.caches.get(&cache) {
-                    None => Status::NoSuchCache,
-                    Some(_) if len > MAX_OP_BYTES => Status::TooLarge,
-                    Some(c) => {
-                        data.resize(len as usize, 0);
-                        match FlowMemory::new(c, None).read(addr, &mut data) {
+                let c = map.caches.get(&cache);
+                let too_large = len > farcache_proto::peer::MAX_FETCH;
+                let len = if too_large { 0 } else { len as usize };
+                // The bytes go straight from the region into the answer.
+                let mut msg = Vec::with_capacity(32 + len);
+                farcache_proto::peer::push_fetched_with(
+                    &mut msg,
+                    ticket,
+                    addr,
+                    len,
+                    |data| match c {
+                        None => Status::NoSuchCache,
+                        Some(_) if too_large => Status::TooLarge,
+                        Some(c) => match FlowMemory::new(c, None).read(addr, data) {
                             Ok(()) => Status::Ok,
                             Err(Miss::Remote) => Status::WrongServer,
                             Err(Miss::OutOfRange) => Status::OutOfRange,
-                        }
-                    }
-                };
-                if status != Status::Ok {
-                    data.clear();
-                }
-                // A stale table sent the FETCH here: say who holds the bytes, if known.
-                if status == Status::WrongServer
-                    && let Some(o) = map
-                        .caches
-                        .get(&cache)
-                        .and_then(|c| owner_hint(c, addr, &sh.advertise))
-                {
-                    data.extend_from_slice(o.as_bytes());
-                }
-                let reply = PeerMsg::Fetched {
-                    ticket,
-                    addr,
-                    status,
-                    data: &data,
-                };
-                self.send(sh, reg, origin, &reply);
+                            // One read cannot exhaust a fresh budget; if it ever did,
+                            // that is this server's fault, not the range's.
+                            Err(Miss::Budget) => Status::Internal,
+                        },
+                    },
+                    // A stale table sent the FETCH here: say who holds the bytes.
+                    || {
+                        c.and_then(|c| owner_hint(c, addr, &sh.advertise))
+                            .map(str::to_owned)
+                    },
+                );
+                self.sessions.send(sh, reg, origin, msg, &mut self.fallout);
             }
             _ if !mine => self.foreign.push((worker_of(ticket), msg.to_vec())),
             PeerMsg::Result { ticket, body, .. } => match self.waits.remove(&ticket) {
@@ -647,7 +667,19 @@ impl Engine {
 
     /// Sends what was queued this turn, then deals with sessions that failed.
     pub fn flush(&mut self, sh: &Shared, reg: &Registry) {
-        self.sessions.flush(&sh.metrics, &mut self.fallout);
+        self.sessions.flush(sh, &mut self.fallout);
+        self.settle(sh, reg);
+    }
+
+    /// Fails sessions whose handshake or writes are overdue.
+    pub fn sweep_sessions(&mut self, sh: &Shared, reg: &Registry, now: Instant) {
+        let g = &sh.config.guard;
+        self.sessions.sweep(
+            now,
+            g.handshake_timeout,
+            g.write_stall_timeout,
+            &mut self.fallout,
+        );
         self.settle(sh, reg);
     }
 
@@ -658,8 +690,7 @@ impl Engine {
         token: mio::Token,
         ev: &mio::event::Event,
     ) {
-        self.sessions
-            .on_event(token, ev, &sh.metrics, &mut self.fallout);
+        self.sessions.on_event(sh, token, ev, &mut self.fallout);
         self.settle(sh, reg);
     }
 }

@@ -5,7 +5,8 @@ use std::cell::Cell;
 use std::collections::BTreeMap;
 
 use farcache_proto::control::region_split;
-use farcache_sproc::{Memory, Miss};
+use farcache_sproc::memory::DEFAULT_STEP_BUDGET;
+use farcache_sproc::{Memory, Miss, Steps};
 
 use crate::store::CacheRegions;
 
@@ -53,15 +54,36 @@ pub struct FlowMemory<'m> {
     /// The last range a read could not serve because another server holds part of it:
     /// what DFlow pulls when a procedure continues at an address held here.
     pub last_miss: Cell<Option<(u64, u64)>>,
+    /// This run's step budget: one `FlowMemory` serves one run of one procedure.
+    steps: Steps,
 }
 
 impl<'m> FlowMemory<'m> {
     pub fn new(c: &'m CacheRegions, pulled: Option<&'m Pulled>) -> Self {
+        Self::with_budget(c, pulled, DEFAULT_STEP_BUDGET)
+    }
+
+    /// Like [`FlowMemory::new`], serving at most `limit` reads.
+    pub fn with_budget(c: &'m CacheRegions, pulled: Option<&'m Pulled>, limit: u64) -> Self {
         Self {
             c,
             pulled,
             last_miss: Cell::new(None),
+            steps: Steps::new(limit),
         }
+    }
+
+    /// `read` without charging a step.
+    fn read_uncharged(&self, addr: u64, out: &mut [u8]) -> Result<(), Miss> {
+        let end = addr.checked_add(out.len() as u64).ok_or(Miss::OutOfRange)?;
+        if end > self.c.capacity {
+            return Err(Miss::OutOfRange);
+        }
+        if self.gather(addr, out) {
+            return Ok(());
+        }
+        self.last_miss.set(Some((addr, out.len() as u64)));
+        Err(Miss::Remote)
     }
 
     /// Serves each piece of the range from a local region or a pulled chunk.
@@ -73,8 +95,12 @@ impl<'m> FlowMemory<'m> {
             let n = match self.c.regions.get(idx as usize) {
                 Some(Some(r)) => {
                     let n = ((rs - off) as usize).min(out.len() - done);
-                    r.read_into(off as usize, &mut out[done..done + n]);
-                    n
+                    // A region refusing a range inside it serves nothing: a miss.
+                    if r.read_into(off as usize, &mut out[done..done + n]) {
+                        n
+                    } else {
+                        0
+                    }
                 }
                 _ => match self.pulled {
                     Some(p) => p.read_prefix(at, &mut out[done..]),
@@ -93,20 +119,14 @@ impl<'m> FlowMemory<'m> {
 
 impl Memory for FlowMemory<'_> {
     fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), Miss> {
-        let end = addr.checked_add(out.len() as u64).ok_or(Miss::OutOfRange)?;
-        if end > self.c.capacity {
-            return Err(Miss::OutOfRange);
-        }
-        if self.gather(addr, out) {
-            return Ok(());
-        }
-        self.last_miss.set(Some((addr, out.len() as u64)));
-        Err(Miss::Remote)
+        self.steps.charge()?;
+        self.read_uncharged(addr, out)
     }
 
     /// One word inside one local region (the common case) is a single load.
     #[inline]
     fn read_u64(&self, addr: u64) -> Result<u64, Miss> {
+        self.steps.charge()?;
         let rs = self.c.region_size;
         let (idx, off) = region_split(addr, rs);
         if off + 8 <= rs
@@ -114,12 +134,17 @@ impl Memory for FlowMemory<'_> {
             && let Some(Some(r)) = self.c.regions.get(idx as usize)
         {
             let mut b = [0u8; 8];
-            r.read_into(off as usize, &mut b);
-            return Ok(u64::from_le_bytes(b));
+            if r.read_into(off as usize, &mut b) {
+                return Ok(u64::from_le_bytes(b));
+            }
         }
         let mut b = [0u8; 8];
-        self.read(addr, &mut b)?;
+        self.read_uncharged(addr, &mut b)?;
         Ok(u64::from_le_bytes(b))
+    }
+
+    fn step_limit(&self) -> u64 {
+        self.steps.limit()
     }
 }
 
@@ -144,5 +169,33 @@ mod tests {
         assert_eq!(p.read_prefix(104, &mut b), 0);
         p.insert(200, vec![1]);
         assert_eq!(p.bytes(), 5);
+    }
+
+    #[test]
+    fn every_read_charges_one_step_of_the_runs_budget() {
+        let store = crate::store::RegionStore::new(1 << 20);
+        store.alloc(1, 0, 4096, 8192, 1).expect("region");
+        let map = store.snapshot();
+        let c = &map.caches[&1];
+        assert!(
+            c.regions[0]
+                .as_ref()
+                .expect("held")
+                .write_from(8, &42u64.to_le_bytes())
+        );
+        let m = FlowMemory::with_budget(c, None, 4);
+        assert_eq!(m.read_u64(8), Ok(42), "fast path");
+        let mut b = [0u8; 8];
+        assert_eq!(m.read(8, &mut b), Ok(()));
+        assert_eq!(
+            m.read_u64(4092),
+            Err(Miss::Remote),
+            "slow path, charged once"
+        );
+        assert_eq!(m.read_u32(8), Ok(42));
+        assert_eq!(m.read_u64(8), Err(Miss::Budget));
+        assert_eq!(m.read(8, &mut b), Err(Miss::Budget));
+        assert_eq!(m.step_limit(), 4);
+        assert_eq!(FlowMemory::new(c, None).step_limit(), DEFAULT_STEP_BUDGET);
     }
 }

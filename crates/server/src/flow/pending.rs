@@ -7,7 +7,8 @@
 use std::collections::VecDeque;
 
 use farcache_proto::frame::{FrameHeader, FrameKind};
-use farcache_proto::{HEADER_LEN, OpCode, Status};
+use farcache_proto::response::late_data_reply;
+use farcache_proto::{HEADER_LEN, OpCode};
 
 /// Where an invocation's answer goes on this worker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,6 +32,9 @@ struct Response {
 pub struct PendingResponses {
     queue: VecDeque<Response>,
     next_id: u64,
+    /// Bytes of the queued frames and filled replies (the connection stops reading
+    /// past a cap).
+    bytes: usize,
 }
 
 impl PendingResponses {
@@ -42,11 +46,16 @@ impl PendingResponses {
         self.queue.len()
     }
 
-    /// Queues a response frame with replies missing at `holes` (offsets into `frame`,
-    /// ascending); returns its id.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Queues a frame with replies missing at `holes` (offsets into `frame`,
+    /// ascending; none for a complete frame that must wait its turn); returns its id.
     pub fn push(&mut self, frame: Vec<u8>, holes: &[usize]) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
+        self.bytes += frame.len();
         self.queue.push_back(Response {
             id,
             frame,
@@ -65,14 +74,9 @@ impl PendingResponses {
         let Some((_, slot @ None)) = r.holes.get_mut(hole as usize) else {
             return;
         };
-        let mut reply = vec![OpCode::Execute as u8];
-        if r.frame.len() + 6 + body.len() > max_frame {
-            reply.push(Status::TooLarge as u8);
-        } else {
-            reply.push(Status::Ok as u8);
-            reply.extend_from_slice(&(body.len() as u32).to_le_bytes());
-            reply.extend_from_slice(body);
-        }
+        let room = max_frame.saturating_sub(r.frame.len());
+        let reply = late_data_reply(OpCode::Execute, body, room);
+        self.bytes += reply.len();
         *slot = Some(reply);
         r.missing -= 1;
     }
@@ -83,6 +87,18 @@ impl PendingResponses {
             let Some(r) = self.queue.pop_front() else {
                 return;
             };
+            self.bytes = self.bytes.saturating_sub(
+                r.frame.len()
+                    + r.holes
+                        .iter()
+                        .map(|h| h.1.as_ref().map_or(0, Vec::len))
+                        .sum::<usize>(),
+            );
+            if r.holes.is_empty() {
+                // A complete frame (a control reply) that only waited its turn.
+                out.extend_from_slice(&r.frame);
+                continue;
+            }
             let start = out.len();
             let mut at = 0;
             for (off, reply) in &r.holes {
@@ -103,7 +119,7 @@ impl PendingResponses {
 mod tests {
     use super::*;
     use farcache_proto::response::ReplyBody;
-    use farcache_proto::{ResponseDecoder, ResponseEncoder};
+    use farcache_proto::{ResponseDecoder, ResponseEncoder, Status};
 
     #[test]
     fn holes_are_filled_in_place_and_order_is_kept() {
@@ -128,8 +144,10 @@ mod tests {
         assert!(out.is_empty(), "the first response is incomplete");
         p.fill(a, 0, b"xyz", 1 << 20);
         p.fill(a, 0, b"again", 1 << 20);
+        assert!(p.bytes() > 0);
         p.drain_ready(&mut out);
         assert!(p.is_empty());
+        assert_eq!(p.bytes(), 0);
         let h = FrameHeader::decode(&out, u32::MAX).unwrap().unwrap();
         assert_eq!(h.seq, 7);
         let replies: Vec<_> = ResponseDecoder::new(&out[HEADER_LEN..h.frame_len()])

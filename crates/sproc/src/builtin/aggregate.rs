@@ -40,7 +40,8 @@ impl AggFn {
             Self::Sum => acc.wrapping_add(v),
             Self::Min => acc.min(v),
             Self::Max => acc.max(v),
-            Self::Count => acc + u64::from(v != 0),
+            // Never saturates: `run_into` refuses a count without room for every record.
+            Self::Count => acc.saturating_add(u64::from(v != 0)),
         }
     }
 }
@@ -129,13 +130,23 @@ impl Procedure for Aggregate {
         if stride < 8 && n > 1 {
             return Err(SprocError::bad(NAME, "stride below the 8-byte record"));
         }
+        // A count grows by at most one per record left; checking that once keeps the
+        // per-record fold free of checks.
+        if f == AggFn::Count && acc.checked_add(u64::from(n.saturating_sub(i))).is_none() {
+            return Err(SprocError::bad(
+                NAME,
+                format!("count {acc} would overflow over {n} records"),
+            ));
+        }
         while i < n {
             let at = super::element(NAME, base, i.into(), stride.into())?;
             match mem.read_u64(at) {
                 Ok(v) => acc = f.fold(acc, v),
                 Err(m) => {
-                    return super::on_miss(NAME, m, at, 8, || state(f, base, n, stride, i, acc))
-                        .map(Some);
+                    return super::on_miss(NAME, mem, m, at, 8, || {
+                        state(f, base, n, stride, i, acc)
+                    })
+                    .map(Some);
                 }
             }
             i += 1;

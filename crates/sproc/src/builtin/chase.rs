@@ -90,6 +90,7 @@ impl Procedure for Chase {
                         len: 8,
                     });
                 }
+                Err(Miss::Budget) => return Err(super::budget(NAME, mem)),
                 Err(Miss::Remote) => {
                     let state = state(next_off, remaining, cur, followed, flow);
                     return Ok(match flow {
@@ -104,7 +105,10 @@ impl Procedure for Chase {
                 }
             }
             remaining -= 1;
-            followed += 1;
+            // Only a forged state can carry a count this high.
+            followed = followed
+                .checked_add(1)
+                .ok_or_else(|| SprocError::bad(NAME, "followed count overflows u32"))?;
         }
         Ok(done(cur, followed))
     }

@@ -60,8 +60,8 @@ impl Procedure for Gather {
             out.resize(at + l as usize, 0);
             if let Err(m) = mem.read(a, &mut out[at..]) {
                 out.truncate(at);
-                if m == Miss::OutOfRange {
-                    return super::on_miss(NAME, m, a, l.into(), Vec::new);
+                if m != Miss::Remote {
+                    return super::on_miss(NAME, mem, m, a, l.into(), Vec::new);
                 }
                 // Ask for every remaining range not readable here at once.
                 let mut scratch = Vec::new();
@@ -70,7 +70,7 @@ impl Procedure for Gather {
                     scratch.resize(l as usize, 0);
                     match mem.read(a, &mut scratch) {
                         Err(Miss::Remote) => want.push((a, l)),
-                        Err(m) => return super::on_miss(NAME, m, a, l.into(), Vec::new),
+                        Err(m) => return super::on_miss(NAME, mem, m, a, l.into(), Vec::new),
                         Ok(()) => {}
                     }
                 }

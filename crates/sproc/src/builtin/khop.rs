@@ -131,6 +131,7 @@ impl Bfs {
             match mem.read(at, &mut e) {
                 Ok(()) => entries.push(e),
                 Err(Miss::Remote) => want.push((at, 12)),
+                Err(Miss::Budget) => return Err(super::budget(NAME, mem)),
                 Err(Miss::OutOfRange) => {
                     return Err(SprocError::OutOfRange {
                         proc: NAME,
@@ -159,6 +160,7 @@ impl Bfs {
             match mem.read(at, &mut scratch) {
                 Ok(()) => {}
                 Err(Miss::Remote) => want.push((at, len as u32)),
+                Err(Miss::Budget) => return Err(super::budget(NAME, mem)),
                 Err(Miss::OutOfRange) => {
                     return Err(SprocError::OutOfRange {
                         proc: NAME,
@@ -222,6 +224,7 @@ impl Procedure for KHop {
     fn run(&self, mem: &dyn Memory, _addr: u64, args: &[u8]) -> Result<Outcome, SprocError> {
         let mut b = Bfs::decode(args)?;
         let mut seen: HashSet<u32> = b.visited.iter().copied().collect();
+        // `depth < k ≤ u8::MAX` inside the loop, so `depth + 1` fits.
         while b.depth < b.k {
             // Starting a level's walk: under DFlow bring its bytes here first.
             if b.flow == Flow::Pull && b.ready != b.depth + 1 {
@@ -243,7 +246,7 @@ impl Procedure for KHop {
             };
             if let Some((at, len)) = blocked {
                 // The rest lives elsewhere: continue where the first of it is.
-                return super::on_miss(NAME, Miss::Remote, at, len, || b.encode());
+                return super::on_miss(NAME, mem, Miss::Remote, at, len, || b.encode());
             }
             if b.next.is_empty() {
                 break;
@@ -272,6 +275,7 @@ impl Bfs {
                 addr: at,
                 len,
             }),
+            Miss::Budget => Err(super::budget(NAME, mem)),
         };
         let mut i = 0;
         while i < self.adj.len() {
@@ -326,7 +330,7 @@ impl Bfs {
                 .push((v, u64::from_le_bytes(f), u32::from_le_bytes(d), 0));
             progress = true;
         }
-        if self.visited.len() * 4 > MAX_OUTPUT {
+        if self.visited.len().saturating_mul(4) > MAX_OUTPUT {
             return Err(SprocError::TooLarge {
                 proc: NAME,
                 limit: MAX_OUTPUT,

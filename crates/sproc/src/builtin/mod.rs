@@ -15,7 +15,7 @@ pub use khop::KHop;
 pub use scan::{Cmp, Scan};
 
 use crate::memory::Miss;
-use crate::{Outcome, Procedure, SprocError};
+use crate::{Memory, Outcome, Procedure, SprocError};
 
 /// What a procedure does when it needs bytes another server holds (the paper's three
 /// options; built-ins that take it say so in their args).
@@ -77,9 +77,10 @@ fn element(proc: &'static str, base: u64, index: u64, size: u64) -> Result<u64, 
 }
 
 /// The common answer to a read that missed: continue at the owner, or fail when the
-/// range is not in the cache at all.
+/// range is not in the cache at all or the run is out of steps.
 fn on_miss(
     proc: &'static str,
+    mem: &dyn Memory,
     m: Miss,
     addr: u64,
     len: u64,
@@ -91,5 +92,15 @@ fn on_miss(
             state: state(),
         }),
         Miss::OutOfRange => Err(SprocError::OutOfRange { proc, addr, len }),
+        Miss::Budget => Err(budget(proc, mem)),
+    }
+}
+
+/// The error for a run that got [`Miss::Budget`] from `mem`.
+#[cold]
+fn budget(proc: &'static str, mem: &dyn Memory) -> SprocError {
+    SprocError::Budget {
+        proc: proc.to_string(),
+        limit: mem.step_limit(),
     }
 }

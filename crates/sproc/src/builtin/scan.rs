@@ -144,10 +144,15 @@ impl Procedure for Scan {
         while i < p.rows {
             let at = super::element(NAME, p.base, i.into(), p.width.into())?;
             if let Err(m) = mem.read(at, &mut row) {
-                return super::on_miss(NAME, m, at, p.width.into(), || state(&p, i, count, sum));
+                return super::on_miss(NAME, mem, m, at, p.width.into(), || {
+                    state(&p, i, count, sum)
+                });
             }
             if p.cmp.test(column(&row, p.filter_off), p.constant) {
-                count += 1;
+                // Only a forged state can carry a count this high.
+                count = count
+                    .checked_add(1)
+                    .ok_or_else(|| SprocError::bad(NAME, "row count overflows u64"))?;
                 sum = sum.wrapping_add(column(&row, p.agg_off));
             }
             i += 1;
