@@ -68,6 +68,8 @@ pub struct IoBenchOptions {
     /// Measure Redis and sockperf in the same run.
     pub baselines: bool,
     pub quick: bool,
+    /// Clients talk to the cluster over TLS (rows are named `farcache+TLS …`).
+    pub tls: bool,
 }
 
 impl IoBenchOptions {
@@ -89,6 +91,7 @@ impl IoBenchOptions {
             latency_samples: if quick { 20_000 } else { 100_000 },
             baselines: true,
             quick,
+            tls: false,
         }
     }
 
@@ -234,9 +237,11 @@ fn run_cluster(
             .servers(opts.servers)
             .server_threads(s)
             .server_memory(sizing.server_memory)
-            .region_size(BENCH_REGION),
+            .region_size(BENCH_REGION)
+            .tls(opts.tls),
     )
     .map_err(|e| BenchError::Cluster(e.to_string()))?;
+    let first_row = report.rows.len();
     for &c in &opts.c {
         for &b in &opts.b {
             for &q in &opts.q {
@@ -271,6 +276,12 @@ fn run_cluster(
         }
     }
     drop(cluster);
+    if opts.tls {
+        for r in &mut report.rows[first_row..] {
+            r.name = r.name.replacen("farcache", "farcache+TLS", 1);
+            r.system = "farcache+tls".into();
+        }
+    }
     Ok(())
 }
 

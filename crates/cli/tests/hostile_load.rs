@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{bin, encode_request, eventually, pattern};
+use common::{bin, encode_request, eventually, pattern, rss_kib};
 use farcache_client::{Cache, ClientConfig};
 use farcache_proto::blocking::{control_call, handshake};
 use farcache_proto::control::{ControlRequest, ControlResponse, ServerStats};
@@ -30,16 +30,6 @@ static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Resident memory of a process, in KiB.
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS")
 }
 
 /// Batched 8-byte reads per second over `window`, every value checked.

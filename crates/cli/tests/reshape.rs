@@ -26,16 +26,22 @@ fn out_of_range(e: &ClientError) -> bool {
     )
 }
 
-#[test]
-fn unaligned_reshapes_keep_every_byte_right() {
+/// A cluster of `servers` and a client of it.
+fn start(servers: usize) -> (ProcessCluster, farcache_client::Client) {
     let opts = ClusterOptions::default()
-        .servers(3)
+        .servers(servers)
         .region_size(REGION)
         .server_memory(16 << 20);
     let c = ProcessCluster::start(bin(), &opts).expect("cluster");
     let client = c
         .client_with(ClientConfig::new("").op_timeout(Duration::from_secs(5)))
         .expect("client");
+    (c, client)
+}
+
+#[test]
+fn unaligned_reshapes_keep_every_byte_right() {
+    let (_c, client) = start(3);
     let mut rng = rand::rngs::StdRng::seed_from_u64(0x5eed);
     let mut cap = 2 * REGION + 1234;
     let cache = client.create("shape", cap).expect("create");
@@ -85,14 +91,7 @@ fn unaligned_reshapes_keep_every_byte_right() {
 
 #[test]
 fn clients_follow_the_owner_a_wrong_server_answer_names() {
-    let opts = ClusterOptions::default()
-        .servers(2)
-        .region_size(REGION)
-        .server_memory(16 << 20);
-    let c = ProcessCluster::start(bin(), &opts).expect("cluster");
-    let client = c
-        .client_with(ClientConfig::new("").op_timeout(Duration::from_secs(5)))
-        .expect("client");
+    let (c, client) = start(2);
     let cache = client.create("moving", 2 * REGION).expect("create");
     cache.write(0, &[1u8; 64]).expect("write");
     let info = cache.info();

@@ -18,7 +18,7 @@ use std::sync::mpsc::{Receiver, Sender, channel};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use farcache_net::{FrameBuf, GuardConfig, Stream, TlsAcceptor};
+use farcache_net::{FrameBuf, GuardConfig, OutBuf, Stream, TlsAcceptor};
 use farcache_proto::control::ControlRequest;
 use farcache_proto::frame::encode_frame;
 use farcache_proto::{
@@ -213,8 +213,7 @@ struct Conn {
     peer: SocketAddr,
     serial: u64,
     inbuf: FrameBuf,
-    wbuf: Vec<u8>,
-    wpos: usize,
+    out: OutBuf,
     auth: Auth,
     /// A request is with a pool; the next is read once it answers.
     busy: bool,
@@ -222,7 +221,6 @@ struct Conn {
     closed: bool,
     accepted: Instant,
     frame_since: Option<Instant>,
-    stalled_since: Option<Instant>,
 }
 
 struct EventLoop {
@@ -342,23 +340,21 @@ impl EventLoop {
             return;
         }
         let challenge = self.authority.challenge();
-        let mut wbuf = Vec::new();
-        encode_frame(&mut wbuf, FrameKind::Challenge, 0, &challenge.encode());
+        let mut out = OutBuf::default();
+        encode_frame(&mut out.buf, FrameKind::Challenge, 0, &challenge.encode());
         self.serial += 1;
         entry.insert(Conn {
             stream,
             peer,
             serial: self.serial,
             inbuf: FrameBuf::new(),
-            wbuf,
-            wpos: 0,
+            out,
             auth: Auth::Challenged(challenge),
             busy: false,
             closing: false,
             closed: false,
             accepted: Instant::now(),
             frame_since: None,
-            stalled_since: None,
         });
         self.unauth.push_back((key, self.serial));
         self.unauth_count += 1;
@@ -394,8 +390,8 @@ impl EventLoop {
         }
         if !why.is_empty() {
             tracing::debug!(peer = %c.peer, "closing control connection: {why}");
-            c.wbuf.truncate(c.wpos);
-            encode_frame(&mut c.wbuf, FrameKind::Error, 0, why.as_bytes());
+            c.out.drop_unsent();
+            encode_frame(&mut c.out.buf, FrameKind::Error, 0, why.as_bytes());
             c.flush();
         }
         let _ = c.stream.deregister(self.poll.registry());
@@ -405,7 +401,7 @@ impl EventLoop {
         while let Ok((key, serial, frame)) = self.replies.try_recv() {
             if let Some(c) = self.conns.get_mut(key).filter(|c| c.serial == serial) {
                 c.busy = false;
-                c.wbuf.extend_from_slice(&frame);
+                c.out.buf.extend_from_slice(&frame);
                 self.serve(key);
             }
         }
@@ -443,7 +439,7 @@ impl EventLoop {
                 Err(why) => c.fail(&why),
             }
         }
-        if c.closing && c.wpos == c.wbuf.len() {
+        if c.closing && c.out.pending() == 0 {
             c.closed = true;
         }
         if was_waiting && matches!(c.auth, Auth::Ready(_)) {
@@ -470,7 +466,8 @@ impl EventLoop {
                 {
                     "frame stalled: no bytes of it arrived in time"
                 } else if c
-                    .stalled_since
+                    .out
+                    .stalled_since()
                     .is_some_and(|t| now.duration_since(t) > g.write_stall_timeout)
                 {
                     "peer does not read its replies"
@@ -545,7 +542,12 @@ impl Conn {
                 match verified {
                     Ok(v) => {
                         let ack = authority.ack(&v, &ch, 0, MAX_CONTROL_FRAME);
-                        encode_frame(&mut self.wbuf, FrameKind::HelloAck, hdr.seq, &ack.encode());
+                        encode_frame(
+                            &mut self.out.buf,
+                            FrameKind::HelloAck,
+                            hdr.seq,
+                            &ack.encode(),
+                        );
                         tracing::debug!(peer = %self.peer, role = ?v.role, "control peer authenticated");
                         self.auth = Auth::Ready(Caller {
                             role: v.role,
@@ -589,42 +591,17 @@ impl Conn {
     /// Queues an `Error` frame; the connection closes once it is sent.
     fn fail(&mut self, why: &str) {
         tracing::warn!(peer = %self.peer, error = why, "closing control connection after a protocol error");
-        encode_frame(&mut self.wbuf, FrameKind::Error, 0, why.as_bytes());
+        encode_frame(&mut self.out.buf, FrameKind::Error, 0, why.as_bytes());
         self.closing = true;
         self.inbuf.clear();
         self.flush();
     }
 
     fn flush(&mut self) {
-        if self.stream.push().is_err() {
+        // Control replies are small: keep no more than 64 KiB of buffer when idle.
+        if self.out.flush(&mut self.stream, 64 << 10).is_err() {
             self.closed = true;
-            return;
         }
-        let before = self.wpos;
-        while self.wpos < self.wbuf.len() {
-            match self.stream.write(&self.wbuf[self.wpos..]) {
-                Ok(0) => {
-                    self.closed = true;
-                    return;
-                }
-                Ok(n) => self.wpos += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => {
-                    self.closed = true;
-                    return;
-                }
-            }
-        }
-        if self.wpos < self.wbuf.len() {
-            if self.wpos != before || self.stalled_since.is_none() {
-                self.stalled_since = Some(Instant::now());
-            }
-            return;
-        }
-        self.stalled_since = None;
-        self.wbuf.clear();
-        self.wpos = 0;
     }
 }
 

@@ -258,8 +258,10 @@ fn connections_cost_no_thread_and_idle_ones_are_closed() {
     for c in &mut conns {
         assert!(c.status().servers.is_empty());
     }
+    // Other tests of this binary start threads meanwhile; a thread per connection
+    // would add 300.
     let grew = threads().saturating_sub(before);
-    assert!(grew <= 2, "300 connections added {grew} threads");
+    assert!(grew < 50, "300 connections added {grew} threads");
 
     // A connection that never answers the challenge, and one stuck inside a frame.
     let (mut silent, _) = Conn::unauthenticated(m.addr());

@@ -18,7 +18,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
-use farcache_net::{FrameBuf, GuardConfig, Stream};
+use farcache_net::{FrameBuf, GuardConfig, OutBuf, Stream};
 use farcache_proto::control::{ControlErrorCode, ControlRequest, ControlResponse};
 use farcache_proto::frame::encode_frame;
 use farcache_proto::peer::{PeerDecoder, PeerEncoder, PeerMsg};
@@ -90,8 +90,7 @@ pub struct Conn {
     /// Distinguishes this connection from later ones reusing its slab key.
     pub serial: u64,
     inbuf: FrameBuf,
-    wbuf: Vec<u8>,
-    wpos: usize,
+    out: OutBuf,
     auth: Auth,
     /// Responses waiting for procedures running on other servers.
     pending: PendingResponses,
@@ -103,8 +102,6 @@ pub struct Conn {
     accepted: Instant,
     /// Since when an incomplete frame has waited for more bytes.
     frame_since: Option<Instant>,
-    /// Since when replies have been queued without the peer taking any.
-    stalled_since: Option<Instant>,
     /// Bytes this connection has counted in the server's unsent total.
     accounted: usize,
     /// Work done in this turn (see [`TURN_WORK`]).
@@ -121,15 +118,14 @@ impl Conn {
     /// A new connection, with this side's challenge queued as its first frame.
     pub fn new(stream: Stream, peer: SocketAddr, serial: u64, sh: &Shared) -> Self {
         let challenge = sh.authority.challenge();
-        let mut wbuf = Vec::new();
-        encode_frame(&mut wbuf, FrameKind::Challenge, 0, &challenge.encode());
+        let mut out = OutBuf::default();
+        encode_frame(&mut out.buf, FrameKind::Challenge, 0, &challenge.encode());
         Self {
             stream,
             peer,
             serial,
             inbuf: FrameBuf::new(),
-            wbuf,
-            wpos: 0,
+            out,
             auth: Auth::Challenged(challenge),
             pending: PendingResponses::default(),
             awaiting_control: false,
@@ -137,7 +133,6 @@ impl Conn {
             closed: false,
             accepted: Instant::now(),
             frame_since: None,
-            stalled_since: None,
             accounted: 0,
             work: 0,
             yielded: false,
@@ -151,7 +146,7 @@ impl Conn {
     }
 
     fn pending_write(&self) -> usize {
-        self.wbuf.len() - self.wpos
+        self.out.pending()
     }
 
     /// Why the connection may not take more requests now, if it may not.
@@ -352,7 +347,7 @@ impl Conn {
                         "the server is shutting down",
                     );
                     encode_frame(
-                        &mut self.wbuf,
+                        &mut self.out.buf,
                         FrameKind::ControlReply,
                         hdr.seq,
                         &r.encode(),
@@ -443,7 +438,12 @@ impl Conn {
         let ack = sh
             .authority
             .ack(&v, challenge, sh.server_id(), sh.config.max_frame);
-        encode_frame(&mut self.wbuf, FrameKind::HelloAck, hdr.seq, &ack.encode());
+        encode_frame(
+            &mut self.out.buf,
+            FrameKind::HelloAck,
+            hdr.seq,
+            &ack.encode(),
+        );
         debug!(peer = %self.peer, role = ?v.role, access = ?v.access, "peer authenticated");
         self.auth = Auth::Ready(Peer {
             role: v.role,
@@ -470,15 +470,22 @@ impl Conn {
             max_frame: sh.config.max_frame as usize,
         };
         let mut tally = Tally::default();
-        let start = self.wbuf.len();
+        let start = self.out.buf.len();
         let mut spawned = Vec::new();
-        let r = execute_batch(&cx, payload, seq, &mut self.wbuf, &mut tally, &mut spawned);
+        let r = execute_batch(
+            &cx,
+            payload,
+            seq,
+            &mut self.out.buf,
+            &mut tally,
+            &mut spawned,
+        );
         sh.metrics.publish(&tally);
         r?;
-        self.work += self.wbuf.len() - start;
+        self.work += self.out.buf.len() - start;
         if !spawned.is_empty() || !self.pending.is_empty() {
             // Replies leave in request order: this one waits, or queues behind.
-            let frame = self.wbuf.split_off(start);
+            let frame = self.out.buf.split_off(start);
             let holes: Vec<usize> = spawned.iter().map(|s| s.offset).collect();
             let resp = self.pending.push(frame, &holes);
             for (i, s) in spawned.into_iter().enumerate() {
@@ -499,7 +506,7 @@ impl Conn {
                 };
                 ctx.engine.start(sh, ctx.reg, inv, s.step);
             }
-            self.pending.drain_ready(&mut self.wbuf);
+            self.pending.drain_ready(&mut self.out.buf);
         }
         Ok(())
     }
@@ -508,7 +515,7 @@ impl Conn {
     pub fn fill(&mut self, sh: &Shared, hole: HoleRef, body: &[u8]) {
         self.pending
             .fill(hole.resp, hole.hole, body, sh.config.max_frame as usize);
-        self.pending.drain_ready(&mut self.wbuf);
+        self.pending.drain_ready(&mut self.out.buf);
         self.account(sh);
     }
 
@@ -517,10 +524,10 @@ impl Conn {
     pub fn control_done(&mut self, sh: &Shared, frame: Vec<u8>) {
         self.awaiting_control = false;
         if self.pending.is_empty() {
-            self.wbuf.extend_from_slice(&frame);
+            self.out.buf.extend_from_slice(&frame);
         } else {
             self.pending.push(frame, &[]);
-            self.pending.drain_ready(&mut self.wbuf);
+            self.pending.drain_ready(&mut self.out.buf);
         }
         self.account(sh);
     }
@@ -528,7 +535,7 @@ impl Conn {
     fn fatal(&mut self, sh: &Shared, why: &str) {
         sh.metrics.protocol_errors.fetch_add(1, Relaxed);
         warn!(peer = %self.peer, "closing connection after protocol error: {why}");
-        encode_frame(&mut self.wbuf, FrameKind::Error, 0, why.as_bytes());
+        encode_frame(&mut self.out.buf, FrameKind::Error, 0, why.as_bytes());
         self.closing = true;
         self.inbuf.clear();
         self.frame_since = None;
@@ -537,48 +544,17 @@ impl Conn {
     /// Best effort before the worker drops the connection (its thread failed, or the
     /// server stops): tell the peer why.
     pub fn abort(&mut self, why: &str) {
-        self.wbuf.truncate(self.wpos);
-        encode_frame(&mut self.wbuf, FrameKind::Error, 0, why.as_bytes());
+        self.out.drop_unsent();
+        encode_frame(&mut self.out.buf, FrameKind::Error, 0, why.as_bytes());
         self.flush();
         self.closed = true;
     }
 
     /// Writes queued bytes until the socket pushes back.
     pub fn flush(&mut self) {
-        if let Err(e) = self.stream.push() {
+        if let Err(e) = self.out.flush(&mut self.stream, RETAIN_WBUF) {
             debug!(peer = %self.peer, "write error: {e}");
             self.closed = true;
-            return;
-        }
-        let before = self.wpos;
-        while self.pending_write() > 0 {
-            match self.stream.write(&self.wbuf[self.wpos..]) {
-                Ok(0) => {
-                    self.closed = true;
-                    return;
-                }
-                Ok(n) => self.wpos += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    debug!(peer = %self.peer, "write error: {e}");
-                    self.closed = true;
-                    return;
-                }
-            }
-        }
-        if self.pending_write() > 0 {
-            // Progress resets the clock: a slow reader is not a stalled one.
-            if self.wpos != before || self.stalled_since.is_none() {
-                self.stalled_since = Some(Instant::now());
-            }
-            return;
-        }
-        self.stalled_since = None;
-        self.wbuf.clear();
-        self.wpos = 0;
-        if self.wbuf.capacity() > RETAIN_WBUF {
-            self.wbuf = Vec::new();
         }
     }
 
@@ -616,7 +592,8 @@ impl Conn {
             return Some(Expiry::Frame);
         }
         if self
-            .stalled_since
+            .out
+            .stalled_since()
             .is_some_and(|t| now.duration_since(t) > g.write_stall_timeout)
         {
             return Some(Expiry::NotReading);

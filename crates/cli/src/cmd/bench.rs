@@ -104,6 +104,10 @@ pub struct IoArgs {
     /// Skip Redis and sockperf (no ratios).
     #[arg(long)]
     no_baselines: bool,
+    /// Clients talk to the cluster over TLS (a self-signed certificate), to measure
+    /// what TLS costs.
+    #[arg(long)]
+    tls: bool,
     /// Directory for JSON and PNG results.
     #[arg(long, default_value = DEFAULT_RESULTS_DIR)]
     out: PathBuf,
@@ -192,6 +196,7 @@ fn io(a: IoArgs) -> Result<()> {
         o.duration = d;
     }
     o.baselines = !a.no_baselines;
+    o.tls = a.tls;
 
     let report = run_io_bench(&o)?;
     finish(&report, &a.out)

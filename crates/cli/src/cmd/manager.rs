@@ -41,16 +41,7 @@ pub fn run(a: Args) -> Result<()> {
     c.heartbeat_interval = Duration::from_millis(a.heartbeat_ms);
     c.heartbeat_timeout = Duration::from_millis(a.dead_after_ms);
     let h = Manager::start(c)?;
-    let tls = h.tls_addr().map(|t| t.to_string());
-    super::write_addr_file(
-        a.addr_file.as_deref(),
-        &h.addr().to_string(),
-        tls.as_deref(),
-    )?;
-    println!("farcache manager listening on {}", h.addr());
-    if let Some(t) = tls {
-        println!("TLS clients: {t}");
-    }
+    super::announce("manager", h.addr(), h.tls_addr(), a.addr_file.as_deref())?;
     loop {
         std::thread::park();
     }

@@ -33,6 +33,23 @@ pub fn write_addr_file(
     Ok(())
 }
 
+/// Tells how to reach a process that just started listening: the address file (for
+/// test harnesses) and a line per address.
+pub fn announce(
+    what: &str,
+    addr: std::net::SocketAddr,
+    tls: Option<std::net::SocketAddr>,
+    addr_file: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
+    let tls = tls.map(|t| t.to_string());
+    write_addr_file(addr_file, &addr.to_string(), tls.as_deref())?;
+    println!("farcache {what} listening on {addr}");
+    if let Some(t) = tls {
+        println!("TLS clients: {t}");
+    }
+    Ok(())
+}
+
 /// How a client command proves who it is. Without flags, the client library reads
 /// FARCACHE_TOKEN, FARCACHE_SECRET_FILE or FARCACHE_SECRET.
 #[derive(clap::Args, Clone)]

@@ -80,16 +80,7 @@ pub fn run(a: Args) -> Result<()> {
     c.peer_batching = !a.no_peer_batching;
     c.max_frame = u32::try_from(a.max_frame).context("--max-frame must be below 4GiB")?;
     let h = Server::start(c)?;
-    let tls = h.tls_addr().map(|t| t.to_string());
-    super::write_addr_file(
-        a.addr_file.as_deref(),
-        &h.addr().to_string(),
-        tls.as_deref(),
-    )?;
-    println!("farcache server listening on {}", h.addr());
-    if let Some(t) = tls {
-        println!("TLS clients: {t}");
-    }
+    super::announce("server", h.addr(), h.tls_addr(), a.addr_file.as_deref())?;
     if let Some(m) = h.metrics_addr() {
         println!("metrics: http://{m}/metrics");
     }

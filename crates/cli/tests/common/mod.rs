@@ -175,6 +175,16 @@ pub fn is_unavailable(e: &OpError, server: u32) -> bool {
     matches!(e, OpError::ServerUnavailable { server: s, .. } | OpError::Timeout { server: s, .. } if *s == server)
 }
 
+/// Resident memory of a process, in KiB.
+pub fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
 /// True when every thread of `pid` is in the stopped state (`T` in /proc).
 pub fn all_threads_stopped(pid: libc::pid_t) -> bool {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
