@@ -93,7 +93,7 @@ pub fn run(a: Args) -> Result<()> {
 }
 
 /// A second client holding only the cache's read-only token: it reads what the fill
-/// wrote, its writes are refused by the servers, and it cannot see other caches.
+/// wrote, and its writes are refused by the servers.
 fn tenant(cluster: &LocalCluster, cache: &Cache) -> Result<Row> {
     let tokens = cache.tokens().context("create hands out tokens")?;
     let token = tokens.read_only.parse()?;
