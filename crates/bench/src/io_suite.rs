@@ -352,7 +352,7 @@ impl Run<'_> {
 }
 
 /// Touches every page once so first-touch page faults are not measured.
-fn prefill(cache: &farcache_client::Cache, capacity: u64) -> Result<()> {
+pub(crate) fn prefill(cache: &farcache_client::Cache, capacity: u64) -> Result<()> {
     const CHUNK: u64 = 1 << 20;
     let buf = vec![0x11u8; CHUNK as usize];
     let mut batch = cache.batch();

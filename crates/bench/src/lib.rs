@@ -9,6 +9,7 @@ pub mod error;
 pub mod histogram;
 pub mod io;
 pub mod io_suite;
+pub mod migrate;
 pub mod report;
 pub mod sproc_suite;
 pub mod tools;

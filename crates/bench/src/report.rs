@@ -402,12 +402,6 @@ pub fn format_table(report: &BenchReport) -> String {
             },
         ]);
     }
-    let mut widths = [0usize; 13];
-    for row in &cells {
-        for (w, c) in widths.iter_mut().zip(row) {
-            *w = (*w).max(c.chars().count());
-        }
-    }
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -418,13 +412,31 @@ pub fn format_table(report: &BenchReport) -> String {
         report.machine.hostname,
         report.machine.kernel
     );
+    out.push_str(&align_cells(&cells, &RIGHT));
+    for n in &report.notes {
+        let _ = writeln!(out, "note: {n}");
+    }
+    out
+}
+
+/// `cells` (header first) as aligned columns with a rule under the header; a column
+/// whose `right` flag is set is right-aligned.
+pub(crate) fn align_cells(cells: &[Vec<String>], right: &[bool]) -> String {
+    let cols = cells.iter().map(Vec::len).max().unwrap_or(0);
+    let mut widths = vec![0usize; cols];
+    for row in cells {
+        for (w, c) in widths.iter_mut().zip(row) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let mut out = String::new();
     for (i, row) in cells.iter().enumerate() {
         let line: Vec<String> = row
             .iter()
-            .zip(widths)
-            .zip(RIGHT)
-            .map(|((c, w), right)| {
-                if right {
+            .zip(&widths)
+            .enumerate()
+            .map(|(col, (c, &w))| {
+                if right.get(col).copied().unwrap_or(false) {
                     format!("{c:>w$}")
                 } else {
                     format!("{c:<w$}")
@@ -433,12 +445,9 @@ pub fn format_table(report: &BenchReport) -> String {
             .collect();
         let _ = writeln!(out, "{}", line.join("  ").trim_end());
         if i == 0 {
-            let total: usize = widths.iter().sum::<usize>() + 2 * (widths.len() - 1);
+            let total: usize = widths.iter().sum::<usize>() + 2 * cols.saturating_sub(1);
             let _ = writeln!(out, "{}", "-".repeat(total));
         }
-    }
-    for n in &report.notes {
-        let _ = writeln!(out, "note: {n}");
     }
     out
 }
@@ -448,9 +457,8 @@ pub fn print_table(report: &BenchReport) {
     print!("{}", format_table(report));
 }
 
-fn file_stem(report: &BenchReport) -> String {
-    let name: String = report
-        .bench
+fn file_stem(bench: &str) -> String {
+    let name: String = bench
         .chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
@@ -470,11 +478,21 @@ fn file_stem(report: &BenchReport) -> String {
 /// Writes `<dir>/<bench>-<timestamp>.json` and `<dir>/<bench>-latest.json`
 /// (creating `dir`); returns the timestamped path.
 pub fn write_json(report: &BenchReport, dir: impl AsRef<Path>) -> Result<PathBuf> {
-    let dir = dir.as_ref();
+    write_json_as(report, &report.bench, report.timestamp_unix, dir.as_ref())
+}
+
+/// [`write_json`] for any report shape: `<dir>/<bench>-<timestamp>.json` and
+/// `<dir>/<bench>-latest.json`.
+pub(crate) fn write_json_as<T: Serialize>(
+    value: &T,
+    bench: &str,
+    timestamp_unix: u64,
+    dir: &Path,
+) -> Result<PathBuf> {
     std::fs::create_dir_all(dir)?;
-    let stem = file_stem(report);
-    let json = serde_json::to_string_pretty(report)?;
-    let path = dir.join(format!("{stem}-{}.json", report.timestamp_unix));
+    let stem = file_stem(bench);
+    let json = serde_json::to_string_pretty(value)?;
+    let path = dir.join(format!("{stem}-{timestamp_unix}.json"));
     std::fs::write(&path, &json)?;
     std::fs::write(dir.join(format!("{stem}-latest.json")), &json)?;
     Ok(path)
@@ -902,14 +920,19 @@ pub fn register_chart_font(path: &Path) -> bool {
 /// Text needs DejaVu Sans (installed with apt when missing and running as
 /// root); without a font the bars are drawn without labels.
 pub fn write_chart(report: &BenchReport, dir: impl AsRef<Path>) -> Result<PathBuf> {
-    let mut font = find_font();
-    if font.is_none() && is_root() {
-        if let Err(e) = ensure_tools(&[Tool::DejaVuFont]) {
-            eprintln!("[farcache-bench] could not install a font ({e}); chart without text");
-        }
-        font = find_font();
+    write_chart_with_font(report, dir, locate_chart_font().as_deref())
+}
+
+/// The chart font, installed first when missing and running as root.
+pub(crate) fn locate_chart_font() -> Option<PathBuf> {
+    let font = find_font();
+    if font.is_some() || !is_root() {
+        return font;
     }
-    write_chart_with_font(report, dir, font.as_deref())
+    if let Err(e) = ensure_tools(&[Tool::DejaVuFont]) {
+        eprintln!("[farcache-bench] could not install a font ({e}); chart without text");
+    }
+    find_font()
 }
 
 /// Like [`write_chart`] with an explicit font file (`None`: no text at all).
@@ -921,7 +944,7 @@ pub fn write_chart_with_font(
     let dir = dir.as_ref();
     std::fs::create_dir_all(dir)?;
     let text = font.is_some_and(register_chart_font);
-    let stem = file_stem(report);
+    let stem = file_stem(&report.bench);
     let path = dir.join(format!("{stem}-{}.png", report.timestamp_unix));
     chart::render(report, &path, text)?;
     std::fs::copy(&path, dir.join(format!("{stem}-latest.png")))?;

@@ -33,6 +33,10 @@ enum Command {
     Secret(cmd::secret::Args),
     /// Issue a token that reaches one cache (read-write, or --read-only).
     Token(cmd::token::Args),
+    /// Take a server back: move its regions to other servers within a grace period.
+    Reclaim(cmd::reclaim::Args),
+    /// Reclaim, kill and add servers under a verifying load; report what was lost.
+    Chaos(cmd::chaos::Args),
     /// Benchmarks against Redis and raw TCP.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCommand),
@@ -74,6 +78,14 @@ fn main() -> Result<()> {
         Command::Token(a) => {
             init_logging("warn");
             cmd::token::run(a)
+        }
+        Command::Chaos(a) => {
+            init_logging("warn");
+            cmd::chaos::run(a)
+        }
+        Command::Reclaim(a) => {
+            init_logging("warn");
+            cmd::reclaim::run(a)
         }
         Command::Bench(b) => {
             init_logging("warn");

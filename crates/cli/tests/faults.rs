@@ -3,28 +3,17 @@
 
 mod common;
 
-use std::net::TcpStream;
 use std::time::Duration;
 
 use common::{bin, diff, eventually, pattern};
 use farcache_client::{ClientConfig, ClientError};
-use farcache_proto::blocking::{control_call, handshake};
-use farcache_proto::control::{ControlRequest, ControlResponse, ServerStats};
-use farcache_proto::{Credential, Role};
+use farcache_proto::control::ServerStats;
 use farcache_testkit::{ClusterOptions, ProcessCluster};
 
 const REGION: u64 = 64 << 10;
 
 fn stats(c: &ProcessCluster, i: usize) -> ServerStats {
-    let mut s = TcpStream::connect(c.server_addr(i)).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    let cred = Credential::Cluster(c.secret().clone());
-    handshake(&mut s, Role::Client, 1, "", &cred).expect("handshake");
-    match control_call(&mut s, &ControlRequest::ServerStats) {
-        Ok(ControlResponse::Stats(st)) => st,
-        other => panic!("stats: {other:?}"),
-    }
+    common::server_stats(c, i)
 }
 
 fn signal(pid: u32, sig: libc::c_int) {

@@ -819,6 +819,8 @@ fn manager_control_ops_from_a_client_are_refused() {
                 region_size: REGION,
                 capacity: REGION,
                 epoch: 1,
+                lost: false,
+                incoming: false,
             },
             ControlRequest::SetRoutes {
                 cache: id,

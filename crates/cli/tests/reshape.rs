@@ -116,6 +116,8 @@ fn clients_follow_the_owner_a_wrong_server_answer_names() {
         region_size: REGION,
         capacity: 2 * REGION,
         epoch: info.epoch + 1,
+        lost: false,
+        incoming: false,
     };
     assert_eq!(
         control_call(&mut t, &alloc).expect("alloc"),

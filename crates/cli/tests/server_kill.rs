@@ -25,10 +25,13 @@ const FAIL_WITHIN: Duration = Duration::from_secs(15);
 const CALL_LIMIT: Duration = Duration::from_secs(30);
 
 fn start_cluster() -> ProcessCluster {
-    let opts = ClusterOptions::default()
+    let mut opts = ClusterOptions::default()
         .servers(3)
         .region_size(REGION)
         .server_memory(16 << 20);
+    // Long enough that the fail-fast checks run before the manager declares the
+    // server dead (and places its regions again, empty and lost).
+    opts.heartbeat_timeout = Duration::from_secs(4);
     ProcessCluster::start(bin(), &opts).expect("start process cluster")
 }
 
@@ -249,8 +252,10 @@ fn client_for_later(cluster: &ProcessCluster) -> Client {
     client(cluster, Duration::from_secs(3))
 }
 
-/// A stopped (hung, not dead) server: ops time out after `op_timeout`; after SIGCONT
-/// the server is alive again and its regions serve the data they held.
+/// A stopped (hung, not dead) server: ops time out after `op_timeout`. Once the
+/// manager declares it dead, its regions are placed again, empty and lost; after
+/// SIGCONT the server is alive again, but its stale copies are never served: the
+/// regions read as `DataLost`, not as the old bytes (which writes no longer reach).
 #[test]
 fn hung_server_times_out_and_recovers() {
     let cluster = start_cluster();
@@ -321,20 +326,36 @@ fn hung_server_times_out_and_recovers() {
         Duration::from_millis(50),
         || (state_of(&client, victim) == Some(ServerState::Alive)).then_some(()),
     );
-    // Its regions serve their old data again (the client reconnects by itself).
-    let cache2 = cache.clone();
-    let got = eventually(
-        "ops on the resumed server succeed",
-        Duration::from_secs(15),
-        Duration::from_millis(100),
-        || {
-            within("read", CALL_LIMIT, {
-                let c = cache2.clone();
-                move || c.read(0, CAPACITY).ok()
-            })
-        },
-    );
-    if let Some(d) = diff(&got, &image) {
-        panic!("data after resume: {d}");
+    let st = client.status().unwrap();
+    for r in &stopped {
+        assert!(
+            st.lost
+                .iter()
+                .any(|l| u64::from(l.region) == *r && l.was_on == victim && l.reason == "killed"),
+            "region {r} reported lost: {:?}",
+            st.lost
+        );
+    }
+    // Its regions answer DataLost from their new owners (the client follows the
+    // manager's table), never the bytes the resumed server still had.
+    for &r in &stopped {
+        let c = cache.clone();
+        eventually(
+            "a re-placed region answers",
+            Duration::from_secs(15),
+            Duration::from_millis(100),
+            || {
+                within("read", CALL_LIMIT, {
+                    let c = c.clone();
+                    move || match c.read(r * REGION, REGION) {
+                        Err(ClientError::Op(OpError::DataLost { .. })) => Some(()),
+                        _ => None,
+                    }
+                })
+            },
+        );
+    }
+    for rr in (0..NREG).filter(|x| !stopped.contains(x)) {
+        assert_region_data(&cache, &image, rr, "untouched region after resume");
     }
 }

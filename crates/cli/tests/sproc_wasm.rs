@@ -193,7 +193,11 @@ fn hand_off_to_a_killed_server_fails_in_bounded_time() {
 /// that error, not a hang; after SIGCONT the same call succeeds.
 #[test]
 fn hand_off_to_a_frozen_server_times_out_then_recovers() {
-    let cluster = ProcessCluster::start(env!("CARGO_BIN_EXE_farcache"), &opts()).expect("cluster");
+    // The manager must not declare the frozen server dead during the test: that would
+    // place its regions again (empty, lost) and change what this test looks at.
+    let mut o = opts();
+    o.heartbeat_timeout = Duration::from_secs(60);
+    let cluster = ProcessCluster::start(env!("CARGO_BIN_EXE_farcache"), &o).expect("cluster");
     let client = cluster
         .client_with(ClientConfig::new("").op_timeout(Duration::from_secs(20)))
         .expect("client");

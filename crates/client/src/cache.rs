@@ -192,6 +192,29 @@ impl Cache {
         }
     }
 
+    /// Acknowledges that the bytes of `[addr, addr+len)` are gone (see
+    /// [`OpError::DataLost`](crate::OpError::DataLost)): from now on they read as zeros
+    /// instead of failing. Overwriting the range has the same effect for what is
+    /// written. Needs a read-write token or the cluster secret.
+    pub fn clear_lost(&self, addr: u64, len: u64) -> Result<(), ClientError> {
+        if addr.checked_add(len).is_none() {
+            return Err(ClientError::InvalidArgument(format!(
+                "range [{addr}, {addr}+{len}) overflows"
+            )));
+        }
+        let req = ControlRequest::ClearLost {
+            name: self.name(),
+            addr,
+            len,
+        };
+        match self.shared.client.manager.call(&req)? {
+            ControlResponse::Ok => Ok(()),
+            other => Err(ClientError::InvalidArgument(format!(
+                "unexpected manager reply: {other:?}"
+            ))),
+        }
+    }
+
     fn shared_info_mut(&self) -> parking_lot::RwLockWriteGuard<'_, Arc<CacheInfo>> {
         self.shared.info_write()
     }

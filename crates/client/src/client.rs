@@ -4,8 +4,10 @@ use std::sync::{Arc, Weak};
 use std::thread::Thread;
 use std::time::Duration;
 
-use farcache_proto::Rights;
-use farcache_proto::control::{CacheInfo, ClusterStatus, ControlRequest, ControlResponse};
+use farcache_proto::control::{
+    CacheInfo, ClusterStatus, ControlRequest, ControlResponse, MigrationMode,
+};
+use farcache_proto::{Rights, ServerId};
 use parking_lot::Mutex;
 
 use crate::cache::{Cache, CacheShared};
@@ -146,6 +148,51 @@ impl Client {
         }
     }
 
+    /// Announces that server `server_id` will be taken back within `grace` (needs the
+    /// cluster secret): the manager stops placing regions on it and moves its regions
+    /// to other servers in `mode`. Returns once the manager accepted; follow the moves
+    /// in [`Client::status`] (`migrations`, and `lost` for regions that could not move
+    /// in time). Ops on a moving region pause for a few milliseconds and are sent
+    /// again by the client, unseen by the application.
+    pub fn reclaim(
+        &self,
+        server_id: ServerId,
+        grace: Duration,
+        mode: MigrationMode,
+    ) -> Result<(), ClientError> {
+        let grace_ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX);
+        match self.shared.manager.call(&ControlRequest::ReclaimServer {
+            server_id,
+            grace_ms,
+            mode,
+        })? {
+            ControlResponse::Ok => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Moves region `region` of cache `name` live to server `to` (or, with `None`, to
+    /// the cheapest other server with room), in `mode`; returns once the new owner
+    /// serves it (needs the cluster secret). The move is listed in
+    /// [`Client::status`]'s `migrations`.
+    pub fn move_region(
+        &self,
+        name: &str,
+        region: u32,
+        to: Option<ServerId>,
+        mode: MigrationMode,
+    ) -> Result<(), ClientError> {
+        match self.shared.manager.call(&ControlRequest::MoveRegion {
+            name: name.to_owned(),
+            region,
+            to,
+            mode,
+        })? {
+            ControlResponse::Ok => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
     pub fn status(&self) -> Result<ClusterStatus, ClientError> {
         match self.shared.manager.call(&ControlRequest::Status)? {
             ControlResponse::Status(s) => Ok(s),
@@ -155,6 +202,23 @@ impl Client {
 }
 
 impl ClientShared {
+    /// A client that has not talked to any manager (lane tests against fake servers).
+    #[cfg(test)]
+    pub(crate) fn for_test(config: ClientConfig) -> Arc<Self> {
+        let lanes = (0..config.connections.max(1))
+            .map(|_| Lane::new(config.clone()))
+            .collect::<std::io::Result<Vec<_>>>()
+            .expect("poller");
+        let cred = config.credential.clone().expect("a credential");
+        let manager = ManagerLink::new(config.manager.clone(), config.connect_timeout, cred, None);
+        Arc::new(Self {
+            config,
+            manager,
+            lanes,
+            async_driver: Mutex::new(None),
+        })
+    }
+
     /// Wakes (starting it on first use) the thread that drives lanes for pending futures.
     pub fn kick_async_driver(self: &Arc<Self>) {
         let mut g = self.async_driver.lock();

@@ -29,7 +29,9 @@ pub struct ClientConfig {
     pub batch_size: usize,
     /// `q`: most request frames in flight per connection.
     pub queue_depth: usize,
-    /// An op not answered within this time fails its connection.
+    /// An op not answered within this time fails its connection. Also bounds how long
+    /// an op keeps being sent again to a region paused for migration (then it fails
+    /// with `Status::Paused`).
     pub op_timeout: Duration,
     pub connect_timeout: Duration,
     /// Attempts for an op that keeps hitting `wrong server` after table refreshes.

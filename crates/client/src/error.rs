@@ -66,4 +66,13 @@ pub enum OpError {
     /// A procedure kept moving between servers beyond the hop limit.
     #[error("procedure still running after {0} server hops")]
     Hops(u32),
+    /// The only copy of these bytes died with a server. Reads (and procedures) of the
+    /// range fail with this until it is overwritten or the loss is acknowledged with
+    /// [`Cache::clear_lost`](crate::Cache::clear_lost). For a procedure the range is
+    /// the region it ran in.
+    #[error(
+        "bytes [{addr}, {addr}+{len}) were lost with a failed server; overwrite them or \
+         call clear_lost"
+    )]
+    DataLost { addr: u64, len: u64 },
 }

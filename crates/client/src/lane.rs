@@ -31,6 +31,18 @@ const REDIAL_AFTER: Duration = Duration::from_millis(200);
 const EXECUTE_REPLY_GUESS: usize = 64;
 /// Longest a driver blocks in poll before re-checking deadlines.
 const MAX_POLL: Duration = Duration::from_millis(100);
+/// First wait before sending a `paused` part again; doubles up to [`PAUSE_MAX`]. A
+/// pause lasts the last copy round of a migration, typically well under a millisecond.
+const PAUSE_FIRST: Duration = Duration::from_micros(100);
+const PAUSE_MAX: Duration = Duration::from_millis(2);
+
+/// The wait before sending a part again after its `attempt`-th `paused` answer
+/// (1-based): 100 µs, 200 µs, 400 µs, … capped at 2 ms.
+pub(crate) fn pause_backoff(attempt: u8) -> Duration {
+    // Past 5 doublings the cap applies anyway; bounding the shift keeps it in range.
+    let shift = u32::from(attempt.saturating_sub(1).min(5));
+    (PAUSE_FIRST * (1 << shift)).min(PAUSE_MAX)
+}
 
 /// Why a part goes out again.
 #[derive(Debug, Clone)]
@@ -40,6 +52,9 @@ pub(crate) enum Retry {
     /// `out of range` for an op the handle's table (of this epoch) allows: the cache
     /// may have shrunk.
     Shrunk(u64),
+    /// The server could not be reached: the region may have been placed elsewhere
+    /// (its server died and the manager re-placed it); else this error stands.
+    Unreachable(ServerId, OpError),
 }
 
 /// One part of one op, as tracked while in flight.
@@ -51,6 +66,30 @@ pub(crate) struct PartRef {
     pub addr: u64,
     pub len: u32,
     pub redirects: u8,
+    /// `paused` answers in a row, for the backoff (fits the struct's padding).
+    pub pauses: u8,
+}
+
+/// A part a server answered `paused`: sent again, re-routed, at `due`.
+#[derive(Debug, Clone, Copy)]
+struct Parked {
+    part: PartRef,
+    /// The ticket's id, so a reused slab key never picks the part up.
+    ticket: u64,
+    due: Instant,
+}
+
+/// Parts waiting out a migration's write pause.
+struct Parking {
+    parked: Vec<Parked>,
+    /// An op paused for longer than this fails with `Status::Paused` (the op timeout).
+    limit: Duration,
+}
+
+impl Parking {
+    fn next_due(&self) -> Option<Instant> {
+        self.parked.iter().map(|p| p.due).min()
+    }
 }
 
 #[derive(Default)]
@@ -71,6 +110,8 @@ pub(crate) struct TicketState {
     assembly: IdMap<Vec<u8>>,
     /// Procedure invocations that moved on: op index → (state to resume with, hops).
     continuations: IdMap<(Vec<u8>, u32)>,
+    /// When an op was first answered `paused`, by op index (rare; bounds the wait).
+    paused_since: IdMap<Instant>,
     remaining: usize,
     waker: Option<Waker>,
     abandoned: bool,
@@ -94,6 +135,8 @@ pub(crate) struct LaneInner {
     retries: Vec<(PartRef, Retry)>,
     /// Procedure parts to send on to the server their continuation names.
     hops: Vec<PartRef>,
+    /// Parts to send again once a region's write pause is likely over.
+    parking: Parking,
     in_retry: bool,
     scratch: Vec<Part>,
 }
@@ -102,6 +145,10 @@ impl Lane {
     pub fn new(cfg: ClientConfig) -> std::io::Result<Self> {
         Ok(Self {
             inner: Mutex::new(LaneInner {
+                parking: Parking {
+                    parked: Vec::new(),
+                    limit: cfg.op_timeout,
+                },
                 cfg,
                 poll: Poll::new()?,
                 events: Events::with_capacity(64),
@@ -168,6 +215,7 @@ impl LaneInner {
             slots,
             assembly: IdMap::default(),
             continuations: IdMap::default(),
+            paused_since: IdMap::default(),
             remaining: n,
             waker: None,
             abandoned: false,
@@ -214,6 +262,7 @@ impl LaneInner {
                     addr: op.addr,
                     len: op.len as u32,
                     redirects: 0,
+                    pauses: 0,
                 };
                 let server = info.regions.get(region).copied().unwrap_or(0);
                 self.route(part, server, &info);
@@ -235,6 +284,7 @@ impl LaneInner {
                     addr: p.addr,
                     len: p.len,
                     redirects: 0,
+                    pauses: 0,
                 };
                 self.route(part, p.server, &info);
             }
@@ -270,6 +320,7 @@ impl LaneInner {
             addr: op.addr,
             len: 0,
             redirects: 0,
+            pauses: 0,
         };
         let server = info
             .regions
@@ -313,7 +364,7 @@ impl LaneInner {
                 .is_some_and(|c| c.checked.as_ref().is_some_and(|i| Arc::ptr_eq(i, info)));
             if !checked {
                 if let Err(e) = self.ensure_conn(server, info) {
-                    return self.fail_part(part, e);
+                    return self.unreachable(part, server, e);
                 }
                 if let Some(c) = self.conns.get_mut(&server) {
                     c.checked = Some(info.clone());
@@ -483,6 +534,10 @@ impl LaneInner {
                 wait = wait.min((sent + self.cfg.op_timeout).saturating_duration_since(now));
             }
         }
+        if let Some(due) = self.parking.next_due() {
+            // Wake for the next parked part rather than sleep a whole MAX_POLL.
+            wait = wait.min(due.saturating_duration_since(now));
+        }
         if let Err(e) = self.poll.poll(&mut self.events, Some(wait))
             && e.kind() != std::io::ErrorKind::Interrupted
         {
@@ -499,13 +554,14 @@ impl LaneInner {
                 tickets,
                 retries,
                 hops,
+                parking,
                 ..
             } = self;
             let Some(conn) = conns.get_mut(&server) else {
                 continue;
             };
             let r = conn.read_ready(|conn, fl, payload| {
-                complete_frame(conn, tickets, retries, hops, fl, payload)
+                complete_frame(conn, tickets, retries, hops, parking, fl, payload)
             });
             let r = r.and_then(|()| conn.flush().map_err(|e| conn.unavailable(&e.to_string())));
             if let Err(e) = r {
@@ -542,6 +598,56 @@ impl LaneInner {
             self.process_retries();
             self.in_retry = false;
         }
+        if !self.in_retry && !self.parking.parked.is_empty() {
+            self.in_retry = true;
+            self.process_parked();
+            self.in_retry = false;
+        }
+    }
+
+    /// Sends parts whose backoff ran out again, routed by the cache's current table: the
+    /// region may have moved meanwhile (a `wrong server` answer then redirects it).
+    fn process_parked(&mut self) {
+        let now = Instant::now();
+        if self.parking.parked.iter().all(|p| p.due > now) {
+            return;
+        }
+        let mut due = Vec::new();
+        self.parking.parked.retain(|p| {
+            let ready = p.due <= now;
+            if ready {
+                due.push(*p);
+            }
+            !ready
+        });
+        for Parked { part, ticket, .. } in due {
+            let Some(t) = self.tickets.get(part.key as usize) else {
+                continue;
+            };
+            if t.id != ticket {
+                continue;
+            }
+            let info = t.cache.info();
+            let op = t.ops[part.op as usize];
+            // A procedure part has length 0 but needs its start address in the cache.
+            let end = part.addr.saturating_add(u64::from(part.len).max(1));
+            if end > info.capacity {
+                // The cache shrank while the part waited.
+                let e = OpError::OutOfRange {
+                    addr: op.addr,
+                    len: op.len,
+                    capacity: info.capacity,
+                };
+                self.fail_part(part, e);
+                continue;
+            }
+            let server = info
+                .regions
+                .get(info.region_of(part.addr))
+                .copied()
+                .unwrap_or(0);
+            self.route(part, server, &info);
+        }
     }
 
     /// Routes parts again that reached the wrong server: to the owner the server named
@@ -563,9 +669,16 @@ impl LaneInner {
                 continue;
             }
             let id = cache.id();
-            let (hint, seen_epoch) = match why {
-                Retry::Moved(h) => (h, None),
-                Retry::Shrunk(e) => (None, Some(e)),
+            let (hint, seen_epoch, unreachable) = match why {
+                Retry::Moved(h) => (h, None, None),
+                Retry::Shrunk(e) => (None, Some(e), None),
+                Retry::Unreachable(s, e) => (None, None, Some((s, e))),
+            };
+            let owner_now = |info: &CacheInfo| {
+                info.regions
+                    .get(info.region_of(part.addr))
+                    .copied()
+                    .unwrap_or(0)
             };
             let hinted = hint.and_then(|h| cache.follow_hint(part.addr, &h));
             let info = match (hinted, refreshed.iter().find(|(c, _)| *c == id)) {
@@ -591,6 +704,16 @@ impl LaneInner {
                     // Nothing changed: the server's answer stands.
                     self.fail_part(part, OpError::Status(Status::OutOfRange));
                 }
+                Ok(info)
+                    if unreachable
+                        .as_ref()
+                        .is_some_and(|(s, _)| *s == owner_now(&info)) =>
+                {
+                    // Still that server's region: the failure stands.
+                    if let Some((_, e)) = unreachable {
+                        self.fail_part(part, e);
+                    }
+                }
                 Ok(info) => {
                     part.redirects = part.redirects.saturating_add(1);
                     let server = info
@@ -600,9 +723,21 @@ impl LaneInner {
                         .unwrap_or(0);
                     self.route(part, server, &info);
                 }
-                Err(e) => self.fail_part(part, OpError::Refresh(e)),
+                Err(e) => match unreachable {
+                    Some((_, first)) => self.fail_part(part, first),
+                    None => self.fail_part(part, OpError::Refresh(e)),
+                },
             }
         }
+    }
+
+    /// A part could not reach `server`: ask the manager once whether its region lives
+    /// elsewhere now (a dead server's regions are re-placed), else fail with `e`.
+    fn unreachable(&mut self, part: PartRef, server: ServerId, e: OpError) {
+        if u32::from(part.redirects) >= self.cfg.max_redirects {
+            return self.fail_part(part, e);
+        }
+        self.retries.push((part, Retry::Unreachable(server, e)));
     }
 
     fn fail_conn(&mut self, server: ServerId, e: OpError) {
@@ -612,7 +747,7 @@ impl LaneInner {
         tracing::debug!(server, addr = %c.addr, "connection failed: {e}");
         c.deregister(self.poll.registry());
         for part in c.take_all_parts() {
-            self.fail_part(part, e.clone());
+            self.unreachable(part, server, e.clone());
         }
         self.failed.insert(server, (Instant::now(), e));
     }
@@ -692,7 +827,10 @@ impl LaneInner {
 
     /// Nothing can make progress for this ticket: fail what is left instead of hanging.
     pub fn stuck(&self) -> bool {
-        self.retries.is_empty() && self.hops.is_empty() && self.conns.values().all(ServerConn::idle)
+        self.retries.is_empty()
+            && self.hops.is_empty()
+            && self.parking.parked.is_empty()
+            && self.conns.values().all(ServerConn::idle)
     }
 
     pub fn fail_pending(&mut self, key: usize, id: u64) {
@@ -724,6 +862,7 @@ fn complete_frame(
     tickets: &mut Slab<TicketState>,
     retries: &mut Vec<(PartRef, Retry)>,
     hops: &mut Vec<PartRef>,
+    parking: &mut Parking,
     fl: InFlight,
     payload: Bytes,
 ) -> Result<(), OpError> {
@@ -815,6 +954,7 @@ fn complete_frame(
                         let mut next = part;
                         next.addr = addr;
                         next.redirects = 0;
+                        next.pauses = 0;
                         hops.push(next);
                         continue;
                     }
@@ -842,6 +982,34 @@ fn complete_frame(
             (Status::OutOfRange, ..) if part.redirects == 0 => {
                 retries.push((part, Retry::Shrunk(t.cache.info().epoch)));
                 continue;
+            }
+            // The region is mid-migration: send the part again shortly, not counted
+            // as a redirect, unless the op has waited on pauses for too long.
+            (Status::Paused, ..) => {
+                let now = Instant::now();
+                let since = *t.paused_since.entry(part.op).or_insert(now);
+                if now.duration_since(since) < parking.limit {
+                    let mut next = part;
+                    next.pauses = next.pauses.saturating_add(1);
+                    parking.parked.push(Parked {
+                        part: next,
+                        ticket: t.id,
+                        due: now + pause_backoff(next.pauses),
+                    });
+                    continue;
+                }
+                op_error(slot, OpError::Status(Status::Paused));
+            }
+            (Status::DataLost, kind, _) => {
+                let (addr, len) = if kind == Kind::Execute {
+                    // A procedure names no range: report the region it ran in.
+                    let info = t.cache.info();
+                    let size = info.region_size;
+                    (part.addr - part.addr % size.max(1), size)
+                } else {
+                    (part.addr, u64::from(part.len))
+                };
+                op_error(slot, OpError::DataLost { addr, len });
             }
             (Status::Ok, ..) => op_error(
                 slot,
@@ -884,5 +1052,213 @@ fn part_done(tickets: &mut Slab<TicketState>, key: usize, op: usize) {
         if t.abandoned {
             tickets.remove(key);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{TcpListener, TcpStream};
+    use std::sync::atomic::AtomicU32;
+
+    use farcache_proto::blocking::{read_frame, write_frame};
+    use farcache_proto::control::{PriceClass, ServerInfo, ServerState};
+    use farcache_proto::{
+        Authority, ClusterSecret, FrameKind, Hello, MAX_FRAME_DEFAULT, RequestDecoder,
+        ResponseEncoder,
+    };
+
+    use super::*;
+    use crate::cache::Cache;
+    use crate::client::ClientShared;
+    use crate::error::ClientError;
+
+    #[test]
+    fn pause_backoff_doubles_to_a_cap() {
+        let us = |a| pause_backoff(a).as_micros();
+        assert_eq!(us(0), 100);
+        assert_eq!(us(1), 100);
+        assert_eq!(us(2), 200);
+        assert_eq!(us(3), 400);
+        assert_eq!(us(4), 800);
+        assert_eq!(us(5), 1600);
+        assert_eq!(us(6), 2000);
+        assert_eq!(us(u8::MAX), 2000);
+    }
+
+    #[test]
+    fn pause_count_costs_no_space() {
+        // Parts travel by the thousand in in-flight frames: keep them at 32 bytes.
+        assert!(std::mem::size_of::<PartRef>() <= 32);
+    }
+
+    /// A one-connection server that answers each op with `answer(op index, op)`.
+    fn fake_server(
+        secret: ClusterSecret,
+        answer: impl Fn(u32, &Op<'_>) -> Status + Send + 'static,
+    ) -> String {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = l.local_addr().expect("addr").to_string();
+        std::thread::spawn(move || {
+            let Ok((mut s, _)) = l.accept() else { return };
+            let _ = serve(&mut s, &Authority::new(secret), &answer);
+        });
+        addr
+    }
+
+    fn serve(
+        s: &mut TcpStream,
+        auth: &Authority,
+        answer: &dyn Fn(u32, &Op<'_>) -> Status,
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        s.set_nodelay(true)?;
+        let ch = auth.challenge();
+        write_frame(s, FrameKind::Challenge, 0, &ch.encode())?;
+        let (_, hello) = read_frame(s, MAX_FRAME_DEFAULT)?;
+        let v = auth.verify(&ch, &Hello::decode(&hello)?)?;
+        let ack = auth.ack(&v, &ch, 1, MAX_FRAME_DEFAULT);
+        write_frame(s, FrameKind::HelloAck, 0, &ack.encode())?;
+        let mut n = 0;
+        loop {
+            let (h, payload) = read_frame(s, MAX_FRAME_DEFAULT)?;
+            let mut out = Vec::new();
+            let mut enc = ResponseEncoder::begin(&mut out, h.seq);
+            for op in RequestDecoder::new(&payload)? {
+                let op = op?;
+                let status = answer(n, &op);
+                n += 1;
+                match (status, &op) {
+                    (Status::Ok, Op::Read { len, .. }) => {
+                        enc.data(&mut out, op.code(), &vec![7; *len as usize])
+                    }
+                    (s, _) => enc.status(&mut out, op.code(), s),
+                }
+            }
+            enc.finish(&mut out);
+            std::io::Write::write_all(s, &out)?;
+        }
+    }
+
+    fn server_info(id: ServerId, addr: String) -> ServerInfo {
+        ServerInfo {
+            id,
+            addr,
+            memory: 1 << 30,
+            used: 0,
+            cores: 1,
+            price_class: PriceClass::OnDemand,
+            price_per_gib_hour: 0.0,
+            state: ServerState::Alive,
+            tls_addr: None,
+        }
+    }
+
+    /// 16 regions of 64 KiB, all on server 1 at `addr`.
+    fn table(addr: String) -> CacheInfo {
+        CacheInfo {
+            id: 1,
+            name: "t".into(),
+            capacity: 1 << 20,
+            region_size: 1 << 16,
+            epoch: 1,
+            regions: vec![1; 16],
+            servers: vec![server_info(1, addr)],
+        }
+    }
+
+    fn shared_on(addr: String, secret: ClusterSecret, op_timeout: Duration) -> Arc<CacheShared> {
+        let cfg = ClientConfig::new("127.0.0.1:1")
+            .secret(secret)
+            .op_timeout(op_timeout);
+        CacheShared::new(ClientShared::for_test(cfg), table(addr), None)
+    }
+
+    fn cache_on(addr: String, secret: ClusterSecret, op_timeout: Duration) -> Cache {
+        Cache::new(shared_on(addr, secret, op_timeout))
+    }
+
+    #[test]
+    fn a_paused_part_follows_the_region_to_its_new_server() {
+        let secret = ClusterSecret::generate();
+        let to = fake_server(secret.clone(), |_, _| Status::Ok);
+        let shared: Arc<std::sync::OnceLock<Arc<CacheShared>>> = Arc::default();
+        let (seen, to_addr) = (shared.clone(), to.clone());
+        // The source pauses the write and, meanwhile, the region moves to server 2.
+        let from = fake_server(secret.clone(), move |_, _| {
+            if let Some(c) = seen.get() {
+                let mut next = CacheInfo::clone(&c.info());
+                next.regions[0] = 2;
+                next.epoch += 1;
+                next.servers.push(server_info(2, to_addr.clone()));
+                *c.info_write() = Arc::new(next);
+            }
+            Status::Paused
+        });
+        let s = shared_on(from, secret, Duration::from_secs(10));
+        assert!(shared.set(s.clone()).is_ok());
+        Cache::new(s)
+            .write(8, b"moved")
+            .expect("lands on the new owner");
+    }
+
+    #[test]
+    fn paused_writes_are_sent_again_until_they_land() {
+        let secret = ClusterSecret::generate();
+        let seen = Arc::new(AtomicU32::new(0));
+        let counter = seen.clone();
+        let addr = fake_server(secret.clone(), move |n, op| {
+            counter.fetch_add(1, Ordering::Relaxed);
+            match op {
+                Op::Write { .. } if n < 4 => Status::Paused,
+                _ => Status::Ok,
+            }
+        });
+        let cache = cache_on(addr, secret, Duration::from_secs(10));
+        let t = Instant::now();
+        cache
+            .write(4096, b"hello")
+            .expect("write lands after the pause");
+        // Backoffs of 100, 200, 400 and 800 µs came first.
+        assert!(t.elapsed() >= Duration::from_micros(1500));
+        assert_eq!(seen.load(Ordering::Relaxed), 5);
+        // The lane is usable (and nothing stays parked) afterwards.
+        assert_eq!(&cache.read(4096, 5).expect("read")[..], &[7; 5]);
+    }
+
+    #[test]
+    fn a_pause_longer_than_the_op_timeout_fails_the_op() {
+        let secret = ClusterSecret::generate();
+        let addr = fake_server(secret.clone(), |_, _| Status::Paused);
+        let cache = cache_on(addr, secret, Duration::from_millis(50));
+        let t = Instant::now();
+        let e = cache.write(0, b"x").expect_err("stays paused");
+        assert!(t.elapsed() >= Duration::from_millis(50));
+        assert!(t.elapsed() < Duration::from_secs(5));
+        assert!(
+            matches!(e, ClientError::Op(OpError::Status(Status::Paused))),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn lost_bytes_fail_with_their_range() {
+        let secret = ClusterSecret::generate();
+        let addr = fake_server(secret.clone(), |_, op| match op {
+            Op::Read { .. } => Status::DataLost,
+            _ => Status::Ok,
+        });
+        let cache = cache_on(addr, secret, Duration::from_secs(10));
+        // Two regions: each part reports its own range, the first failure wins.
+        let e = cache.read((1 << 16) - 8, 16).expect_err("lost");
+        assert!(
+            matches!(
+                e,
+                ClientError::Op(OpError::DataLost {
+                    addr: 0xfff8,
+                    len: 8
+                })
+            ),
+            "{e}"
+        );
+        cache.write(0, b"ok").expect("writes still work");
     }
 }

@@ -18,6 +18,13 @@
 //! to every round trip); futures are driven by a helper thread only while they are
 //! pending. Ops are packed into batches of up to `b` ops with at most `q` batches in
 //! flight per connection.
+//!
+//! Migrations: while a region moves to another server its writes pause for a few
+//! milliseconds. Ops answered `paused` wait on the lane (100 µs, doubling to 2 ms) and
+//! go out again, routed by the current region table, unseen by the application; one
+//! still paused after `ClientConfig::op_timeout` fails with `Status::Paused`. Bytes
+//! whose only copy died with a server fail with [`OpError::DataLost`] until they are
+//! overwritten or [`Cache::clear_lost`] is called.
 
 mod batch;
 mod cache;
@@ -38,6 +45,9 @@ pub use client::Client;
 pub use config::ClientConfig;
 pub use error::{ClientError, OpError};
 pub use farcache_net::TlsConnector;
-pub use farcache_proto::control::{CacheInfo, CacheTokens, ClusterStatus, ServerInfo};
-pub use farcache_proto::{CacheToken, ClusterSecret, Rights};
+pub use farcache_proto::control::{
+    CacheInfo, CacheTokens, ClusterStatus, LostRegion, MigrationMode, MigrationRecord, ServerInfo,
+    ServerState,
+};
+pub use farcache_proto::{CacheId, CacheToken, ClusterSecret, Rights, ServerId, Status};
 pub use ticket::{OpFuture, Ticket};

@@ -61,6 +61,11 @@ struct ServerEntry {
     reported: Option<(u64, u64)>,
 }
 
+/// Heard from and registered: alive, or alive and leaving.
+pub fn up(state: ServerState) -> bool {
+    matches!(state, ServerState::Alive | ServerState::Leaving)
+}
+
 /// How a server's state changed when it was heard from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Seen {
@@ -153,6 +158,10 @@ impl Catalogue {
         match self.servers.get_mut(&record.id) {
             Some(e) => {
                 e.record = record;
+                // A registration is a (re)started process: whatever was leaving is gone.
+                if e.state == ServerState::Leaving {
+                    e.state = ServerState::Dead;
+                }
                 Self::mark_alive(e, now)
             }
             None => {
@@ -200,7 +209,7 @@ impl Catalogue {
     pub fn disagreeing(&self) -> Vec<ServerId> {
         self.servers
             .values()
-            .filter(|e| e.state == ServerState::Alive)
+            .filter(|e| up(e.state))
             .filter_map(|e| {
                 let (count, digest) = e.reported?;
                 let placed = self.placed_on(e.record.id);
@@ -214,16 +223,20 @@ impl Catalogue {
     pub fn alive_at(&self, addr: &str) -> Option<ServerId> {
         self.servers
             .values()
-            .find(|e| e.state == ServerState::Alive && e.record.addr == addr)
+            .find(|e| up(e.state) && e.record.addr == addr)
             .map(|e| e.record.id)
     }
 
     fn mark_alive(e: &mut ServerEntry, now: Instant) -> Seen {
         let before = e.state;
-        e.state = ServerState::Alive;
         e.last_seen = Some(now);
+        if before == ServerState::Leaving {
+            // Heard from while it drains: it stays out of placement.
+            return Seen::StillAlive;
+        }
+        e.state = ServerState::Alive;
         match before {
-            ServerState::Alive => Seen::StillAlive,
+            ServerState::Alive | ServerState::Leaving => Seen::StillAlive,
             other => Seen::Back(other),
         }
     }
@@ -235,7 +248,7 @@ impl Catalogue {
             let silent = e
                 .last_seen
                 .is_none_or(|t| now.saturating_duration_since(t) > timeout);
-            if e.state == ServerState::Alive && silent {
+            if up(e.state) && silent {
                 e.state = ServerState::Dead;
                 dead.push(e.record.id);
             }
@@ -254,6 +267,22 @@ impl Catalogue {
                 free: e.record.memory.saturating_sub(e.used),
             })
             .collect()
+    }
+
+    /// Marks an alive server as leaving (it takes no new regions); false if it is not
+    /// alive or leaving already.
+    pub fn set_leaving(&mut self, id: ServerId) -> bool {
+        match self.servers.get_mut(&id) {
+            Some(e) if e.state == ServerState::Alive => {
+                e.state = ServerState::Leaving;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    pub fn cache(&self, id: CacheId) -> Option<&CacheRecord> {
+        self.caches.get(&id)
     }
 
     pub fn cache_by_name(&self, name: &str) -> Option<&CacheRecord> {
@@ -333,6 +362,8 @@ impl Catalogue {
                 .filter_map(|&id| self.server_info(id))
                 .collect(),
             caches: self.caches.values().map(|c| self.cache_info(c)).collect(),
+            migrations: Vec::new(),
+            lost: Vec::new(),
         }
     }
 }

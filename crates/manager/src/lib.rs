@@ -23,6 +23,7 @@ mod config;
 mod error;
 mod listener;
 mod liveness;
+mod membership;
 mod placement;
 mod server_link;
 mod service;
@@ -61,6 +62,8 @@ impl Manager {
         );
         let status = catalogue.status();
         let service = Arc::new(Service::new(&config, catalogue, store));
+        // Only fails if already set, which cannot happen to a fresh service.
+        let _ = service.this.set(Arc::downgrade(&service));
         let listener = TcpListener::bind(config.listen)?;
         let tls = match (config.tls_listen, config.tls.clone()) {
             (Some(at), Some(t)) => Some((TcpListener::bind(at)?, t)),

@@ -47,6 +47,7 @@ fn run(service: &Service, stop: &Receiver<()>, tick: Duration) {
                 service.check_liveness(now);
                 if now >= next_reconcile {
                     service.reconcile();
+                    service.rebalance_once();
                     next_reconcile = Instant::now() + RECONCILE_EVERY;
                 }
             }

@@ -59,6 +59,20 @@ impl ServerLinks {
         }
     }
 
+    /// Where a region's copy away from server `id` stands.
+    pub fn migration(
+        &self,
+        id: ServerId,
+        addr: &str,
+        cache: farcache_proto::CacheId,
+        region: u32,
+    ) -> Result<farcache_proto::control::MigrationReport, LinkError> {
+        match self.ask(id, addr, &ControlRequest::MigrationStatus { cache, region })? {
+            ControlResponse::Migration(r) => Ok(r),
+            other => Err(RpcError::Unexpected(format!("reply {other:?}")).into()),
+        }
+    }
+
     /// The regions server `id` holds.
     pub fn list_regions(&self, id: ServerId, addr: &str) -> Result<Vec<HeldRegion>, LinkError> {
         match self.ask(id, addr, &ControlRequest::ListRegions)? {

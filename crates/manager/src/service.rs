@@ -37,14 +37,16 @@ pub const MAX_REGIONS: u64 = 1 << 20;
 /// Timeout for each connect, read and write to a cache server.
 const SERVER_CALL_TIMEOUT: Duration = Duration::from_secs(2);
 
-struct State {
-    catalogue: Catalogue,
+pub(crate) struct State {
+    pub(crate) catalogue: Catalogue,
+    /// Recent migrations and losses, for `status`.
+    pub(crate) events: crate::membership::Events,
     /// `None` after shutdown, which releases the file for the next manager.
     store: Option<Store>,
 }
 
 impl State {
-    fn commit(&self, writes: &[Write<'_>]) -> Result<(), Reject> {
+    pub(crate) fn commit(&self, writes: &[Write<'_>]) -> Result<(), Reject> {
         let store = self
             .store
             .as_ref()
@@ -67,10 +69,10 @@ pub struct Caller {
 
 /// A region the manager asked a server to hold (for rollback and cleanup).
 #[derive(Debug, Clone)]
-struct Target {
-    server: ServerId,
-    addr: String,
-    state: ServerState,
+pub(crate) struct Target {
+    pub(crate) server: ServerId,
+    pub(crate) addr: String,
+    pub(crate) state: ServerState,
 }
 
 pub struct Service {
@@ -78,9 +80,11 @@ pub struct Service {
     region_size: u64,
     heartbeat_ms: u64,
     heartbeat_timeout: Duration,
-    state: Mutex<State>,
-    changes: Mutex<()>,
-    links: ServerLinks,
+    pub(crate) state: Mutex<State>,
+    pub(crate) changes: Mutex<()>,
+    pub(crate) links: ServerLinks,
+    /// This service, for the threads it starts (draining a reclaimed server).
+    pub(crate) this: std::sync::OnceLock<std::sync::Weak<Service>>,
 }
 
 impl Service {
@@ -89,7 +93,9 @@ impl Service {
             region_size: config.region_size,
             heartbeat_ms: u64::try_from(config.heartbeat_interval.as_millis()).unwrap_or(u64::MAX),
             heartbeat_timeout: config.heartbeat_timeout,
+            this: std::sync::OnceLock::new(),
             state: Mutex::new(State {
+                events: crate::membership::Events::default(),
                 catalogue,
                 store: Some(store),
             }),
@@ -100,7 +106,11 @@ impl Service {
     }
 
     pub fn status(&self) -> ClusterStatus {
-        self.state.lock().catalogue.status()
+        let st = self.state.lock();
+        let mut s = st.catalogue.status();
+        s.migrations = st.events.migrations.iter().cloned().collect();
+        s.lost = st.events.lost.iter().cloned().collect();
+        s
     }
 
     /// Releases the store and server connections; later requests get `Unavailable`.
@@ -119,6 +129,7 @@ impl Service {
             .expire(now, self.heartbeat_timeout);
         for id in dead {
             tracing::info!(server = id, timeout = ?self.heartbeat_timeout, "server missed heartbeats, marked dead");
+            self.recover_dead(id);
         }
     }
 
@@ -173,6 +184,24 @@ impl Service {
             }
             ControlRequest::IssueToken { name, rights } => self.issue_token(&name, rights),
             ControlRequest::Status => Ok(ControlResponse::Status(self.status())),
+            ControlRequest::ReclaimServer {
+                server_id,
+                grace_ms,
+                mode,
+            } => self
+                .reclaim(server_id, Duration::from_millis(grace_ms), mode)
+                .map(|()| ControlResponse::Ok),
+            ControlRequest::MoveRegion {
+                name,
+                region,
+                to,
+                mode,
+            } => self
+                .move_region(&name, region, to, mode)
+                .map(|()| ControlResponse::Ok),
+            ControlRequest::ClearLost { name, addr, len } => self
+                .clear_lost(&name, addr, len)
+                .map(|()| ControlResponse::Ok),
             ControlRequest::RegisterProc {
                 cache,
                 proc_name,
@@ -226,6 +255,22 @@ impl Service {
                     _ => Ok(()), // unknown ids get `unknown server` and re-register
                 }
             }
+            ControlRequest::ReclaimServer { server_id, .. } if caller.role == Role::Server => {
+                // A server may announce only its own reclamation (on SIGTERM).
+                let at = self
+                    .state
+                    .lock()
+                    .catalogue
+                    .server_record(*server_id)
+                    .map(|r| r.addr.clone());
+                match at {
+                    Some(a) if a == caller.identity => Ok(()),
+                    _ => refuse(&format!(
+                        "reclaim server {server_id} (it proved it is {})",
+                        caller.identity
+                    )),
+                }
+            }
             _ if caller.role != Role::Client => refuse("make client requests"),
             _ if caller.access.is_cluster() => Ok(()),
             ControlRequest::OpenCache { name } => {
@@ -237,6 +282,11 @@ impl Service {
             ControlRequest::RegisterProc { cache, .. } => {
                 self.token_reaches(caller, cache, Rights::ReadWrite)
             }
+            ControlRequest::ClearLost { name, .. } => {
+                self.token_reaches(caller, name, Rights::ReadWrite)
+            }
+            ControlRequest::ReclaimServer { .. } => refuse("reclaim servers"),
+            ControlRequest::MoveRegion { .. } => refuse("move regions"),
             ControlRequest::CreateCache { .. } => refuse("create caches"),
             ControlRequest::IssueToken { .. } => refuse("issue tokens"),
             ControlRequest::Status => refuse("see the whole cluster"),
@@ -322,10 +372,11 @@ impl Service {
                 ),
             ));
         }
-        if let (Some(old), Some(ServerState::Alive)) = (
+        if let (Some(old), Some(state)) = (
             st.catalogue.server_record(id),
             st.catalogue.server_state(id),
-        ) && old.addr != record.addr
+        ) && crate::catalogue::up(state)
+            && old.addr != record.addr
         {
             return Err(Reject::new(
                 ControlErrorCode::AlreadyExists,
@@ -355,6 +406,13 @@ impl Service {
             (Seen::StillAlive, _) => {
                 tracing::info!(server = id, %addr, memory, "server re-registered")
             }
+        }
+        if matches!(seen, Seen::Back(ServerState::Unknown)) {
+            // First word from it since this manager started: tell it the tables this
+            // manager knows. A move the previous manager left uncommitted is thereby
+            // rolled back (the table still names the source), a committed one is
+            // completed (the table names the target).
+            self.push_tables_of(id);
         }
         if used > memory {
             tracing::warn!(
@@ -631,13 +689,18 @@ impl Service {
                 };
                 self.best_effort(&t, &req, "free orphan region");
             }
-            for r in placed.iter().filter(|r| !held.contains(r)) {
+            let missing: Vec<HeldRegion> = placed
+                .iter()
+                .filter(|r| !held.contains(r))
+                .copied()
+                .collect();
+            if !missing.is_empty() {
                 tracing::warn!(
                     server = t.server,
-                    cache = r.cache,
-                    region = r.region,
-                    "server does not hold a region the catalogue places there (lost)"
+                    regions = missing.len(),
+                    "server does not hold regions the catalogue places there (it restarted): they are lost"
                 );
+                self.replace_lost(t.server, &missing, "restarted", true);
             }
         }
     }
@@ -695,7 +758,7 @@ impl Service {
     }
 
     /// Sends `procs` to every live server in `targets`.
-    fn load_procs(
+    pub(crate) fn load_procs(
         &self,
         cache: CacheId,
         targets: &[Target],
@@ -729,7 +792,15 @@ impl Service {
     /// Tells every server of a cache who holds each region, so procedures can move
     /// between servers without the client. Best effort: a server without the table
     /// returns continuations to the client instead.
-    fn push_routes(&self, info: &CacheInfo) {
+    pub(crate) fn push_routes(&self, info: &CacheInfo) {
+        let mut ids = info.regions.clone();
+        ids.sort_unstable();
+        ids.dedup();
+        self.push_routes_to(info, &ids);
+    }
+
+    /// Sends a cache's region table to the servers `ids`, best effort.
+    pub(crate) fn push_routes_to(&self, info: &CacheInfo, ids: &[ServerId]) {
         let addr_of = |id: ServerId| info.server(id).map(|s| s.addr.clone()).unwrap_or_default();
         let owners: Vec<String> = info.regions.iter().map(|&id| addr_of(id)).collect();
         let req = ControlRequest::SetRoutes {
@@ -738,15 +809,29 @@ impl Service {
             owners,
             capacity: info.capacity,
         };
-        let mut ids = info.regions.clone();
-        ids.sort_unstable();
-        ids.dedup();
         let targets = {
             let st = self.state.lock();
-            self.targets(&st.catalogue, &ids)
+            self.targets(&st.catalogue, ids)
         };
         for t in &targets {
             self.best_effort(t, &req, "send region table");
+        }
+    }
+
+    /// Pushes the region table of every cache with a region on server `id`.
+    fn push_tables_of(&self, id: ServerId) {
+        let _changes = self.changes.lock();
+        let infos: Vec<CacheInfo> = {
+            let st = self.state.lock();
+            st.catalogue
+                .status()
+                .caches
+                .into_iter()
+                .filter(|c| c.regions.contains(&id))
+                .collect()
+        };
+        for info in &infos {
+            self.push_routes(info);
         }
     }
 
@@ -785,7 +870,7 @@ impl Service {
         Ok(self.targets(cat, &chosen))
     }
 
-    fn targets(&self, cat: &Catalogue, servers: &[ServerId]) -> Vec<Target> {
+    pub(crate) fn targets(&self, cat: &Catalogue, servers: &[ServerId]) -> Vec<Target> {
         servers
             .iter()
             .map(|&server| Target {
@@ -819,6 +904,8 @@ impl Service {
                 region_size,
                 capacity,
                 epoch,
+                lost: false,
+                incoming: false,
             };
             if let Err(e) = self.links.call(t.server, &t.addr, &req) {
                 tracing::warn!(cache, region, server = t.server, addr = %t.addr, error = %e, "region allocation failed, rolling back");
@@ -847,7 +934,7 @@ impl Service {
         }
     }
 
-    fn best_effort(&self, t: &Target, req: &ControlRequest, what: &str) {
+    pub(crate) fn best_effort(&self, t: &Target, req: &ControlRequest, what: &str) {
         if t.state == ServerState::Dead {
             tracing::warn!(server = t.server, addr = %t.addr, "skipping {what} on dead server");
             return;

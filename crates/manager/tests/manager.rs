@@ -435,10 +435,24 @@ fn silent_servers_die_get_no_placements_and_come_back() {
         panic!("re-register b")
     };
     assert_eq!(server_id, b);
+    // b held the only copy of y's region: on its death the region was placed again,
+    // empty and marked lost, on the live server.
     let info = c.server(b);
     assert_eq!(
         (info.state, info.memory, info.used),
-        (ServerState::Alive, 16 * R, R)
+        (ServerState::Alive, 16 * R, 0)
+    );
+    let ControlResponse::Status(st) = c.call(&ControlRequest::Status) else {
+        panic!("status")
+    };
+    let y = st.caches.iter().find(|x| x.name == "y").expect("y");
+    assert_eq!(y.regions, vec![a]);
+    assert!(
+        st.lost
+            .iter()
+            .any(|l| l.cache == y.id && l.was_on == b && l.now_on == a && l.reason == "killed"),
+        "{:?}",
+        st.lost
     );
 
     let unknown = c.call(&ControlRequest::Heartbeat {
@@ -682,6 +696,8 @@ fn garbage_gets_an_error_frame_and_the_manager_keeps_serving() {
             region_size: R,
             capacity: R,
             epoch: 1,
+            lost: false,
+            incoming: false,
         },
         ControlRequest::FreeRegion {
             cache: 1,

@@ -9,6 +9,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::auth::Rights;
+pub use crate::elastic::{
+    LostRegion, MigrationMode, MigrationPhase, MigrationRecord, MigrationReport,
+};
 use crate::wire::Cursor;
 use crate::{CacheId, DecodeError, ServerId};
 
@@ -50,6 +53,8 @@ pub enum ServerState {
     Unknown,
     /// Missed heartbeats past the timeout.
     Dead,
+    /// Being reclaimed: takes no new regions while its regions move elsewhere.
+    Leaving,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -115,6 +120,12 @@ impl CacheInfo {
 pub struct ClusterStatus {
     pub servers: Vec<ServerInfo>,
     pub caches: Vec<CacheInfo>,
+    /// The latest finished migrations (oldest first, a bounded number).
+    #[serde(default)]
+    pub migrations: Vec<MigrationRecord>,
+    /// Regions lost since the manager started (oldest first, a bounded number).
+    #[serde(default)]
+    pub lost: Vec<LostRegion>,
 }
 
 /// Counters a server exposes (also served as text by `--metrics-listen`).
@@ -137,6 +148,12 @@ pub struct ServerStats {
     /// Worker threads that panicked and were restarted.
     #[serde(default)]
     pub worker_panics: u64,
+    /// Regions being copied away from this server, or waiting for their switch.
+    #[serde(default)]
+    pub migrations: u64,
+    /// Bytes of held regions still lost (see `Status::DataLost`).
+    #[serde(default)]
+    pub lost_bytes: u64,
 }
 
 /// Connections refused, evicted or cut off, and handshakes that failed.
@@ -245,6 +262,31 @@ pub enum ControlRequest {
         code: Vec<u8>,
     },
     Status,
+    /// Server `server_id` will be taken back within `grace_ms`: move its regions away.
+    /// From cluster-secret clients, or from the server itself (on SIGTERM).
+    ReclaimServer {
+        server_id: ServerId,
+        grace_ms: u64,
+        #[serde(default)]
+        mode: MigrationMode,
+    },
+    /// Moves one region of cache `name` live to server `to` (or the best server with
+    /// room), in `mode`; replies once the new owner serves it (cluster secret only).
+    MoveRegion {
+        name: String,
+        region: u32,
+        #[serde(default)]
+        to: Option<ServerId>,
+        #[serde(default)]
+        mode: MigrationMode,
+    },
+    /// Acknowledges the loss of `[addr, addr+len)` of cache `name`: its bytes read as
+    /// zeros from now on, no longer as `DATA_LOST`.
+    ClearLost {
+        name: String,
+        addr: u64,
+        len: u64,
+    },
     // manager -> server
     /// Places a region. `epoch` is the region table's epoch that placed it: a region
     /// already held under an older epoch is stale (its free was lost) and is replaced
@@ -256,6 +298,15 @@ pub enum ControlRequest {
         capacity: u64,
         #[serde(default)]
         epoch: u64,
+        /// The region's bytes were lost (no copy survived): reads fail with
+        /// `DATA_LOST` until the range is overwritten or the loss acknowledged.
+        #[serde(default)]
+        lost: bool,
+        /// The region is the target of a migration: only the source (a connection
+        /// that proved the server role) may write it, and nothing reads it, until a
+        /// region table names this server as its owner.
+        #[serde(default)]
+        incoming: bool,
     },
     FreeRegion {
         cache: CacheId,
@@ -294,6 +345,30 @@ pub enum ControlRequest {
     },
     /// Every region this server holds (for reconciling with the catalogue).
     ListRegions,
+    /// Copy a region held here to the server at `to` (which already placed it), then
+    /// pause its writes and report `HandedOff`; the switch comes with `FreeRegion`.
+    MigrateRegion {
+        cache: CacheId,
+        region: u32,
+        to: String,
+        #[serde(default)]
+        mode: MigrationMode,
+    },
+    MigrationStatus {
+        cache: CacheId,
+        region: u32,
+    },
+    /// Give up a migration: the region takes writes here again.
+    AbortMigration {
+        cache: CacheId,
+        region: u32,
+    },
+    /// The part of `[addr, addr+len)` held here is no longer lost (see `ClearLost`).
+    ForgetLost {
+        cache: CacheId,
+        addr: u64,
+        len: u64,
+    },
     // cluster members and cluster-secret clients -> server
     ServerStats,
 }
@@ -363,6 +438,7 @@ pub enum ControlResponse {
     },
     Status(ClusterStatus),
     Stats(ServerStats),
+    Migration(MigrationReport),
     Error {
         code: ControlErrorCode,
         message: String,

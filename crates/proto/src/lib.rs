@@ -13,6 +13,7 @@
 pub mod auth;
 pub mod blocking;
 pub mod control;
+pub mod elastic;
 pub mod error;
 pub mod frame;
 pub mod hello;

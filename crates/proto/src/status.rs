@@ -27,6 +27,12 @@ pub enum Status {
     /// The connection's token does not allow this op on this cache (another cache, or
     /// a write with a read-only token).
     Forbidden = 10,
+    /// The region is being handed to another server and takes no writes for a few
+    /// milliseconds; send the op again shortly (clients do this themselves).
+    Paused = 11,
+    /// The bytes were lost with a server that held the only copy; they read as this
+    /// until the range is overwritten or the loss is acknowledged (`clear_lost`).
+    DataLost = 12,
 }
 
 impl Status {
@@ -43,6 +49,8 @@ impl Status {
             8 => Self::Internal,
             9 => Self::NoSuchProc,
             10 => Self::Forbidden,
+            11 => Self::Paused,
+            12 => Self::DataLost,
             other => return Err(DecodeError::UnknownStatus(other)),
         })
     }
@@ -60,6 +68,8 @@ impl Status {
             Self::Internal => "internal server error",
             Self::NoSuchProc => "no such procedure",
             Self::Forbidden => "not permitted by this connection's token",
+            Self::Paused => "region paused for migration, retry",
+            Self::DataLost => "data lost with a failed server",
         }
     }
 }

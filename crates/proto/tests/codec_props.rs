@@ -8,7 +8,9 @@
 mod decode_all;
 
 use decode_all::{decode_all, decode_request, decode_response, decode_stream, frame};
-use farcache_proto::control::{ControlErrorCode, ControlRequest, ControlResponse, PriceClass};
+use farcache_proto::control::{
+    ControlErrorCode, ControlRequest, ControlResponse, MigrationMode, PriceClass,
+};
 use farcache_proto::response::ReplyBody;
 use farcache_proto::{
     Challenge, ClusterSecret, Credential, DecodeError, FrameHeader, FrameKind, HEADER_LEN, Hello,
@@ -384,8 +386,33 @@ fn control_request() -> impl Strategy<Value = ControlRequest> {
                     region_size,
                     capacity,
                     epoch,
+                    lost: epoch % 2 == 1,
+                    incoming: epoch % 3 == 0,
                 }
             }),
+        (any::<u32>(), any::<u32>(), name(), any::<bool>()).prop_map(
+            |(cache, region, to, pause)| ControlRequest::MigrateRegion {
+                cache,
+                region,
+                to,
+                mode: if pause {
+                    MigrationMode::PauseRegion
+                } else {
+                    MigrationMode::DirtyTracking
+                },
+            }
+        ),
+        (any::<u32>(), any::<u64>(), any::<u64>())
+            .prop_map(|(cache, addr, len)| { ControlRequest::ForgetLost { cache, addr, len } }),
+        (any::<u32>(), any::<u64>()).prop_map(|(server_id, grace_ms)| {
+            ControlRequest::ReclaimServer {
+                server_id,
+                grace_ms,
+                mode: MigrationMode::DirtyTracking,
+            }
+        }),
+        (name(), any::<u64>(), any::<u64>())
+            .prop_map(|(name, addr, len)| ControlRequest::ClearLost { name, addr, len }),
         (any::<u32>(), any::<u32>(), proptest::option::of(name())).prop_map(
             |(cache, region, moved_to)| ControlRequest::FreeRegion {
                 cache,

@@ -23,6 +23,9 @@ pub struct ServerConfig {
     pub memory: u64,
     pub cores: u32,
     pub manager: Option<String>,
+    /// Where the server keeps its identity (`server.id`), so a restart rejoins under
+    /// the same id. Region bytes are never kept: a restarted server holds nothing.
+    pub data_dir: Option<std::path::PathBuf>,
     pub price_class: PriceClass,
     pub price_per_gib_hour: f64,
     pub max_frame: u32,
@@ -65,6 +68,7 @@ impl ServerConfig {
             memory,
             cores: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
             manager: None,
+            data_dir: None,
             price_class: PriceClass::OnDemand,
             price_per_gib_hour: 0.01,
             max_frame: farcache_proto::MAX_FRAME_DEFAULT,

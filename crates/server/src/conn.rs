@@ -320,9 +320,10 @@ impl Conn {
             Auth::Ready(p) => (hdr.kind, p),
         };
         match (kind, peer.role) {
-            (FrameKind::Request, _) => {
+            (FrameKind::Request, role) => {
                 let access = peer.access;
-                self.serve_request(sh, ctx, hdr.seq, payload, access)
+                let from_server = role == Role::Server;
+                self.serve_request(sh, ctx, hdr.seq, payload, access, from_server)
             }
             (FrameKind::Peer, Role::Server) => {
                 let from = peer.identity.clone();
@@ -460,6 +461,7 @@ impl Conn {
         seq: u64,
         payload: &[u8],
         access: Access,
+        from_server: bool,
     ) -> Result<(), DecodeError> {
         let map = sh.store.snapshot();
         let cx = BatchCtx {
@@ -467,6 +469,7 @@ impl Conn {
             procs: &sh.procs,
             access,
             me: &sh.advertise,
+            from_server,
             max_frame: sh.config.max_frame as usize,
         };
         let mut tally = Tally::default();

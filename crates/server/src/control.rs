@@ -81,7 +81,7 @@ pub fn spawn_pool(sh: &Arc<Shared>, rx: Receiver<Job>) -> std::io::Result<Vec<Jo
         .collect()
 }
 
-fn serve(sh: &Shared, rx: &Mutex<Receiver<Job>>) {
+fn serve(sh: &Arc<Shared>, rx: &Mutex<Receiver<Job>>) {
     loop {
         let job = match rx.lock().recv_timeout(Duration::from_millis(200)) {
             Ok(j) => j,
@@ -114,7 +114,12 @@ fn forbidden(sh: &Shared, what: &str, role: Role, who: &str) -> ControlResponse 
     )
 }
 
-pub fn handle(sh: &Shared, role: Role, access: Access, req: ControlRequest) -> ControlResponse {
+pub fn handle(
+    sh: &Arc<Shared>,
+    role: Role,
+    access: Access,
+    req: ControlRequest,
+) -> ControlResponse {
     let manager_only = matches!(
         req,
         ControlRequest::AllocRegion { .. }
@@ -124,6 +129,10 @@ pub fn handle(sh: &Shared, role: Role, access: Access, req: ControlRequest) -> C
             | ControlRequest::SetRoutes { .. }
             | ControlRequest::ResizeCache { .. }
             | ControlRequest::ListRegions
+            | ControlRequest::MigrateRegion { .. }
+            | ControlRequest::MigrationStatus { .. }
+            | ControlRequest::AbortMigration { .. }
+            | ControlRequest::ForgetLost { .. }
     );
     if manager_only && role != Role::Manager {
         return forbidden(sh, &req.name(), role, "the manager");
@@ -135,9 +144,25 @@ pub fn handle(sh: &Shared, role: Role, access: Access, req: ControlRequest) -> C
             region_size,
             capacity,
             epoch,
-        } => match sh.store.alloc(cache, region, region_size, capacity, epoch) {
+            lost,
+            incoming,
+        } => match sh.store.alloc(
+            cache,
+            region,
+            region_size,
+            capacity,
+            epoch,
+            crate::store::Arrival { lost, incoming },
+        ) {
             Ok(()) => {
-                info!(cache, region, region_size, epoch, "region placed");
+                if lost {
+                    warn!(
+                        cache,
+                        region, region_size, epoch, "region placed empty: its data was lost"
+                    );
+                } else {
+                    info!(cache, region, region_size, epoch, "region placed");
+                }
                 ControlResponse::Ok
             }
             Err(e @ StoreError::NoMemory { .. }) => {
@@ -150,6 +175,11 @@ pub fn handle(sh: &Shared, role: Role, access: Access, req: ControlRequest) -> C
             region,
             moved_to,
         } => {
+            if moved_to.is_some() {
+                sh.migrations.finish(sh, cache, region);
+            } else {
+                sh.migrations.abort(sh, cache, region, "region freed");
+            }
             let freed = sh.store.free(cache, region, moved_to);
             info!(cache, region, freed, "region freed");
             refresh_peers(sh);
@@ -180,7 +210,9 @@ pub fn handle(sh: &Shared, role: Role, access: Access, req: ControlRequest) -> C
             capacity,
         } => {
             let regions = owners.len();
-            sh.store.set_routes(cache, epoch, owners, capacity);
+            settle_migrations(sh, cache, epoch, &owners);
+            sh.store
+                .set_routes(cache, epoch, owners, capacity, &sh.advertise);
             refresh_peers(sh);
             info!(cache, epoch, regions, "routes updated");
             ControlResponse::Ok
@@ -197,6 +229,31 @@ pub fn handle(sh: &Shared, role: Role, access: Access, req: ControlRequest) -> C
         ControlRequest::ListRegions => ControlResponse::Regions {
             regions: sh.store.held(),
         },
+        ControlRequest::MigrateRegion {
+            cache,
+            region,
+            to,
+            mode,
+        } => match sh.migrations.start(sh, cache, region, &to, mode) {
+            Ok(()) => {
+                info!(cache, region, %to, ?mode, "migration started");
+                ControlResponse::Ok
+            }
+            Err(e) => ControlResponse::error(ControlErrorCode::InvalidArgument, e),
+        },
+        ControlRequest::MigrationStatus { cache, region } => {
+            ControlResponse::Migration(sh.migrations.report(cache, region))
+        }
+        ControlRequest::AbortMigration { cache, region } => {
+            sh.migrations
+                .abort(sh, cache, region, "the manager gave it up");
+            ControlResponse::Ok
+        }
+        ControlRequest::ForgetLost { cache, addr, len } => {
+            let cleared = sh.store.forget_lost(cache, addr, len);
+            info!(cache, addr, len, cleared, "loss acknowledged");
+            ControlResponse::Ok
+        }
         ControlRequest::ServerStats => {
             if role == Role::Client && !access.is_cluster() {
                 return forbidden(
@@ -215,6 +272,35 @@ pub fn handle(sh: &Shared, role: Role, access: Access, req: ControlRequest) -> C
                 other.name()
             ),
         ),
+    }
+}
+
+/// A region table decides migrations still waiting for their switch: if it names
+/// another owner for a region being copied away, the move happened (the region
+/// leaves, forwarding to the new owner); if it still names this server and is not
+/// older than the copy, the manager that started the move is gone (a restarted one
+/// pushes the table it knows): the move is abandoned and writes resume here.
+fn settle_migrations(sh: &Shared, cache: farcache_proto::CacheId, epoch: u64, owners: &[String]) {
+    for (region, start_epoch, to) in sh.migrations.of_cache(cache) {
+        let Some(owner) = owners.get(region as usize) else {
+            continue;
+        };
+        if *owner == sh.advertise {
+            if epoch >= start_epoch {
+                sh.migrations.abort(
+                    sh,
+                    cache,
+                    region,
+                    "the region table still names this server",
+                );
+            }
+        } else if !owner.is_empty() {
+            if *owner != to {
+                warn!(cache, region, %owner, %to, "region moved to another server than the copy's target");
+            }
+            sh.migrations.finish(sh, cache, region);
+            sh.store.free(cache, region, Some(owner.clone()));
+        }
     }
 }
 
@@ -265,5 +351,7 @@ pub fn stats(sh: &Shared) -> ServerStats {
         peer: sh.metrics.peer.snapshot(),
         guard: sh.metrics.guard.snapshot(),
         worker_panics: sh.metrics.worker_panics.load(Relaxed),
+        migrations: sh.migrations.busy() as u64,
+        lost_bytes: sh.store.lost_bytes(),
     }
 }

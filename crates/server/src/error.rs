@@ -11,6 +11,10 @@ pub enum ServerError {
     Io(#[from] std::io::Error),
     #[error("invalid configuration: {0}")]
     Config(String),
+    #[error("manager: {0}")]
+    Manager(String),
+    #[error("identity file {path}: {reason}")]
+    Identity { path: String, reason: String },
 }
 
 /// Why a region cannot be placed (reported to the manager as a control error).

@@ -23,6 +23,9 @@ pub struct BatchCtx<'a> {
     pub access: Access,
     /// This server's advertised address (never given as an owner hint).
     pub me: &'a str,
+    /// The connection proved the server role: it may write regions still arriving
+    /// here (a migration's source copying them).
+    pub from_server: bool,
     pub max_frame: usize,
 }
 
@@ -58,6 +61,8 @@ fn locate<'m>(
 struct Lookup<'m> {
     map: &'m StoreMap,
     me: &'m str,
+    /// Writes from a migration source may reach arriving regions (reads never do).
+    migration_writes: bool,
     last: Option<(CacheId, &'m CacheRegions)>,
 }
 
@@ -74,6 +79,24 @@ impl<'m> Lookup<'m> {
         Some(c)
     }
 
+    /// Whether bytes of `[addr, addr+len)` in the cache `find` last resolved are lost.
+    #[inline]
+    fn lost(&self, addr: u64, len: u64) -> bool {
+        self.last.is_some_and(|(_, c)| c.lost_in(addr, len))
+    }
+
+    #[inline]
+    fn paused(&self, addr: u64) -> bool {
+        self.last.is_some_and(|(_, c)| c.write_paused(addr))
+    }
+
+    #[inline]
+    fn wrote(&self, addr: u64, len: u64, overwrote: bool) {
+        if let Some((_, c)) = self.last {
+            c.wrote(addr, len, overwrote);
+        }
+    }
+
     fn find(
         &mut self,
         cache: CacheId,
@@ -81,7 +104,13 @@ impl<'m> Lookup<'m> {
         len: u64,
     ) -> Result<(&'m Region, usize), Miss<'m>> {
         let c = self.cache(cache).ok_or(Miss::Status(Status::NoSuchCache))?;
-        locate(c, addr, len, self.me)
+        let found = locate(c, addr, len, self.me)?;
+        if c.arriving(addr) && !self.migration_writes {
+            // Not this server's yet: whoever asked goes to the owner it knows.
+            let idx = region_split(addr, c.region_size).0;
+            return Err(Miss::Wrong(c.hint(idx, self.me)));
+        }
+        Ok(found)
     }
 }
 
@@ -139,6 +168,7 @@ pub fn execute_batch(
     let mut look = Lookup {
         map: cx.map,
         me: cx.me,
+        migration_writes: false,
         last: None,
     };
     // Connections with the cluster secret skip the per-op check.
@@ -161,6 +191,9 @@ pub fn execute_batch(
                     enc.status(out, code, Status::TooLarge);
                 } else {
                     match look.find(cache, addr, len.into()) {
+                        Ok(_) if look.lost(addr, len.into()) => {
+                            enc.status(out, code, Status::DataLost)
+                        }
                         Ok((r, off)) => {
                             let mut ok = true;
                             enc.data_with(out, code, len as usize, |dst| {
@@ -178,12 +211,17 @@ pub fn execute_batch(
                 }
             }
             Op::Write { cache, addr, data } => {
+                look.migration_writes = cx.from_server;
+                let found = look.find(cache, addr, data.len() as u64);
+                look.migration_writes = false;
                 if data.len() > MAX_OP_BYTES as usize {
                     enc.status(out, code, Status::TooLarge);
                 } else {
-                    match look.find(cache, addr, data.len() as u64) {
+                    match found {
+                        Ok(_) if look.paused(addr) => enc.status(out, code, Status::Paused),
                         Ok((r, off)) => {
                             let s = if r.write_from(off, data) {
+                                look.wrote(addr, data.len() as u64, true);
                                 Status::Ok
                             } else {
                                 Status::Internal
@@ -203,15 +241,25 @@ pub fn execute_batch(
                 expected,
                 new,
             } => match look.find(cache, addr, 8) {
+                Ok(_) if look.lost(addr, 8) => enc.status(out, code, Status::DataLost),
+                Ok(_) if look.paused(addr) => enc.status(out, code, Status::Paused),
                 Ok((r, off)) => match r.cas(off, expected, new) {
-                    Some(v) => enc.value(out, code, v),
+                    Some(v) => {
+                        look.wrote(addr, 8, false);
+                        enc.value(out, code, v)
+                    }
                     None => enc.status(out, code, Status::Internal),
                 },
                 Err(m) => miss(out, &mut enc, code, m),
             },
             Op::FetchAdd { cache, addr, delta } => match look.find(cache, addr, 8) {
+                Ok(_) if look.lost(addr, 8) => enc.status(out, code, Status::DataLost),
+                Ok(_) if look.paused(addr) => enc.status(out, code, Status::Paused),
                 Ok((r, off)) => match r.fetch_add(off, delta) {
-                    Some(v) => enc.value(out, code, v),
+                    Some(v) => {
+                        look.wrote(addr, 8, false);
+                        enc.value(out, code, v)
+                    }
                     None => enc.status(out, code, Status::Internal),
                 },
                 Err(m) => miss(out, &mut enc, code, m),
@@ -326,7 +374,7 @@ fn run_execute(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::RegionStore;
+    use crate::store::{Arrival, RegionStore};
     use farcache_proto::{
         HEADER_LEN, RequestEncoder, ResponseDecoder, Rights, response::ReplyBody,
     };
@@ -350,6 +398,7 @@ mod tests {
             procs: &procs,
             access,
             me: "127.0.0.1:1",
+            from_server: false,
             max_frame: 1 << 20,
         };
         execute_batch(
@@ -367,7 +416,9 @@ mod tests {
     #[test]
     fn ops_against_regions() {
         let store = RegionStore::new(1 << 20);
-        store.alloc(7, 0, 4096, 8192, 1).unwrap();
+        store
+            .alloc(7, 0, 4096, 8192, 1, Arrival::default())
+            .unwrap();
         store.free(7, 1, Some("10.0.0.9:1".into()));
         let out = run(
             &store,
@@ -462,8 +513,12 @@ mod tests {
     #[test]
     fn tokens_reach_their_own_cache_only() {
         let store = RegionStore::new(1 << 20);
-        store.alloc(1, 0, 4096, 4096, 1).unwrap();
-        store.alloc(2, 0, 4096, 4096, 1).unwrap();
+        store
+            .alloc(1, 0, 4096, 4096, 1, Arrival::default())
+            .unwrap();
+        store
+            .alloc(2, 0, 4096, 4096, 1, Arrival::default())
+            .unwrap();
         let ops = [
             Op::Write {
                 cache: 1,
@@ -511,7 +566,9 @@ mod tests {
     #[test]
     fn wrong_server_names_the_owner_from_the_region_table() {
         let store = RegionStore::new(1 << 20);
-        store.alloc(3, 0, 4096, 8192, 1).unwrap();
+        store
+            .alloc(3, 0, 4096, 8192, 1, Arrival::default())
+            .unwrap();
         let hint = |store: &RegionStore| {
             let read = Op::Read {
                 cache: 3,
@@ -529,10 +586,22 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         };
-        store.set_routes(3, 1, vec!["127.0.0.1:1".into(), "10.0.0.2:7".into()], 8192);
+        store.set_routes(
+            3,
+            1,
+            vec!["127.0.0.1:1".into(), "10.0.0.2:7".into()],
+            8192,
+            "me",
+        );
         assert_eq!(hint(&store).as_deref(), Some("10.0.0.2:7"));
         // A table naming this server for a region it does not hold gives no hint.
-        store.set_routes(3, 2, vec!["127.0.0.1:1".into(), "127.0.0.1:1".into()], 8192);
+        store.set_routes(
+            3,
+            2,
+            vec!["127.0.0.1:1".into(), "127.0.0.1:1".into()],
+            8192,
+            "me",
+        );
         assert_eq!(hint(&store), None);
     }
 }

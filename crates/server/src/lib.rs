@@ -20,9 +20,12 @@ mod control;
 pub mod error;
 mod exec;
 mod flow;
+mod identity;
+mod lost;
 mod manager_link;
 pub mod metrics;
 mod metrics_http;
+mod migration;
 mod procs;
 mod region;
 mod server;
@@ -31,4 +34,4 @@ mod worker;
 
 pub use config::ServerConfig;
 pub use error::ServerError;
-pub use server::{Server, ServerHandle};
+pub use server::{Leave, Server, ServerHandle};

@@ -50,10 +50,45 @@ fn register(sh: &Shared, stream: &mut TcpStream) -> Result<Duration, RpcError> {
         } => {
             sh.set_server_id(server_id);
             info!(server_id, addr = %sh.advertise, "registered with manager");
+            if let Err(e) = crate::identity::save(&sh.config, server_id) {
+                warn!("cannot keep the server id: {e}");
+            }
             Ok(Duration::from_millis(heartbeat_ms.clamp(10, 60_000)))
         }
         other => Err(RpcError::Unexpected(format!(
             "reply to RegisterServer: {other:?}"
+        ))),
+    }
+}
+
+/// Tells the manager this server will be reclaimed within `grace` (it then moves
+/// the regions away).
+pub fn announce_reclaim(
+    sh: &Shared,
+    grace: Duration,
+    mode: farcache_proto::control::MigrationMode,
+) -> Result<(), RpcError> {
+    let manager = sh
+        .config
+        .manager
+        .as_deref()
+        .ok_or_else(|| RpcError::Unexpected("no manager configured".into()))?;
+    let id = sh.server_id();
+    if id == 0 {
+        return Err(RpcError::Unexpected(
+            "not registered with the manager yet".into(),
+        ));
+    }
+    let mut s = connect(sh, manager)?;
+    let req = ControlRequest::ReclaimServer {
+        server_id: id,
+        grace_ms: u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
+        mode,
+    };
+    match control_call(&mut s, &req)? {
+        ControlResponse::Ok => Ok(()),
+        other => Err(RpcError::Unexpected(format!(
+            "reply to ReclaimServer: {other:?}"
         ))),
     }
 }

@@ -42,6 +42,10 @@ impl Region {
         })
     }
 
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
     #[inline(always)]
     fn fits(&self, off: usize, len: usize) -> bool {
         off <= self.len && len <= self.len - off

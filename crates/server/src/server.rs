@@ -47,6 +47,8 @@ pub struct Shared {
     pub control: crate::control::Queue,
     /// Response bytes queued and not yet sent, over all connections.
     pub output_total: AtomicUsize,
+    /// Regions being copied away from this server.
+    pub migrations: crate::migration::Migrations,
     server_id: AtomicU32,
     nap: (Mutex<()>, Condvar),
 }
@@ -130,6 +132,7 @@ impl Server {
             control,
             output_total: AtomicUsize::new(0),
             server_id: AtomicU32::new(0),
+            migrations: crate::migration::Migrations::default(),
             nap: (Mutex::new(()), Condvar::new()),
             authority: Authority::new(config.secret.clone()),
             advertise,
@@ -201,6 +204,13 @@ impl Server {
                     .spawn(move || crate::manager_link::run(sh, manager))?,
             );
         }
+        if let Some(id) = crate::identity::load(&shared.config)? {
+            info!(
+                server_id = id,
+                "rejoining under the id in the data directory"
+            );
+            shared.set_server_id(id);
+        }
         info!(%addr, ?tls_addr, threads = shared.config.threads, memory = shared.config.memory, fds, "server listening");
         Ok(ServerHandle {
             addr,
@@ -211,6 +221,14 @@ impl Server {
             threads,
         })
     }
+}
+
+/// How a reclaimed server left.
+#[derive(Debug, Clone)]
+pub struct Leave {
+    /// Regions still here when the grace ended (the manager reports them lost).
+    pub regions_left: u64,
+    pub took: Duration,
 }
 
 impl ServerHandle {
@@ -254,6 +272,37 @@ impl ServerHandle {
             std::thread::sleep(Duration::from_millis(5));
         }
         None
+    }
+
+    /// Announces this server's reclamation to the manager and waits, up to `grace`,
+    /// until every region has moved away; then the caller may stop the server.
+    pub fn leave(
+        &self,
+        grace: Duration,
+        mode: farcache_proto::control::MigrationMode,
+    ) -> Result<Leave, ServerError> {
+        let started = std::time::Instant::now();
+        let deadline = started + grace;
+        crate::manager_link::announce_reclaim(&self.shared, grace, mode)
+            .map_err(|e| ServerError::Manager(e.to_string()))?;
+        loop {
+            let held = self.shared.store.region_count();
+            let moving = self.shared.migrations.busy();
+            if held == 0 && moving == 0 {
+                break;
+            }
+            if std::time::Instant::now() >= deadline {
+                return Ok(Leave {
+                    regions_left: held,
+                    took: started.elapsed(),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(Leave {
+            regions_left: 0,
+            took: started.elapsed(),
+        })
     }
 
     /// Stops accepting, closes all connections and joins every thread.

@@ -16,7 +16,27 @@ use farcache_proto::control::{HeldRegion, region_split};
 use parking_lot::Mutex;
 
 use crate::error::StoreError;
+use crate::lost::LostRanges;
+use crate::migration::DirtyChunks;
 use crate::region::Region;
+
+/// How a newly placed region starts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Arrival {
+    /// Its bytes were lost: reads answer `DATA_LOST` until overwritten.
+    pub lost: bool,
+    /// A migration is copying it here: served only once a table names this server.
+    pub incoming: bool,
+}
+
+/// What a write to a region being migrated away does.
+#[derive(Clone)]
+pub enum WriteGate {
+    /// It goes through and marks its chunks for another copy round.
+    Track(Arc<DirtyChunks>),
+    /// It is refused with `PAUSED` (the client sends it again shortly).
+    Pause,
+}
 
 #[derive(Clone, Default)]
 pub struct CacheRegions {
@@ -34,11 +54,23 @@ pub struct CacheRegions {
     /// continue at another server. Empty until the manager sends one.
     pub owners: Arc<Vec<String>>,
     pub routes_epoch: u64,
+    /// Regions being copied to another server, and what writes to them do.
+    pub gates: HashMap<u32, WriteGate>,
+    /// Regions whose bytes were (partly) lost with a failed server.
+    pub lost: HashMap<u32, Arc<LostRanges>>,
+    /// Regions being copied here by a migration: not served until a region table
+    /// names this server their owner.
+    pub incoming: std::collections::HashSet<u32>,
+    /// `gates`, `lost` or `incoming` is non-empty: ops must consult them (one flag on
+    /// the hot path).
+    pub guarded: bool,
 }
 
 impl CacheRegions {
+    /// Whether this server serves `addr` (a region still arriving is not served).
     pub fn holds(&self, addr: u64) -> bool {
         addr < self.capacity
+            && !self.arriving(addr)
             && matches!(
                 self.regions
                     .get(region_split(addr, self.region_size).0 as usize),
@@ -77,6 +109,61 @@ impl CacheRegions {
         }
         self.capacity = capacity;
         self.cap_epoch = epoch;
+    }
+
+    /// Whether any byte of `[addr, addr+len)` (inside one region) is lost.
+    #[inline]
+    pub fn lost_in(&self, addr: u64, len: u64) -> bool {
+        if !self.guarded {
+            return false;
+        }
+        let (idx, off) = region_split(addr, self.region_size);
+        u32::try_from(idx)
+            .ok()
+            .and_then(|i| self.lost.get(&i))
+            .is_some_and(|l| l.overlaps(off, len))
+    }
+
+    /// Whether writes at `addr` are refused for now (the region is being handed off).
+    #[inline]
+    pub fn write_paused(&self, addr: u64) -> bool {
+        self.guarded
+            && matches!(
+                self.gate(region_split(addr, self.region_size).0),
+                Some(WriteGate::Pause)
+            )
+    }
+
+    fn gate(&self, idx: u64) -> Option<&WriteGate> {
+        u32::try_from(idx).ok().and_then(|i| self.gates.get(&i))
+    }
+
+    /// After a write of `[addr, addr+len)`: marks its chunks dirty if the region is
+    /// being copied, and (`overwrote`) makes lost bytes there data again.
+    #[inline]
+    pub fn wrote(&self, addr: u64, len: u64, overwrote: bool) {
+        if !self.guarded {
+            return;
+        }
+        let (idx, off) = region_split(addr, self.region_size);
+        if let Some(WriteGate::Track(d)) = self.gate(idx) {
+            d.mark(off, len);
+        }
+        if overwrote && let Some(l) = u32::try_from(idx).ok().and_then(|i| self.lost.get(&i)) {
+            l.clear(off, len);
+        }
+    }
+
+    fn update_guarded(&mut self) {
+        self.guarded = !self.gates.is_empty() || !self.lost.is_empty() || !self.incoming.is_empty();
+    }
+
+    /// Whether the region holding `addr` is still arriving (see `incoming`).
+    #[inline]
+    pub fn arriving(&self, addr: u64) -> bool {
+        self.guarded
+            && u32::try_from(region_split(addr, self.region_size).0)
+                .is_ok_and(|i| self.incoming.contains(&i))
     }
 
     fn held(&self) -> impl Iterator<Item = u32> + '_ {
@@ -150,7 +237,9 @@ impl RegionStore {
         region_size: u64,
         capacity: u64,
         epoch: u64,
+        kind: Arrival,
     ) -> Result<(), StoreError> {
+        let Arrival { lost, incoming } = kind;
         if region_size == 0 || !region_size.is_multiple_of(4096) {
             return Err(StoreError::BadRegionSize(region_size));
         }
@@ -201,9 +290,120 @@ impl RegionStore {
             }
         }
         entry.moved.remove(&region);
+        if !held || !same {
+            // Fresh memory: nothing of an earlier migration or loss applies to it.
+            entry.gates.remove(&region);
+            entry.lost.remove(&region);
+            entry.incoming.remove(&region);
+            if incoming {
+                entry.incoming.insert(region);
+            }
+            if lost {
+                entry
+                    .lost
+                    .insert(region, Arc::new(LostRanges::whole(region_size)));
+            }
+        }
+        entry.update_guarded();
         entry.set_capacity(capacity, epoch);
         self.map.store(Arc::new(next));
         Ok(())
+    }
+
+    /// Sets (or with `None` lifts) the write gate of a held region, then waits until
+    /// no batch still runs against a table without it, so every write from then on
+    /// sees the gate. False if the region is not held here, or batches did not drain
+    /// within `drain`.
+    pub fn set_gate(
+        &self,
+        cache: CacheId,
+        region: u32,
+        gate: Option<WriteGate>,
+        drain: std::time::Duration,
+    ) -> bool {
+        let old = {
+            let _guard = self.write.lock();
+            let old = self.map.load_full();
+            let mut next = StoreMap::clone(&old);
+            let Some(entry) = next.caches.get_mut(&cache) else {
+                return false;
+            };
+            if !entry
+                .regions
+                .get(region as usize)
+                .is_some_and(Option::is_some)
+            {
+                return false;
+            }
+            match gate {
+                Some(g) => entry.gates.insert(region, g),
+                None => entry.gates.remove(&region),
+            };
+            entry.update_guarded();
+            self.map.store(Arc::new(next));
+            old
+        };
+        // Storing settles every reader's borrowed reference into a count, so the
+        // count falls to ours once the last batch that loaded `old` is done.
+        let deadline = std::time::Instant::now() + drain;
+        while Arc::strong_count(&old) > 1 {
+            if std::time::Instant::now() > deadline {
+                return false;
+            }
+            std::thread::yield_now();
+        }
+        true
+    }
+
+    /// The memory of a held region.
+    pub fn region(&self, cache: CacheId, region: u32) -> Option<Arc<Region>> {
+        self.map
+            .load()
+            .caches
+            .get(&cache)?
+            .regions
+            .get(region as usize)?
+            .clone()
+    }
+
+    /// Makes `[addr, addr+len)` of `cache` data again where it was lost (the loss is
+    /// acknowledged: those bytes read as they are, zeros). Returns the bytes cleared.
+    pub fn forget_lost(&self, cache: CacheId, addr: u64, len: u64) -> u64 {
+        let _guard = self.write.lock();
+        let mut next = StoreMap::clone(&self.map.load());
+        let Some(entry) = next.caches.get_mut(&cache) else {
+            return 0;
+        };
+        let rs = entry.region_size.max(1);
+        let end = addr.saturating_add(len);
+        let mut cleared = 0;
+        entry.lost.retain(|&i, l| {
+            let (start, stop) = (u64::from(i) * rs, u64::from(i) * rs + rs);
+            let (a, b) = (addr.max(start), end.min(stop));
+            if a < b {
+                let before = l.bytes();
+                l.clear(a - start, b - a);
+                cleared += before - l.bytes();
+                // A region being copied away must send these bytes as data now.
+                if let Some(WriteGate::Track(d)) = entry.gates.get(&i) {
+                    d.mark(a - start, b - a);
+                }
+            }
+            !l.is_empty()
+        });
+        entry.update_guarded();
+        self.map.store(Arc::new(next));
+        cleared
+    }
+
+    /// Bytes still lost in regions held here.
+    pub fn lost_bytes(&self) -> u64 {
+        let m = self.map.load();
+        m.caches
+            .values()
+            .flat_map(|c| c.lost.values())
+            .map(|l| l.bytes())
+            .sum()
     }
 
     /// Releases a region; memory returns once in-flight batches drop their snapshot.
@@ -224,6 +424,10 @@ impl RegionStore {
         if let Some(to) = moved_to {
             entry.moved.insert(region, to);
         }
+        entry.gates.remove(&region);
+        entry.lost.remove(&region);
+        entry.incoming.remove(&region);
+        entry.update_guarded();
         while entry.regions.last().is_some_and(Option::is_none) {
             entry.regions.pop();
         }
@@ -246,7 +450,14 @@ impl RegionStore {
     }
 
     /// Replaces a cache's region table unless a newer one is already here.
-    pub fn set_routes(&self, cache: CacheId, epoch: u64, owners: Vec<String>, capacity: u64) {
+    pub fn set_routes(
+        &self,
+        cache: CacheId,
+        epoch: u64,
+        owners: Vec<String>,
+        capacity: u64,
+        me: &str,
+    ) {
         let _guard = self.write.lock();
         let mut next = StoreMap::clone(&self.map.load());
         let Some(entry) = next.caches.get_mut(&cache) else {
@@ -256,7 +467,16 @@ impl RegionStore {
             return;
         }
         entry.routes_epoch = epoch;
+        // A region that arrived is served once the table names this server its owner.
+        let me = me.to_owned();
+        entry
+            .incoming
+            .retain(|&i| owners.get(i as usize).is_none_or(|o| *o != me));
         entry.owners = Arc::new(owners);
+        // Regions no longer lost (overwritten, or filled by a migration) stop costing
+        // the ops of this cache a lookup.
+        entry.lost.retain(|_, l| !l.is_empty());
+        entry.update_guarded();
         if capacity > 0 {
             entry.set_capacity(capacity, epoch);
         }
@@ -305,12 +525,12 @@ mod tests {
     #[test]
     fn budget_is_enforced_and_returned() {
         let s = RegionStore::new(3 * 4096);
-        s.alloc(1, 0, 4096, 8192, 1).unwrap();
-        s.alloc(1, 1, 4096, 8192, 1).unwrap();
-        s.alloc(1, 1, 4096, 8192, 1).unwrap(); // a retry
-        s.alloc(2, 0, 4096, 4096, 1).unwrap();
+        s.alloc(1, 0, 4096, 8192, 1, Arrival::default()).unwrap();
+        s.alloc(1, 1, 4096, 8192, 1, Arrival::default()).unwrap();
+        s.alloc(1, 1, 4096, 8192, 1, Arrival::default()).unwrap(); // a retry
+        s.alloc(2, 0, 4096, 4096, 1, Arrival::default()).unwrap();
         assert!(matches!(
-            s.alloc(2, 1, 4096, 8192, 1),
+            s.alloc(2, 1, 4096, 8192, 1, Arrival::default()),
             Err(StoreError::NoMemory { .. })
         ));
         assert_eq!(s.used(), 3 * 4096);
@@ -324,15 +544,18 @@ mod tests {
         assert_eq!(s.used(), 4096);
         assert!(!s.drop_cache(1));
         assert!(matches!(
-            s.alloc(3, 0, 100, 100, 1),
+            s.alloc(3, 0, 100, 100, 1, Arrival::default()),
             Err(StoreError::BadRegionSize(100))
         ));
         // A region size the budget cannot hold does not overflow the arithmetic.
-        assert!(s.alloc(4, 0, u64::MAX - 4095, u64::MAX, 1).is_err());
+        assert!(
+            s.alloc(4, 0, u64::MAX - 4095, u64::MAX, 1, Arrival::default())
+                .is_err()
+        );
         assert_eq!(s.used(), 4096);
         // A region index past the capacity would size the table, not place memory.
         assert!(matches!(
-            s.alloc(5, u32::MAX, 4096, 8192, 1),
+            s.alloc(5, u32::MAX, 4096, 8192, 1, Arrival::default()),
             Err(StoreError::RegionOutOfRange { .. })
         ));
     }
@@ -340,12 +563,12 @@ mod tests {
     #[test]
     fn a_retry_keeps_bytes_and_a_newer_epoch_zeroes_them() {
         let s = RegionStore::new(1 << 20);
-        s.alloc(1, 0, 4096, 4096, 1).unwrap();
+        s.alloc(1, 0, 4096, 4096, 1, Arrival::default()).unwrap();
         write(&s, 1, 10, b"keep");
-        s.alloc(1, 0, 4096, 4096, 1).unwrap();
+        s.alloc(1, 0, 4096, 4096, 1, Arrival::default()).unwrap();
         assert_eq!(read(&s, 1, 10, 4), b"keep");
         // The region's free was lost; a later table places it here again.
-        s.alloc(1, 0, 4096, 4096, 3).unwrap();
+        s.alloc(1, 0, 4096, 4096, 3, Arrival::default()).unwrap();
         assert_eq!(read(&s, 1, 10, 4), [0; 4]);
         assert_eq!(s.used(), 4096);
         assert_eq!(
@@ -360,7 +583,7 @@ mod tests {
     #[test]
     fn shrinking_zeroes_the_tail_and_old_epochs_are_ignored() {
         let s = RegionStore::new(1 << 20);
-        s.alloc(1, 0, 8192, 8192, 1).unwrap();
+        s.alloc(1, 0, 8192, 8192, 1, Arrival::default()).unwrap();
         write(&s, 1, 6000, &[9; 2000]);
         assert!(s.resize(1, 7000, 2));
         assert_eq!(s.snapshot().caches[&1].capacity, 7000);
@@ -371,7 +594,7 @@ mod tests {
         // A late message from before the grow changes nothing.
         assert!(s.resize(1, 100, 2));
         assert_eq!(s.snapshot().caches[&1].capacity, 8192);
-        s.set_routes(1, 4, vec!["a:1".into()], 6000);
+        s.set_routes(1, 4, vec!["a:1".into()], 6000, "me");
         assert_eq!(s.snapshot().caches[&1].capacity, 6000);
         assert!(!s.resize(9, 1, 1), "no such cache here");
     }

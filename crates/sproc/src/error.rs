@@ -5,6 +5,12 @@
 pub enum SprocError {
     #[error("bad arguments for {proc}: {reason}")]
     BadArgs { proc: &'static str, reason: String },
+    #[error("{proc} read [{addr}, {addr}+{len}), whose data was lost with a failed server")]
+    Lost {
+        proc: &'static str,
+        addr: u64,
+        len: u64,
+    },
     #[error("{proc} read [{addr}, {addr}+{len}) outside the cache")]
     OutOfRange {
         proc: &'static str,

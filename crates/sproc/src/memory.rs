@@ -20,6 +20,8 @@ pub enum Miss {
     OutOfRange,
     /// This run used up its step budget ([`Memory::step_limit`] reads): an error.
     Budget,
+    /// The bytes were lost with a failed server (they are not zeros): an error.
+    Lost,
 }
 
 pub trait Memory {

@@ -191,6 +191,10 @@ fn host_read(
             addr as u64, addr as u64
         ))),
         Err(Miss::Budget) => Err(wasmtime::Error::new(StepBudget(cache.step_limit()))),
+        Err(Miss::Lost) => Err(wasmtime::Error::msg(format!(
+            "read [{}, {}+{len}) whose data was lost with a failed server",
+            addr as u64, addr as u64
+        ))),
     }
 }
 

@@ -9,11 +9,13 @@ mod error;
 mod local;
 mod options;
 mod process;
+pub mod verify;
 
 pub use error::TestkitError;
 pub use local::LocalCluster;
 pub use options::ClusterOptions;
 pub use process::ProcessCluster;
+pub use verify::{Verifier, VerifyReport};
 
 use std::time::{Duration, Instant};
 

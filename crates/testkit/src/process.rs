@@ -21,6 +21,8 @@ pub struct ProcessCluster {
     manager_tls_addr: Option<String>,
     servers: Vec<Option<Child>>,
     server_addrs: Vec<String>,
+    /// Extra arguments of each server beyond `opts.server_args` (see `add_server`).
+    server_extra: Vec<Vec<String>>,
 }
 
 /// The addresses a process wrote once listening: its address, then its TLS address
@@ -80,6 +82,7 @@ impl ProcessCluster {
             manager_tls_addr: None,
             servers: Vec::new(),
             server_addrs: Vec::new(),
+            server_extra: Vec::new(),
         };
         c.start_manager()?;
         for i in 0..opts.servers {
@@ -167,6 +170,13 @@ impl ProcessCluster {
             cmd.arg("--no-peer-batching");
         }
         cmd.args(&self.opts.server_args);
+        if let Some(extra) = self.server_extra.get(i) {
+            cmd.args(extra);
+        }
+        // Each server keeps its id in a directory of its own: a restart rejoins as
+        // the same server.
+        cmd.arg("--data-dir")
+            .arg(self.dir.path().join(format!("server{i}")));
         for (k, v) in &self.opts.server_env {
             cmd.env(k, v);
         }
@@ -247,6 +257,70 @@ impl ProcessCluster {
             c.wait()?;
         }
         Ok(())
+    }
+
+    /// Starts one more server with `extra` arguments (e.g. `--price-class spot`) and
+    /// returns its index.
+    pub fn add_server(&mut self, extra: &[&str]) -> Result<usize, TestkitError> {
+        let i = self.servers.len();
+        self.server_extra.resize(i + 1, Vec::new());
+        self.server_extra[i] = extra.iter().map(|s| (*s).to_owned()).collect();
+        self.start_server(i)?;
+        Ok(i)
+    }
+
+    /// Number of servers started so far (running or not).
+    pub fn server_count(&self) -> usize {
+        self.servers.len()
+    }
+
+    /// Whether server `i` runs (started and not yet exited).
+    pub fn server_running(&mut self, i: usize) -> bool {
+        match self.servers.get_mut(i).and_then(Option::as_mut) {
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// Sends SIGTERM to server `i`: a reclamation notice (it moves its regions away,
+    /// then exits within its `--grace`).
+    pub fn terminate_server(&mut self, i: usize) -> Result<(), TestkitError> {
+        let Some(c) = self.servers.get_mut(i).and_then(Option::as_mut) else {
+            return Ok(());
+        };
+        let status = Command::new("kill")
+            .arg("-TERM")
+            .arg(c.id().to_string())
+            .status()?;
+        if !status.success() {
+            return Err(TestkitError::Other(format!("kill -TERM failed: {status}")));
+        }
+        Ok(())
+    }
+
+    /// Waits up to `timeout` for server `i` to exit; true if it did (and is reaped).
+    pub fn wait_server_exit(&mut self, i: usize, timeout: Duration) -> Result<bool, TestkitError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let Some(c) = self.servers.get_mut(i).and_then(Option::as_mut) else {
+                return Ok(true);
+            };
+            if c.try_wait()?.is_some() {
+                self.servers[i] = None;
+                return Ok(true);
+            }
+            if Instant::now() > deadline {
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Starts server `i` again (after it was killed or exited) on its old address and
+    /// data directory, so it rejoins under its old id.
+    pub fn restart_server(&mut self, i: usize) -> Result<(), TestkitError> {
+        self.kill_server(i)?;
+        self.start_server(i)
     }
 
     /// SIGKILLs the manager and starts a new one on the same address and data dir.

@@ -1,11 +1,15 @@
 //! `farcache bench …`: thin layer over `farcache-bench`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use farcache_bench::io::IoOp;
 use farcache_bench::io_suite::{AUTO_BATCH, IoBenchOptions, run_io_bench};
+use farcache_bench::migrate::{
+    MigrateBenchOptions, MigrateReport, format_migrate_table, run_migrate_bench,
+    write_migrate_chart, write_migrate_json,
+};
 use farcache_bench::sproc_suite::{SprocBenchOptions, run_sproc_bench};
 use farcache_bench::workload::KeyDistribution;
 use farcache_bench::{BenchReport, DEFAULT_RESULTS_DIR, print_table, write_chart, write_json};
@@ -18,6 +22,45 @@ pub enum BenchCommand {
     Io(IoArgs),
     /// Stored procedures vs the same work at the client and vs Redis Lua scripts.
     Sproc(SprocArgs),
+    /// Live migration under load in each mode (Redy's experiment): 1, 2, then 4 of 7
+    /// regions move to a new server while a reader and a writer run.
+    Migrate(MigrateArgs),
+}
+
+#[derive(clap::Args)]
+pub struct MigrateArgs {
+    /// Migration modes to run, each on a fresh cluster.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "dirty_tracking,pause_region,pause_all"
+    )]
+    modes: Vec<farcache_client::MigrationMode>,
+    /// Region size (default 64MiB, 4MiB with --quick); the cache has 7 regions.
+    #[arg(long, value_parser = parse_size)]
+    region_size: Option<u64>,
+    /// Seconds of the schedule, scaled from Redy's 6 s: moves at 1/6, 2.5/6 and 4/6 of
+    /// it (default 6, 2 with --quick).
+    #[arg(long)]
+    timeline: Option<f64>,
+    /// Ops per batch of the reader and of the writer.
+    #[arg(short = 'b', long, default_value = "1024", value_parser = parse_count)]
+    batch: usize,
+    /// Batches in flight of the reader and of the writer.
+    #[arg(short = 'q', long, default_value = "4", value_parser = parse_count)]
+    queue_depth: usize,
+    /// Server worker threads.
+    #[arg(short = 's', long, default_value = "1", value_parser = parse_count)]
+    server_threads: usize,
+    /// 4 MiB regions and a 2 s schedule.
+    #[arg(long)]
+    quick: bool,
+    /// Directory for JSON and PNG results.
+    #[arg(long, default_value = DEFAULT_RESULTS_DIR)]
+    out: PathBuf,
+    /// Also copy the chart here (skipped when its directory does not exist).
+    #[arg(long, default_value = "docs/bench-migrate.png")]
+    chart: PathBuf,
 }
 
 #[derive(clap::Args)]
@@ -117,6 +160,7 @@ pub fn run(b: BenchCommand) -> Result<()> {
     match b {
         BenchCommand::Io(a) => io(a),
         BenchCommand::Sproc(a) => sproc(a),
+        BenchCommand::Migrate(a) => migrate(a),
     }
 }
 
@@ -164,6 +208,50 @@ fn finish(report: &BenchReport, out: &std::path::Path) -> Result<()> {
         Some(true) => println!("all targets met"),
         Some(false) => println!("some targets NOT met (see the target column)"),
         None => {}
+    }
+    Ok(())
+}
+
+fn migrate(a: MigrateArgs) -> Result<()> {
+    let bin = std::env::current_exe().context("locating the farcache binary")?;
+    let mut o = MigrateBenchOptions::new(bin, a.quick);
+    o.modes = a.modes;
+    if let Some(r) = a.region_size {
+        o.region_size = r;
+    }
+    if let Some(t) = a.timeline {
+        o.timeline = Duration::try_from_secs_f64(t)
+            .ok()
+            .filter(|d| !d.is_zero())
+            .context("--timeline must be a positive number of seconds")?;
+    }
+    o.batch = a.batch;
+    o.queue_depth = a.queue_depth;
+    o.server_threads = a.server_threads;
+    let report = run_migrate_bench(&o)?;
+    finish_migrate(&report, &a.out, &a.chart)
+}
+
+/// Prints the table, writes JSON and the chart (copied to `chart`).
+fn finish_migrate(report: &MigrateReport, out: &Path, chart: &Path) -> Result<()> {
+    print!("{}", format_migrate_table(report));
+    let json = write_migrate_json(report, out)?;
+    println!("results: {}", json.display());
+    let png = match write_migrate_chart(report, out) {
+        Ok(png) => png,
+        Err(e) => {
+            eprintln!("chart not written: {e}");
+            return Ok(());
+        }
+    };
+    println!("chart:   {}", png.display());
+    let dir = chart.parent().filter(|d| !d.as_os_str().is_empty());
+    if dir.is_some_and(|d| !d.is_dir()) {
+        eprintln!("chart not copied to {}: no such directory", chart.display());
+    } else {
+        std::fs::copy(&png, chart)
+            .with_context(|| format!("copying the chart to {}", chart.display()))?;
+        println!("chart:   {}", chart.display());
     }
     Ok(())
 }

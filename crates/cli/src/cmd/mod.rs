@@ -1,6 +1,8 @@
 pub mod bench;
+pub mod chaos;
 pub mod demo;
 pub mod manager;
+pub mod reclaim;
 pub mod secret;
 pub mod server;
 pub mod status;

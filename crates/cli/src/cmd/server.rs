@@ -1,8 +1,10 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context, Result};
-use farcache_proto::control::PriceClass;
+use farcache_proto::control::{MigrationMode, PriceClass};
 use farcache_server::{Server, ServerConfig};
 
 use crate::size::parse_size;
@@ -56,6 +58,16 @@ pub struct Args {
     /// Write the bound address (and TLS address) to this file once listening.
     #[arg(long)]
     addr_file: Option<PathBuf>,
+    /// Keep the server's id here, so a restart rejoins as the same server.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// On SIGTERM, ask the manager to move this server's regions away and wait up to
+    /// this long before exiting (a reclamation notice). SIGINT exits at once.
+    #[arg(long, default_value = "30s", value_parser = crate::size::parse_duration)]
+    grace: std::time::Duration,
+    /// How regions move on SIGTERM: `dirty_tracking` or `pause_region`.
+    #[arg(long, default_value = "dirty_tracking")]
+    migration_mode: MigrationMode,
     #[command(flatten)]
     net: super::Listening,
 }
@@ -79,11 +91,31 @@ pub fn run(a: Args) -> Result<()> {
     c.flow_timeout = std::time::Duration::from_millis(a.flow_timeout_ms.max(1));
     c.peer_batching = !a.no_peer_batching;
     c.max_frame = u32::try_from(a.max_frame).context("--max-frame must be below 4GiB")?;
+    c.data_dir = a.data_dir;
+    let term = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, Arc::clone(&term))
+        .context("cannot handle SIGTERM")?;
     let h = Server::start(c)?;
     super::announce("server", h.addr(), h.tls_addr(), a.addr_file.as_deref())?;
     if let Some(m) = h.metrics_addr() {
         println!("metrics: http://{m}/metrics");
     }
-    h.join();
+    while !term.load(Ordering::Acquire) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    tracing::info!(grace = ?a.grace, "SIGTERM: reclaimed, moving regions away before exiting");
+    match h.leave(a.grace, a.migration_mode) {
+        Ok(l) if l.regions_left == 0 => {
+            tracing::info!(took = ?l.took, "every region moved away; exiting");
+        }
+        Ok(l) => {
+            tracing::warn!(
+                regions = l.regions_left,
+                "grace over with regions still here; the manager reports them lost"
+            );
+        }
+        Err(e) => tracing::error!("could not announce the reclamation, exiting anyway: {e}"),
+    }
+    h.shutdown();
     Ok(())
 }

@@ -1,7 +1,14 @@
 use anyhow::Result;
-use farcache_client::Client;
+use farcache_client::{
+    CacheId, CacheInfo, Client, ClusterStatus, LostRegion, MigrationMode, MigrationRecord,
+    ServerId, ServerInfo, ServerState,
+};
 
 use crate::size::human;
+
+/// The latest migrations and losses `status` shows (the manager keeps a bounded list).
+const RECENT_MIGRATIONS: usize = 5;
+const RECENT_LOST: usize = 10;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -14,31 +21,128 @@ pub struct Args {
     creds: super::Credentials,
 }
 
+pub fn state_name(s: ServerState) -> &'static str {
+    match s {
+        ServerState::Alive => "alive",
+        ServerState::Unknown => "unknown",
+        ServerState::Dead => "dead",
+        ServerState::Leaving => "leaving",
+    }
+}
+
+pub fn mode_name(m: MigrationMode) -> &'static str {
+    match m {
+        MigrationMode::DirtyTracking => "dirty_tracking",
+        MigrationMode::PauseRegion => "pause_region",
+        MigrationMode::PauseAll => "pause_all",
+    }
+}
+
+/// Regions of every cache that `server` holds.
+pub fn regions_on(s: &ClusterStatus, server: ServerId) -> usize {
+    s.caches
+        .iter()
+        .map(|c| c.regions.iter().filter(|&&r| r == server).count())
+        .sum()
+}
+
+fn cache_name(s: &ClusterStatus, id: CacheId) -> String {
+    s.caches
+        .iter()
+        .find(|c| c.id == id)
+        .map_or_else(|| format!("#{id}"), |c| c.name.clone())
+}
+
+/// What a cache costs per hour: each region's GiB at its server's price.
+pub fn cost_per_hour(c: &CacheInfo, servers: &[ServerInfo]) -> f64 {
+    let gib = c.region_size as f64 / (1u64 << 30) as f64;
+    c.regions
+        .iter()
+        .filter_map(|r| {
+            // The cluster list first (current prices), the cache's own copy otherwise.
+            servers
+                .iter()
+                .chain(&c.servers)
+                .find(|s| s.id == *r)
+                .map(|s| s.price_per_gib_hour)
+        })
+        .map(|price| gib * price)
+        .sum()
+}
+
+/// One line per migration, with a header.
+pub fn print_migrations(s: &ClusterStatus, list: &[&MigrationRecord]) {
+    println!(
+        "  {:<20} {:>6} {:>9} {:>9} {:>9} {:>13} {:>6}  mode",
+        "cache", "region", "from → to", "MiB", "copy ms", "max pause ms", "rounds"
+    );
+    for m in list {
+        println!(
+            "  {:<20} {:>6} {:>9} {:>9.1} {:>9.1} {:>13.3} {:>6}  {}",
+            cache_name(s, m.cache),
+            m.region,
+            format!("#{} → #{}", m.from, m.to),
+            m.bytes as f64 / f64::from(1u32 << 20),
+            m.copy_us as f64 / 1e3,
+            m.max_pause_us as f64 / 1e3,
+            m.rounds,
+            mode_name(m.mode)
+        );
+    }
+}
+
+pub fn print_lost(s: &ClusterStatus, list: &[&LostRegion]) {
+    for l in list {
+        println!(
+            "  LOST: cache {} region {} (was on #{}, {}; now empty on #{})",
+            cache_name(s, l.cache),
+            l.region,
+            l.was_on,
+            l.reason,
+            l.now_on
+        );
+    }
+}
+
+/// The last `n` of `v`, oldest first.
+fn last<T>(v: &[T], n: usize) -> Vec<&T> {
+    v[v.len().saturating_sub(n)..].iter().collect()
+}
+
 pub fn run(a: Args) -> Result<()> {
     let client = Client::with_config(a.creds.config(&a.manager)?)?;
     let s = client.status()?;
     println!("servers ({}):", s.servers.len());
     println!(
-        "  {:>3}  {:<22} {:<9} {:>10} {:>10} {:>5} {:<9} {:>8}",
-        "id", "address", "state", "memory", "used", "cores", "class", "$/GiB-h"
+        "  {:>3}  {:<22} {:<9} {:>10} {:>10} {:>7} {:>5} {:<9} {:>8}",
+        "id", "address", "state", "memory", "used", "regions", "cores", "class", "$/GiB-h"
     );
     for v in &s.servers {
         println!(
-            "  {:>3}  {:<22} {:<9} {:>10} {:>10} {:>5} {:<9} {:>8.4}",
+            "  {:>3}  {:<22} {:<9} {:>10} {:>10} {:>7} {:>5} {:<9} {:>8.4}",
             v.id,
             v.addr,
-            format!("{:?}", v.state).to_lowercase(),
+            state_name(v.state),
             human(v.memory),
             human(v.used),
+            regions_on(&s, v.id),
             v.cores,
             v.price_class.to_string(),
             v.price_per_gib_hour
         );
     }
+    let leaving = s
+        .servers
+        .iter()
+        .filter(|v| v.state == ServerState::Leaving)
+        .count();
+    if leaving > 0 {
+        println!("  ({leaving} leaving: taking no new regions while theirs move elsewhere)");
+    }
     println!("caches ({}):", s.caches.len());
     println!(
-        "  {:>3}  {:<20} {:>10} {:>10} {:>7} {:>6}  servers",
-        "id", "name", "capacity", "region", "regions", "epoch"
+        "  {:>3}  {:<20} {:>10} {:>10} {:>7} {:>6} {:>9}  servers",
+        "id", "name", "capacity", "region", "regions", "epoch", "$/h"
     );
     for c in &s.caches {
         let mut per: Vec<(u32, usize)> = Vec::new();
@@ -50,13 +154,14 @@ pub fn run(a: Args) -> Result<()> {
         }
         let spread: Vec<String> = per.iter().map(|(s, n)| format!("#{s}×{n}")).collect();
         println!(
-            "  {:>3}  {:<20} {:>10} {:>10} {:>7} {:>6}  {}",
+            "  {:>3}  {:<20} {:>10} {:>10} {:>7} {:>6} {:>9.4}  {}",
             c.id,
             c.name,
             human(c.capacity),
             human(c.region_size),
             c.regions.len(),
             c.epoch,
+            cost_per_hour(c, &s.servers),
             spread.join(" ")
         );
         if a.regions {
@@ -69,5 +174,69 @@ pub fn run(a: Args) -> Result<()> {
             }
         }
     }
+    if !s.migrations.is_empty() {
+        let recent = last(&s.migrations, RECENT_MIGRATIONS);
+        println!(
+            "recent migrations ({} of {}):",
+            recent.len(),
+            s.migrations.len()
+        );
+        print_migrations(&s, &recent);
+    }
+    if !s.lost.is_empty() {
+        let recent = last(&s.lost, RECENT_LOST);
+        println!(
+            "lost regions ({} of {}; they read as DATA_LOST until overwritten or cleared):",
+            recent.len(),
+            s.lost.len()
+        );
+        print_lost(&s, &recent);
+    }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(id: ServerId, price: f64) -> ServerInfo {
+        ServerInfo {
+            id,
+            addr: format!("127.0.0.1:{id}"),
+            memory: 1 << 34,
+            used: 0,
+            cores: 1,
+            price_class: farcache_proto::control::PriceClass::Spot,
+            price_per_gib_hour: price,
+            state: ServerState::Alive,
+            tls_addr: None,
+        }
+    }
+
+    #[test]
+    fn cost_sums_each_region_at_its_servers_price() {
+        let c = CacheInfo {
+            id: 1,
+            name: "c".into(),
+            capacity: 3 << 29,
+            region_size: 1 << 29,
+            epoch: 1,
+            // 1 GiB on server 1, 0.5 GiB on server 2, 0.5 GiB on an unknown server.
+            regions: vec![1, 1, 2, 9],
+            servers: vec![server(1, 0.0), server(2, 0.04)],
+        };
+        // The cluster list's price wins over the cache's copy.
+        let cost = cost_per_hour(&c, &[server(1, 0.01), server(2, 0.04)]);
+        assert!((cost - (0.01 + 0.02)).abs() < 1e-12, "{cost}");
+        let s = ClusterStatus {
+            servers: vec![],
+            caches: vec![c],
+            migrations: vec![],
+            lost: vec![],
+        };
+        assert_eq!(regions_on(&s, 1), 2);
+        assert_eq!(regions_on(&s, 3), 0);
+        assert_eq!(last(&[1, 2, 3], 2), vec![&2, &3]);
+        assert_eq!(last(&[1], 5), vec![&1]);
+    }
 }

@@ -266,3 +266,21 @@ pub fn request(s: &mut TcpStream, seq: u64, ops: &[Op<'_>]) -> Vec<Reply> {
     assert_eq!(r.len(), ops.len(), "one reply per op");
     r
 }
+
+/// Server `i`'s counters, asked over a connection holding the cluster secret.
+pub fn server_stats(
+    c: &farcache_testkit::ProcessCluster,
+    i: usize,
+) -> farcache_proto::control::ServerStats {
+    use farcache_proto::blocking::{control_call, handshake};
+    use farcache_proto::control::{ControlRequest, ControlResponse};
+    let mut s = TcpStream::connect(c.server_addr(i)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let cred = farcache_proto::Credential::Cluster(c.secret().clone());
+    handshake(&mut s, farcache_proto::Role::Client, 1, "", &cred).expect("handshake");
+    match control_call(&mut s, &ControlRequest::ServerStats) {
+        Ok(ControlResponse::Stats(st)) => st,
+        other => panic!("stats: {other:?}"),
+    }
+}

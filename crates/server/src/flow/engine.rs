@@ -504,6 +504,7 @@ impl Engine {
                             Ok(()) => Status::Ok,
                             Err(Miss::Remote) => Status::WrongServer,
                             Err(Miss::OutOfRange) => Status::OutOfRange,
+                            Err(Miss::Lost) => Status::DataLost,
                             // One read cannot exhaust a fresh budget; if it ever did,
                             // that is this server's fault, not the range's.
                             Err(Miss::Budget) => Status::Internal,

@@ -79,11 +79,31 @@ impl<'m> FlowMemory<'m> {
         if end > self.c.capacity {
             return Err(Miss::OutOfRange);
         }
+        if self.c.guarded && self.touches_lost(addr, out.len() as u64) {
+            return Err(Miss::Lost);
+        }
         if self.gather(addr, out) {
             return Ok(());
         }
         self.last_miss.set(Some((addr, out.len() as u64)));
         Err(Miss::Remote)
+    }
+
+    /// Whether a held region's part of `[addr, addr+len)` is lost.
+    #[cold]
+    fn touches_lost(&self, addr: u64, len: u64) -> bool {
+        let rs = self.c.region_size;
+        let (mut at, end) = (addr, addr.saturating_add(len));
+        while at < end {
+            let off = region_split(at, rs).1;
+            let n = (rs - off).min(end - at);
+            // A region still arriving is read where it comes from, not here.
+            if !self.c.arriving(at) && self.c.lost_in(at, n) {
+                return true;
+            }
+            at += n;
+        }
+        false
     }
 
     /// Serves each piece of the range from a local region or a pulled chunk.
@@ -92,7 +112,10 @@ impl<'m> FlowMemory<'m> {
         let (mut at, mut done) = (addr, 0usize);
         while done < out.len() {
             let (idx, off) = region_split(at, rs);
-            let n = match self.c.regions.get(idx as usize) {
+            let held = self.c.regions.get(idx as usize);
+            // A region still arriving by migration is not this server's to read.
+            let held = held.filter(|_| !(self.c.guarded && self.c.arriving(at)));
+            let n = match held {
                 Some(Some(r)) => {
                     let n = ((rs - off) as usize).min(out.len() - done);
                     // A region refusing a range inside it serves nothing: a miss.
@@ -130,6 +153,7 @@ impl Memory for FlowMemory<'_> {
         let rs = self.c.region_size;
         let (idx, off) = region_split(addr, rs);
         if off + 8 <= rs
+            && !self.c.guarded
             && addr < self.c.capacity.saturating_sub(7)
             && let Some(Some(r)) = self.c.regions.get(idx as usize)
         {
@@ -151,6 +175,7 @@ impl Memory for FlowMemory<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Arrival;
 
     #[test]
     fn pulled_chunks_serve_reads_inside_them_only() {
@@ -174,7 +199,9 @@ mod tests {
     #[test]
     fn every_read_charges_one_step_of_the_runs_budget() {
         let store = crate::store::RegionStore::new(1 << 20);
-        store.alloc(1, 0, 4096, 8192, 1).expect("region");
+        store
+            .alloc(1, 0, 4096, 8192, 1, Arrival::default())
+            .expect("region");
         let map = store.snapshot();
         let c = &map.caches[&1];
         assert!(

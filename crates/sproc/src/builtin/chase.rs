@@ -91,6 +91,13 @@ impl Procedure for Chase {
                     });
                 }
                 Err(Miss::Budget) => return Err(super::budget(NAME, mem)),
+                Err(Miss::Lost) => {
+                    return Err(SprocError::Lost {
+                        proc: NAME,
+                        addr: at,
+                        len: 8,
+                    });
+                }
                 Err(Miss::Remote) => {
                     let state = state(next_off, remaining, cur, followed, flow);
                     return Ok(match flow {

@@ -132,6 +132,13 @@ impl Bfs {
                 Ok(()) => entries.push(e),
                 Err(Miss::Remote) => want.push((at, 12)),
                 Err(Miss::Budget) => return Err(super::budget(NAME, mem)),
+                Err(Miss::Lost) => {
+                    return Err(SprocError::Lost {
+                        proc: NAME,
+                        addr: at,
+                        len: 12,
+                    });
+                }
                 Err(Miss::OutOfRange) => {
                     return Err(SprocError::OutOfRange {
                         proc: NAME,
@@ -161,6 +168,13 @@ impl Bfs {
                 Ok(()) => {}
                 Err(Miss::Remote) => want.push((at, len as u32)),
                 Err(Miss::Budget) => return Err(super::budget(NAME, mem)),
+                Err(Miss::Lost) => {
+                    return Err(SprocError::Lost {
+                        proc: NAME,
+                        addr: at,
+                        len,
+                    });
+                }
                 Err(Miss::OutOfRange) => {
                     return Err(SprocError::OutOfRange {
                         proc: NAME,
@@ -276,6 +290,11 @@ impl Bfs {
                 len,
             }),
             Miss::Budget => Err(super::budget(NAME, mem)),
+            Miss::Lost => Err(SprocError::Lost {
+                proc: NAME,
+                addr: at,
+                len,
+            }),
         };
         let mut i = 0;
         while i < self.adj.len() {

@@ -93,6 +93,7 @@ fn on_miss(
         }),
         Miss::OutOfRange => Err(SprocError::OutOfRange { proc, addr, len }),
         Miss::Budget => Err(budget(proc, mem)),
+        Miss::Lost => Err(SprocError::Lost { proc, addr, len }),
     }
 }
 

@@ -1,0 +1,208 @@
+//! What `bench migrate` reports: one row per migration mode, printed as a table and
+//! written as JSON next to the other benches' results.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use farcache_client::MigrationRecord;
+use serde::{Deserialize, Serialize};
+
+use crate::error::Result;
+use crate::report::{MachineInfo, align_cells, nan_as_null, write_json_as};
+
+/// A whole `bench migrate` run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MigrateReport {
+    /// `"migrate"`.
+    pub bench: String,
+    pub timestamp_unix: u64,
+    pub machine: MachineInfo,
+    /// `"dev"` or `"release"`: the binary's build (servers run the same binary).
+    pub build: String,
+    pub config: MigrateConfig,
+    pub rows: Vec<MigrateRow>,
+    /// Lines printed under the table.
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+/// The run's shape, so a result file says what it measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MigrateConfig {
+    pub region_size: u64,
+    pub regions: u32,
+    /// Regions moved per step.
+    pub steps: Vec<u32>,
+    /// Planned step starts, ms after the load starts.
+    pub step_at_ms: Vec<f64>,
+    /// Planned end of the load, ms.
+    pub end_ms: f64,
+    pub batch: usize,
+    pub queue_depth: usize,
+    pub server_threads: usize,
+    pub bucket_ms: f64,
+}
+
+/// One migration mode on its own fresh cluster.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MigrateRow {
+    /// `dirty_tracking`, `pause_region` or `pause_all`.
+    pub mode: String,
+    /// Bytes sent by every move (re-sent dirty chunks included) ÷ their copy time.
+    #[serde(deserialize_with = "nan_as_null::deserialize")]
+    pub migration_gib_per_s: f64,
+    /// Region bytes (each moved region once) ÷ the same copy time: below
+    /// `migration_gib_per_s` by what dirty tracking re-sent.
+    #[serde(deserialize_with = "nan_as_null::deserialize")]
+    pub region_gib_per_s: f64,
+    /// Mean reads/s inside the step windows ÷ mean reads/s in the second before the
+    /// first step.
+    #[serde(deserialize_with = "nan_as_null::deserialize")]
+    pub read_ratio_during: f64,
+    #[serde(deserialize_with = "nan_as_null::deserialize")]
+    pub write_ratio_during: f64,
+    /// Seconds inside the step windows (what the ratios average over).
+    pub moving_s: f64,
+    /// Longest time writes to a moving region were refused (the servers' figure).
+    pub max_write_pause_ms: f64,
+    #[serde(deserialize_with = "nan_as_null::deserialize")]
+    pub reads_per_s_before: f64,
+    #[serde(deserialize_with = "nan_as_null::deserialize")]
+    pub writes_per_s_before: f64,
+    #[serde(deserialize_with = "nan_as_null::deserialize")]
+    pub reads_per_s_during: f64,
+    #[serde(deserialize_with = "nan_as_null::deserialize")]
+    pub writes_per_s_during: f64,
+    pub bytes_moved: u64,
+    pub copy_us: u64,
+    pub read_errors: u64,
+    pub write_errors: u64,
+    /// `read_errors + write_errors`.
+    pub errors: u64,
+    pub first_error: Option<String>,
+    /// When each step ran (ms after the load started).
+    pub steps: Vec<StepWindow>,
+    pub timeline: Timeline,
+    /// The manager's records of this run's moves.
+    pub migrations: Vec<MigrationRecord>,
+}
+
+/// Ops completed per bucket since the load started.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Timeline {
+    pub bucket_ms: f64,
+    pub reads: Vec<u64>,
+    pub writes: Vec<u64>,
+}
+
+/// One step of the schedule: its moves one after the other.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepWindow {
+    pub regions: u32,
+    pub start_ms: f64,
+    pub end_ms: f64,
+    pub moves: Vec<MoveWindow>,
+}
+
+/// One `move_region` call, from request to its return.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MoveWindow {
+    pub region: u32,
+    pub start_ms: f64,
+    pub end_ms: f64,
+}
+
+impl MigrateReport {
+    pub fn new(config: MigrateConfig) -> Self {
+        Self {
+            bench: "migrate".into(),
+            timestamp_unix: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            machine: MachineInfo::detect(),
+            build: if cfg!(debug_assertions) {
+                "dev"
+            } else {
+                "release"
+            }
+            .into(),
+            config,
+            rows: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    /// Op errors over every mode.
+    pub fn errors(&self) -> u64 {
+        self.rows.iter().map(|r| r.errors).sum()
+    }
+}
+
+fn num(v: f64, decimals: usize) -> String {
+    if v.is_finite() {
+        format!("{v:.decimals$}")
+    } else {
+        "-".into()
+    }
+}
+
+/// The report as an aligned table, one row per mode.
+pub fn format_migrate_table(report: &MigrateReport) -> String {
+    const HEADER: [&str; 10] = [
+        "mode",
+        "sent",
+        "migration MiB/s",
+        "regions MiB/s",
+        "reads Mops/s",
+        "writes Mops/s",
+        "read ratio",
+        "write ratio",
+        "longest write pause ms",
+        "errors",
+    ];
+    const RIGHT: [bool; 10] = [false, true, true, true, true, true, true, true, true, true];
+    let mut cells: Vec<Vec<String>> = vec![HEADER.iter().map(|s| s.to_string()).collect()];
+    for r in &report.rows {
+        cells.push(vec![
+            r.mode.clone(),
+            format!("{} MiB", r.bytes_moved >> 20),
+            num(r.migration_gib_per_s * 1024.0, 0),
+            num(r.region_gib_per_s * 1024.0, 0),
+            num(r.reads_per_s_before / 1e6, 2),
+            num(r.writes_per_s_before / 1e6, 2),
+            num(r.read_ratio_during, 2),
+            num(r.write_ratio_during, 2),
+            num(r.max_write_pause_ms, 1),
+            r.errors.to_string(),
+        ]);
+    }
+    let c = &report.config;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "== migrate @ {} ({} cores, {}, {} build; {} regions of {} MiB, steps {:?}) ==",
+        report.timestamp_unix,
+        report.machine.cores,
+        report.machine.hostname,
+        report.build,
+        c.regions,
+        c.region_size >> 20,
+        c.steps,
+    );
+    out.push_str(&align_cells(&cells, &RIGHT));
+    let _ = writeln!(
+        out,
+        "sent: bytes copied, re-sends included; regions MiB/s: region bytes ÷ copy time;\n\
+         Mops/s: before the first move; ratios: mean throughput while regions move ÷ before"
+    );
+    for n in &report.notes {
+        let _ = writeln!(out, "note: {n}");
+    }
+    out
+}
+
+/// Writes `<dir>/migrate-<timestamp>.json` and `<dir>/migrate-latest.json`.
+pub fn write_migrate_json(report: &MigrateReport, dir: impl AsRef<Path>) -> Result<PathBuf> {
+    write_json_as(report, &report.bench, report.timestamp_unix, dir.as_ref())
+}

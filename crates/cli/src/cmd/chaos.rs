@@ -1,0 +1,274 @@
+//! `farcache chaos`: a local cluster under a verifying load while servers are
+//! reclaimed with notice (SIGTERM), killed without notice (SIGKILL) and replaced by
+//! new ones. Reports what a user of the cache would care about: wrong reads,
+//! acknowledged writes lost (silently, or reported as `DataLost`), how long regions
+//! were unavailable, migrations and their speed.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use farcache_client::ClientConfig;
+use farcache_proto::control::{ClusterStatus, ServerState};
+use farcache_testkit::{ClusterOptions, ProcessCluster, Verifier, VerifyReport};
+use indicatif::{ProgressBar, ProgressStyle};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+
+use crate::size::{parse_duration, parse_size};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// How long the run lasts.
+    #[arg(long, default_value = "2m", value_parser = parse_duration)]
+    duration: std::time::Duration,
+    /// Servers at the start (each replaced when it leaves).
+    #[arg(long, default_value_t = 4)]
+    servers: usize,
+    /// Reclamations with notice (SIGTERM) over the run.
+    #[arg(long, default_value_t = 20)]
+    reclaims: u32,
+    /// Kills without notice (SIGKILL) over the run.
+    #[arg(long, default_value_t = 10)]
+    kills: u32,
+    /// Copies of each region. Only 1 exists today: with it, data on a killed server
+    /// is lost and must be reported as such.
+    #[arg(long, default_value_t = 1)]
+    replicas: u32,
+    #[arg(long, default_value = "1MiB", value_parser = parse_size)]
+    region_size: u64,
+    #[arg(long, default_value = "32MiB", value_parser = parse_size)]
+    cache_size: u64,
+    /// Grace given to reclaimed servers.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    grace: std::time::Duration,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Where the JSON report goes.
+    #[arg(long, default_value = "chaos.json")]
+    json: PathBuf,
+}
+
+#[derive(Debug, Serialize)]
+struct Event {
+    at_ms: u64,
+    kind: &'static str,
+    server: u32,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    duration_s: f64,
+    replicas: u32,
+    servers: usize,
+    reclaims: u32,
+    kills: u32,
+    added: u32,
+    ops: u64,
+    wrong_reads: u64,
+    acked_writes_lost: u64,
+    acked_writes_lost_reported: u64,
+    op_errors: u64,
+    max_unavailable_ms: u64,
+    migrations: usize,
+    migrated_gib: f64,
+    migration_gib_per_s: f64,
+    max_write_pause_ms: f64,
+    lost_regions: usize,
+    events: Vec<Event>,
+    /// Ops per 100 ms.
+    timeline: Vec<u64>,
+    samples: Vec<String>,
+}
+
+pub fn run(a: Args) -> Result<()> {
+    if a.replicas != 1 {
+        bail!(
+            "--replicas {}: replicated regions are not built yet; only 1 copy exists",
+            a.replicas
+        );
+    }
+    if a.servers < 2 {
+        bail!("--servers must be at least 2 (regions need somewhere to go)");
+    }
+    let bin = std::env::current_exe().context("locating the farcache binary")?;
+    let per_server = (a.cache_size / a.servers as u64 * 3).max(a.region_size * 4);
+    let opts = ClusterOptions::default()
+        .servers(a.servers)
+        .region_size(a.region_size)
+        .server_memory(per_server)
+        .server_args(["--grace".to_string(), format!("{}ms", a.grace.as_millis())]);
+    eprintln!("starting {} servers…", a.servers);
+    let mut cluster = ProcessCluster::start(bin, &opts).context("starting the cluster")?;
+    let client = cluster.client_with(ClientConfig::new("").op_timeout(Duration::from_secs(5)))?;
+    let cache = client.create("chaos", a.cache_size)?;
+    let verifier = Verifier::start(&cache, a.cache_size / 8);
+    let started = Instant::now();
+    let mut rng = StdRng::seed_from_u64(a.seed);
+    let mut plan: Vec<&'static str> = std::iter::repeat_n("reclaim", a.reclaims as usize)
+        .chain(std::iter::repeat_n("kill", a.kills as usize))
+        .collect();
+    // Shuffle so kills and reclaims interleave.
+    for i in (1..plan.len()).rev() {
+        plan.swap(i, rng.gen_range(0..=i));
+    }
+    let gap = a.duration / (plan.len() as u32 + 1);
+    let bar = ProgressBar::new(plan.len() as u64);
+    bar.set_style(ProgressStyle::with_template(
+        "{elapsed_precise} [{bar:30}] {pos}/{len} events  {msg}",
+    )?);
+    let (mut events, mut added) = (Vec::new(), 0u32);
+    let mut leaving: Vec<usize> = Vec::new();
+    for (n, kind) in plan.iter().enumerate() {
+        let due = gap * (n as u32 + 1);
+        while started.elapsed() < due {
+            reap(&mut cluster, &mut leaving);
+            std::thread::sleep(Duration::from_millis(20));
+            bar.set_message(format!("{} ops", verifier.ops()));
+        }
+        let st = client.status()?;
+        let Some((i, id)) = pick(&mut cluster, &st, &leaving, &mut rng) else {
+            bar.println("no server to act on; skipped");
+            continue;
+        };
+        match *kind {
+            "kill" => cluster.kill_server(i)?,
+            _ => {
+                cluster.terminate_server(i)?;
+                leaving.push(i);
+            }
+        }
+        events.push(Event {
+            at_ms: started.elapsed().as_millis() as u64,
+            kind,
+            server: id,
+        });
+        // Keep the cluster's size: a new server joins.
+        cluster.add_server(&[])?;
+        added += 1;
+        bar.inc(1);
+    }
+    while started.elapsed() < a.duration {
+        reap(&mut cluster, &mut leaving);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    bar.finish_with_message(format!("{} ops", verifier.ops()));
+    // Let the last drains finish before the final check.
+    let settle = Instant::now();
+    while !leaving.is_empty() && settle.elapsed() < a.grace + Duration::from_secs(5) {
+        reap(&mut cluster, &mut leaving);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let v = verifier.stop();
+    let st = client.status()?;
+    let report = build(&a, started.elapsed(), &v, &st, events, added);
+    print(&report);
+    std::fs::write(&a.json, serde_json::to_vec_pretty(&report)?)
+        .with_context(|| format!("writing {}", a.json.display()))?;
+    println!("report: {}", a.json.display());
+    Ok(())
+}
+
+/// Forgets reclaimed servers that have exited.
+fn reap(cluster: &mut ProcessCluster, leaving: &mut Vec<usize>) {
+    leaving.retain(|&i| cluster.server_running(i));
+}
+
+/// A running server that is alive in the manager's view and not leaving.
+fn pick(
+    cluster: &mut ProcessCluster,
+    st: &ClusterStatus,
+    leaving: &[usize],
+    rng: &mut StdRng,
+) -> Option<(usize, u32)> {
+    let running: Vec<usize> = (0..cluster.server_count())
+        .filter(|i| !leaving.contains(i))
+        .filter(|&i| cluster.server_running(i))
+        .collect();
+    let mut live: Vec<(usize, u32)> = running
+        .into_iter()
+        .filter_map(|i| {
+            let addr = cluster.server_addr(i).to_owned();
+            st.servers
+                .iter()
+                .find(|s| s.addr == addr && s.state == ServerState::Alive)
+                .map(|s| (i, s.id))
+        })
+        .collect();
+    if live.len() < 2 {
+        return None;
+    }
+    let k = rng.gen_range(0..live.len());
+    Some(live.swap_remove(k))
+}
+
+fn build(
+    a: &Args,
+    took: Duration,
+    v: &VerifyReport,
+    st: &ClusterStatus,
+    events: Vec<Event>,
+    added: u32,
+) -> Report {
+    let bytes: u64 = st.migrations.iter().map(|m| m.bytes).sum();
+    let copy_s: f64 = st.migrations.iter().map(|m| m.copy_us as f64 / 1e6).sum();
+    let gib = bytes as f64 / f64::from(1u32 << 30);
+    Report {
+        duration_s: took.as_secs_f64(),
+        replicas: a.replicas,
+        servers: a.servers,
+        reclaims: events.iter().filter(|e| e.kind == "reclaim").count() as u32,
+        kills: events.iter().filter(|e| e.kind == "kill").count() as u32,
+        added,
+        ops: v.reads + v.writes,
+        wrong_reads: v.wrong_reads,
+        acked_writes_lost: v.acked_writes_lost,
+        acked_writes_lost_reported: v.acked_writes_lost_reported,
+        op_errors: v.op_errors,
+        max_unavailable_ms: v.max_unavailable_ms,
+        migrations: st.migrations.len(),
+        migrated_gib: gib,
+        migration_gib_per_s: if copy_s > 0.0 { gib / copy_s } else { 0.0 },
+        max_write_pause_ms: st
+            .migrations
+            .iter()
+            .map(|m| m.max_pause_us as f64 / 1e3)
+            .fold(0.0, f64::max),
+        lost_regions: st.lost.len(),
+        events,
+        timeline: v.timeline.clone(),
+        samples: v.samples.clone(),
+    }
+}
+
+fn print(r: &Report) {
+    println!(
+        "chaos: {:.0} s, {} servers, {} replica(s)",
+        r.duration_s, r.servers, r.replicas
+    );
+    println!(
+        "  events      {} reclaims, {} kills, {} servers added",
+        r.reclaims, r.kills, r.added
+    );
+    println!(
+        "  ops         {} ({} failed: unreachable servers)",
+        r.ops, r.op_errors
+    );
+    println!("  wrong reads {}", r.wrong_reads);
+    println!(
+        "  acknowledged writes lost: {} silently, {} reported as DataLost ({} regions lost)",
+        r.acked_writes_lost, r.acked_writes_lost_reported, r.lost_regions
+    );
+    println!(
+        "  longest unavailability of a region: {} ms",
+        r.max_unavailable_ms
+    );
+    println!(
+        "  migrations  {} ({:.2} GiB at {:.2} GiB/s, longest write pause {:.1} ms)",
+        r.migrations, r.migrated_gib, r.migration_gib_per_s, r.max_write_pause_ms
+    );
+    for s in r.samples.iter().take(5) {
+        println!("  sample: {s}");
+    }
+}

@@ -1,0 +1,50 @@
+//! A short `farcache chaos` run: servers reclaimed and killed under a verifying load.
+//! With one copy per region, kills lose data, but only ever as reported `DataLost`:
+//! no read may return wrong bytes and no acknowledged write may vanish silently.
+
+mod common;
+
+use common::bin;
+
+#[test]
+fn a_short_chaos_run_loses_nothing_silently() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("chaos.json");
+    let out = std::process::Command::new(bin())
+        .args([
+            "chaos",
+            "--duration",
+            "20s",
+            "--servers",
+            "4",
+            "--reclaims",
+            "4",
+            "--kills",
+            "2",
+        ])
+        .args(["--cache-size", "8MiB", "--grace", "5s", "--json"])
+        .arg(&json)
+        .output()
+        .expect("run chaos");
+    assert!(
+        out.status.success(),
+        "chaos failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&json).expect("report");
+    let r: serde_json::Value = serde_json::from_str(&text).expect("json");
+    let n = |k: &str| {
+        r[k].as_u64()
+            .unwrap_or_else(|| panic!("{k} missing in {text}"))
+    };
+    assert_eq!(n("wrong_reads"), 0, "{text}");
+    assert_eq!(n("acked_writes_lost"), 0, "{text}");
+    assert_eq!(n("replicas"), 1);
+    assert_eq!(n("reclaims") + n("kills"), 6, "{text}");
+    assert!(n("ops") > 1000, "{text}");
+    assert!(
+        n("migrations") > 0,
+        "reclaimed servers' regions moved: {text}"
+    );
+    assert!(r["max_unavailable_ms"].is_u64());
+}

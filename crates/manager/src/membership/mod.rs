@@ -1,0 +1,39 @@
+//! Servers that leave: reclaimed with notice (their regions migrate live, see
+//! [`reclaim`]) or lost without notice (their regions are re-placed empty and marked
+//! lost, see [`recovery`]). Every change of a region's owner holds the service's
+//! `changes` lock from its first server call to its last, so region tables are pushed
+//! in order and a migration never races a create, a reshape or another migration.
+
+mod rebalance;
+mod reclaim;
+mod recovery;
+
+use std::collections::VecDeque;
+
+use farcache_proto::control::{LostRegion, MigrationRecord};
+
+/// How many recent migrations and losses `status` shows.
+const KEEP: usize = 1024;
+
+/// Recent migrations and losses (not persisted: they describe this manager's run).
+#[derive(Debug, Default)]
+pub struct Events {
+    pub migrations: VecDeque<MigrationRecord>,
+    pub lost: VecDeque<LostRegion>,
+}
+
+impl Events {
+    pub fn migrated(&mut self, r: MigrationRecord) {
+        if self.migrations.len() == KEEP {
+            self.migrations.pop_front();
+        }
+        self.migrations.push_back(r);
+    }
+
+    pub fn lost(&mut self, r: LostRegion) {
+        if self.lost.len() == KEEP {
+            self.lost.pop_front();
+        }
+        self.lost.push_back(r);
+    }
+}

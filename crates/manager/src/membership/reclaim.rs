@@ -1,0 +1,405 @@
+//! A server reclaimed with notice: it takes no new regions and its regions move, one
+//! at a time, to the cheapest servers with room, before its grace period ends.
+
+use std::collections::HashSet;
+use std::sync::Weak;
+use std::time::{Duration, Instant};
+
+use farcache_proto::control::{
+    ControlErrorCode, ControlRequest, HeldRegion, MigrationMode, MigrationPhase, MigrationRecord,
+    MigrationReport, ServerState,
+};
+use farcache_proto::{CacheId, ServerId};
+
+use crate::error::Reject;
+use crate::placement;
+use crate::service::{Service, Target};
+use crate::store::Write;
+
+/// The manager gives up on regions this long before the grace ends, so the losses are
+/// announced (and the regions re-placed) while the server is still there.
+const MARGIN: Duration = Duration::from_millis(500);
+/// Attempts per region before it is left behind.
+const ATTEMPTS: u32 = 3;
+/// Longest grace accepted (a notice longer than this is not a reclamation).
+const MAX_GRACE: Duration = Duration::from_secs(3600);
+/// Transfer rate assumed before any migration was measured (for the early warning).
+const ASSUMED_BYTES_PER_S: f64 = 1e9;
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+impl Service {
+    /// Starts draining server `id`; returns at once (the moves go on in the background).
+    pub(crate) fn reclaim(
+        &self,
+        id: ServerId,
+        grace: Duration,
+        mode: MigrationMode,
+    ) -> Result<(), Reject> {
+        let grace = grace.min(MAX_GRACE);
+        {
+            let mut st = self.state.lock();
+            match st.catalogue.server_state(id) {
+                None => {
+                    return Err(Reject::new(
+                        ControlErrorCode::UnknownServer,
+                        format!("no server {id}"),
+                    ));
+                }
+                Some(ServerState::Leaving) => return Ok(()), // already draining
+                Some(ServerState::Alive) => {
+                    st.catalogue.set_leaving(id);
+                }
+                Some(s) => {
+                    return Err(Reject::invalid(format!(
+                        "server {id} is {s:?}: only a live server can be reclaimed"
+                    )));
+                }
+            }
+        }
+        let this = self
+            .this
+            .get()
+            .and_then(Weak::upgrade)
+            .ok_or_else(|| Reject::unavailable("the manager is shutting down"))?;
+        let deadline = Instant::now() + grace.saturating_sub(MARGIN);
+        tracing::info!(
+            server = id,
+            grace_ms = grace.as_millis() as u64,
+            ?mode,
+            "server reclaimed: moving its regions"
+        );
+        std::thread::Builder::new()
+            .name(format!("manager-drain-{id}"))
+            .spawn(move || this.drain(id, deadline, mode))
+            .map_err(|e| Reject::unavailable(format!("cannot start draining: {e}")))?;
+        Ok(())
+    }
+
+    fn drain(&self, id: ServerId, deadline: Instant, mode: MigrationMode) {
+        self.warn_if_late(id, deadline);
+        let mut failed: Vec<(HeldRegion, u32)> = Vec::new();
+        let mut skip: HashSet<(CacheId, u32)> = HashSet::new();
+        loop {
+            let (state, next) = {
+                let st = self.state.lock();
+                let next = st
+                    .catalogue
+                    .placed_on(id)
+                    .into_iter()
+                    .find(|r| !skip.contains(&(r.cache, r.region)));
+                (st.catalogue.server_state(id), next)
+            };
+            if state != Some(ServerState::Leaving) {
+                tracing::warn!(
+                    server = id,
+                    ?state,
+                    "server stopped leaving (it died or registered again): drain ends"
+                );
+                return;
+            }
+            let Some(r) = next else { break };
+            if Instant::now() >= deadline {
+                break;
+            }
+            match self.migrate_region(r.cache, r.region, id, mode, deadline) {
+                Ok(rec) => self.state.lock().events.migrated(rec),
+                Err(e) => {
+                    tracing::warn!(
+                        server = id,
+                        cache = r.cache,
+                        region = r.region,
+                        "migration failed: {}",
+                        e.message
+                    );
+                    let n = match failed.iter_mut().find(|(f, _)| *f == r) {
+                        Some((_, n)) => {
+                            *n += 1;
+                            *n
+                        }
+                        None => {
+                            failed.push((r, 1));
+                            1
+                        }
+                    };
+                    if n >= ATTEMPTS {
+                        skip.insert((r.cache, r.region));
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+        }
+        let _changes = self.changes.lock();
+        let left = self.state.lock().catalogue.placed_on(id);
+        if left.is_empty() {
+            tracing::info!(server = id, "server drained: every region moved");
+            return;
+        }
+        tracing::warn!(
+            server = id,
+            regions = left.len(),
+            "grace over: regions that did not move are lost"
+        );
+        self.replace_lost(id, &left, "grace", false);
+    }
+
+    /// Says early which regions will likely not move in time, from the rate of the
+    /// last migration (or an assumed 1 GB/s).
+    fn warn_if_late(&self, id: ServerId, deadline: Instant) {
+        let st = self.state.lock();
+        let placed = st.catalogue.placed_on(id);
+        let rate = st
+            .events
+            .migrations
+            .back()
+            .filter(|m| m.copy_us > 0)
+            .map_or(ASSUMED_BYTES_PER_S, |m| {
+                m.bytes as f64 / (m.copy_us as f64 / 1e6)
+            });
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .as_secs_f64();
+        let mut t = 0.0;
+        let mut late = Vec::new();
+        for r in placed {
+            let size = st.catalogue.cache(r.cache).map_or(0, |c| c.region_size);
+            t += size as f64 / rate;
+            if t > left {
+                late.push((r.cache, r.region));
+            }
+        }
+        if !late.is_empty() {
+            tracing::warn!(
+                server = id,
+                ?late,
+                "these regions will likely not move before the grace ends and would be lost"
+            );
+        }
+    }
+
+    /// Moves region `region` of cache `name` live (the `MoveRegion` request).
+    pub(crate) fn move_region(
+        &self,
+        name: &str,
+        region: u32,
+        to: Option<ServerId>,
+        mode: MigrationMode,
+    ) -> Result<(), Reject> {
+        let (cache, from) = {
+            let st = self.state.lock();
+            let rec = st
+                .catalogue
+                .cache_by_name(name)
+                .ok_or_else(|| Reject::not_found(name))?;
+            let from = *rec.regions.get(region as usize).ok_or_else(|| {
+                Reject::invalid(format!("cache '{name}' has {} regions", rec.regions.len()))
+            })?;
+            (rec.id, from)
+        };
+        if to == Some(from) {
+            return Ok(());
+        }
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let rec = self.migrate_region_to(cache, region, from, to, mode, deadline)?;
+        self.state.lock().events.migrated(rec);
+        Ok(())
+    }
+
+    /// Moves one region from `from` to the best other server, live.
+    pub(crate) fn migrate_region(
+        &self,
+        cache: CacheId,
+        region: u32,
+        from: ServerId,
+        mode: MigrationMode,
+        deadline: Instant,
+    ) -> Result<MigrationRecord, Reject> {
+        self.migrate_region_to(cache, region, from, None, mode, deadline)
+    }
+
+    /// Moves one region from `from` to `to` (or the best other server with room).
+    fn migrate_region_to(
+        &self,
+        cache: CacheId,
+        region: u32,
+        from: ServerId,
+        to: Option<ServerId>,
+        mode: MigrationMode,
+        deadline: Instant,
+    ) -> Result<MigrationRecord, Reject> {
+        let _changes = self.changes.lock();
+        let t0 = Instant::now();
+        let (rec, source, target) = {
+            let st = self.state.lock();
+            let rec = st
+                .catalogue
+                .cache(cache)
+                .cloned()
+                .ok_or_else(|| Reject::not_found(&format!("cache {cache}")))?;
+            if rec.regions.get(region as usize) != Some(&from) {
+                return Err(Reject::invalid("the region is no longer on that server"));
+            }
+            let cands: Vec<_> = st
+                .catalogue
+                .candidates()
+                .into_iter()
+                .filter(|c| c.id != from && to.is_none_or(|t| t == c.id))
+                .collect();
+            let to = placement::place(&cands, 1, rec.region_size).map_err(|s| {
+                Reject::new(
+                    ControlErrorCode::InsufficientMemory,
+                    format!("no server can take region {region} of cache {cache}: {s}"),
+                )
+            })?;
+            let mut t = self.targets(&st.catalogue, &to);
+            let mut s = self.targets(&st.catalogue, &[from]);
+            match (s.pop(), t.pop()) {
+                (Some(s), Some(t)) => (rec, s, t),
+                _ => return Err(Reject::invalid("no target")),
+            }
+        };
+        let epoch = rec.epoch + 1;
+        if !rec.procs.is_empty() && !rec.regions.contains(&target.server) {
+            self.load_procs(cache, std::slice::from_ref(&target), &rec.procs)?;
+        }
+        // The target starts with the region marked lost: the copy makes every byte
+        // that was data at the source data again, and bytes lost there stay lost.
+        let alloc = ControlRequest::AllocRegion {
+            cache,
+            region,
+            region_size: rec.region_size,
+            capacity: rec.capacity,
+            epoch,
+            lost: true,
+            incoming: true,
+        };
+        self.links
+            .call(target.server, &target.addr, &alloc)
+            .map_err(|e| Reject::unavailable(format!("target {}: {e}", target.addr)))?;
+        let start = ControlRequest::MigrateRegion {
+            cache,
+            region,
+            to: target.addr.clone(),
+            mode,
+        };
+        let report = self
+            .links
+            .call(source.server, &source.addr, &start)
+            .map_err(|e| Reject::unavailable(format!("source {}: {e}", source.addr)))
+            .and_then(|()| self.await_copy(&source, cache, region, deadline));
+        let report = match report {
+            Ok(r) => r,
+            Err(e) => {
+                self.undo_migration(&source, &target, cache, region);
+                return Err(e);
+            }
+        };
+        let handed = Instant::now();
+        let info = {
+            let mut st = self.state.lock();
+            let mut next = rec.clone();
+            next.regions[region as usize] = target.server;
+            next.epoch = epoch;
+            if let Err(e) = st.commit(&[Write::Cache(&next)]) {
+                drop(st);
+                self.undo_migration(&source, &target, cache, region);
+                return Err(e);
+            }
+            st.catalogue.insert_cache(next.clone());
+            st.catalogue.cache_info(&next)
+        };
+        // The target first: it serves the region once a table names it the owner, so
+        // clients the source redirects there find it serving.
+        self.push_routes_to(&info, &[target.server]);
+        let free = ControlRequest::FreeRegion {
+            cache,
+            region,
+            moved_to: Some(target.addr.clone()),
+        };
+        self.best_effort(&source, &free, "hand the region over");
+        let pause = report.max_pause_us + micros(handed.elapsed());
+        self.push_routes(&info);
+        let r = MigrationRecord {
+            cache,
+            region,
+            from,
+            to: target.server,
+            mode,
+            bytes: report.bytes,
+            total_us: micros(t0.elapsed()),
+            copy_us: report.elapsed_us,
+            max_pause_us: pause,
+            rounds: report.rounds,
+        };
+        tracing::info!(
+            cache,
+            region,
+            from,
+            to = target.server,
+            mib = report.bytes >> 20,
+            copy_ms = report.elapsed_us / 1000,
+            write_pause_us = pause,
+            rounds = report.rounds,
+            "region migrated"
+        );
+        Ok(r)
+    }
+
+    /// Polls the source until the copy is handed off, fails, or the deadline passes.
+    fn await_copy(
+        &self,
+        source: &Target,
+        cache: CacheId,
+        region: u32,
+        deadline: Instant,
+    ) -> Result<MigrationReport, Reject> {
+        let mut wait = Duration::from_micros(200);
+        let mut errors = 0;
+        loop {
+            match self
+                .links
+                .migration(source.server, &source.addr, cache, region)
+            {
+                Ok(r) => match r.phase {
+                    MigrationPhase::HandedOff => return Ok(r),
+                    MigrationPhase::Copying => errors = 0,
+                    MigrationPhase::Failed | MigrationPhase::Unknown => {
+                        return Err(Reject::unavailable(format!(
+                            "copy failed: {}",
+                            r.error.unwrap_or_else(|| format!("{:?}", r.phase))
+                        )));
+                    }
+                },
+                Err(e) => {
+                    errors += 1;
+                    if errors >= 5 {
+                        return Err(Reject::unavailable(format!("source {}: {e}", source.addr)));
+                    }
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(Reject::unavailable(
+                    "the grace period ran out during the copy",
+                ));
+            }
+            std::thread::sleep(wait);
+            wait = (wait * 2).min(Duration::from_millis(5));
+        }
+    }
+
+    fn undo_migration(&self, source: &Target, target: &Target, cache: CacheId, region: u32) {
+        self.best_effort(
+            source,
+            &ControlRequest::AbortMigration { cache, region },
+            "abort migration",
+        );
+        let free = ControlRequest::FreeRegion {
+            cache,
+            region,
+            moved_to: None,
+        };
+        self.best_effort(target, &free, "free the migration's target");
+    }
+}

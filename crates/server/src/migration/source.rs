@@ -1,0 +1,318 @@
+//! The copy itself: region bytes go to the target as pipelined batches of WRITEs over
+//! one connection that proved the server role, so the target needs no special path and
+//! its own checks apply.
+
+use std::collections::VecDeque;
+use std::io::{BufWriter, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use farcache_proto::blocking::{RpcError, handshake, read_frame};
+use farcache_proto::control::{MigrationMode, MigrationPhase};
+use farcache_proto::{Credential, FrameKind, Op, RequestEncoder, ResponseDecoder, Role, Status};
+
+use super::dirty::{CHUNK, DirtyChunks};
+use super::{DRAIN, Task};
+use crate::lost::LostRanges;
+use crate::region::Region;
+use crate::server::Shared;
+use crate::store::WriteGate;
+
+/// Bytes per request frame sent to the target.
+const FRAME_BYTES: u64 = 1 << 20;
+/// Longest single write: a run of consecutive chunks.
+const RUN_BYTES: u64 = 256 << 10;
+/// Frames sent and not yet answered: keeps the pipe full without unbounded buffering.
+const WINDOW: usize = 8;
+/// Dirty chunks few enough to send during the final pause (256 KiB: well under 1 ms).
+const FINAL_CHUNKS: usize = 64;
+/// Copy rounds before pausing anyway (writes faster than the copy never converge).
+const MAX_ROUNDS: u32 = 8;
+const IO_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum CopyError {
+    #[error("target {0}: {1}")]
+    Target(String, RpcError),
+    #[error("target refused a chunk: {0}")]
+    Refused(Status),
+    #[error("the region is no longer held here")]
+    Gone,
+    #[error("batches did not drain in time to change the region's write gate")]
+    Drain,
+    #[error("cancelled")]
+    Cancelled,
+}
+
+pub fn run(sh: &Arc<Shared>, task: &Arc<Task>) {
+    let result = copy(sh, task);
+    let mut p = task.progress.lock();
+    match result {
+        Ok(()) => {
+            p.phase = MigrationPhase::HandedOff;
+            p.copied = Some(Instant::now());
+        }
+        Err(e) => {
+            p.phase = MigrationPhase::Failed;
+            p.error = Some(e.to_string());
+            drop(p);
+            if !task.cancelled() {
+                tracing::warn!(cache = task.cache, region = task.region, to = %task.to, "migration failed: {e}");
+                // Writes go on here; the manager picks another target or gives up.
+                sh.store.set_gate(task.cache, task.region, None, DRAIN);
+                task.release_others(sh);
+            }
+        }
+    }
+}
+
+fn copy(sh: &Shared, task: &Task) -> Result<(), CopyError> {
+    let region = sh
+        .store
+        .region(task.cache, task.region)
+        .ok_or(CopyError::Gone)?;
+    let len = region.len() as u64;
+    let mut link = Link::connect(sh, task)?;
+    let dirty = Arc::new(DirtyChunks::new(len));
+    let gate = |g: WriteGate| {
+        if sh.store.set_gate(task.cache, task.region, Some(g), DRAIN) {
+            Ok(())
+        } else {
+            Err(CopyError::Drain)
+        }
+    };
+    let all: Vec<u64> = (0..dirty.chunks()).collect();
+    let mut last = Vec::new();
+    match task.mode {
+        MigrationMode::PauseAll => {
+            // The baseline: every region of the cache held here stops taking writes.
+            let held: Vec<u32> = sh
+                .store
+                .held()
+                .into_iter()
+                .filter(|r| r.cache == task.cache && r.region != task.region)
+                .map(|r| r.region)
+                .collect();
+            for &r in &held {
+                sh.store
+                    .set_gate(task.cache, r, Some(WriteGate::Pause), DRAIN);
+            }
+            *task.others.lock() = held;
+            gate(WriteGate::Pause)?;
+            task.progress.lock().paused_at = Some(Instant::now());
+            link.send(task, &region, &all)?;
+        }
+        MigrationMode::PauseRegion => {
+            gate(WriteGate::Pause)?;
+            task.progress.lock().paused_at = Some(Instant::now());
+            link.send(task, &region, &all)?;
+        }
+        MigrationMode::DirtyTracking => {
+            gate(WriteGate::Track(dirty.clone()))?;
+            link.send(task, &region, &all)?;
+            let mut before = all.len();
+            loop {
+                link.settle(WINDOW / 2)?;
+                let d = dirty.take();
+                let rounds = task.progress.lock().rounds;
+                // Pause once little is left, or once a round no longer shrinks the
+                // dirty set (writes as fast as the copy): more rounds only cost.
+                if d.len() <= FINAL_CHUNKS || d.len() >= before || rounds >= MAX_ROUNDS {
+                    last = d;
+                    break;
+                }
+                before = d.len();
+                link.send(task, &region, &d)?;
+            }
+            gate(WriteGate::Pause)?;
+            task.progress.lock().paused_at = Some(Instant::now());
+            // Writes that saw the tracking gate are done (the gate change drained
+            // them), so their chunks are marked by now.
+            last.extend(dirty.take());
+            last.sort_unstable();
+            last.dedup();
+        }
+    }
+    link.send(task, &region, &last)?;
+    link.settle(0)?;
+    Ok(())
+}
+
+/// Sorted chunk indexes as (offset, length) runs of consecutive chunks, each at most
+/// `RUN_BYTES` and clipped at the region's end `rs`.
+fn runs(chunks: &[u64], rs: u64) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for &c in chunks {
+        let off = c * CHUNK;
+        if off >= rs {
+            continue;
+        }
+        let len = CHUNK.min(rs - off);
+        match out.last_mut() {
+            Some((o, l)) if *o + *l == off && *l + len <= RUN_BYTES => *l += len,
+            _ => out.push((off, len)),
+        }
+    }
+    out
+}
+
+/// A pipelined connection to the target.
+struct Link {
+    out: BufWriter<TcpStream>,
+    inp: TcpStream,
+    seq: u64,
+    /// Sequence numbers and op counts of unanswered frames.
+    inflight: VecDeque<(u64, usize)>,
+    buf: Vec<u8>,
+    chunk: Vec<u8>,
+    max_frame: u32,
+    /// The region's lost bytes, if any, when the copy began (they only shrink).
+    lost: Option<Arc<LostRanges>>,
+}
+
+impl Link {
+    fn connect(sh: &Shared, task: &Task) -> Result<Self, CopyError> {
+        let err = |e: RpcError| CopyError::Target(task.to.clone(), e);
+        let addr = task.to.clone();
+        let mut s = TcpStream::connect(&addr).map_err(|e| err(e.into()))?;
+        s.set_read_timeout(Some(IO_TIMEOUT))
+            .map_err(|e| err(e.into()))?;
+        s.set_write_timeout(Some(IO_TIMEOUT))
+            .map_err(|e| err(e.into()))?;
+        s.set_nodelay(true).map_err(|e| err(e.into()))?;
+        let cred = Credential::Cluster(sh.config.secret.clone());
+        handshake(&mut s, Role::Server, 0, &sh.advertise, &cred).map_err(err)?;
+        let inp = s.try_clone().map_err(|e| err(e.into()))?;
+        Ok(Self {
+            out: BufWriter::with_capacity(4 << 20, s),
+            inp,
+            seq: 0,
+            inflight: VecDeque::new(),
+            buf: Vec::new(),
+            chunk: vec![0u8; RUN_BYTES as usize],
+            max_frame: sh.config.max_frame,
+            lost: sh
+                .store
+                .snapshot()
+                .caches
+                .get(&task.cache)
+                .and_then(|c| c.lost.get(&task.region).cloned()),
+        })
+    }
+
+    /// Sends the given chunks of `region` (one copy round); consecutive chunks go as
+    /// one write of up to `RUN_BYTES`, and writes are packed into frames of about
+    /// `FRAME_BYTES`.
+    fn send(&mut self, task: &Task, region: &Region, chunks: &[u64]) -> Result<(), CopyError> {
+        let lost = self.lost.clone();
+        let lost = lost.as_deref();
+        let rs = region.len() as u64;
+        let base = u64::from(task.region) * rs;
+        let mut sent = 0u64;
+        let mut parts: Vec<(u64, u64)> = Vec::new();
+        for (off, len) in runs(chunks, rs) {
+            // Lost bytes are not sent: they stay lost at the target, which placed the
+            // region as all lost.
+            match lost {
+                Some(l) => parts.extend(l.gaps(off, len)),
+                None => parts.push((off, len)),
+            }
+        }
+        let mut i = 0;
+        while i < parts.len() {
+            if task.cancelled() {
+                return Err(CopyError::Cancelled);
+            }
+            self.settle(WINDOW - 1)?;
+            self.buf.clear();
+            self.seq += 1;
+            let mut enc = RequestEncoder::begin(&mut self.buf, self.seq);
+            let (mut ops, mut bytes) = (0, 0u64);
+            while i < parts.len() && bytes < FRAME_BYTES {
+                let (at, len) = parts[i];
+                let buf = &mut self.chunk[..len as usize];
+                if !region.read_into(at as usize, buf) {
+                    return Err(CopyError::Gone);
+                }
+                let op = Op::Write {
+                    cache: task.cache,
+                    addr: base + at,
+                    data: buf,
+                };
+                enc.push(&mut self.buf, &op);
+                (ops, bytes, i) = (ops + 1, bytes + len, i + 1);
+            }
+            sent += bytes;
+            enc.finish(&mut self.buf);
+            self.out
+                .write_all(&self.buf)
+                .map_err(|e| CopyError::Target(task.to.clone(), e.into()))?;
+            self.inflight.push_back((self.seq, ops));
+        }
+        self.out
+            .flush()
+            .map_err(|e| CopyError::Target(task.to.clone(), e.into()))?;
+        let mut p = task.progress.lock();
+        p.bytes += sent;
+        p.rounds += 1;
+        Ok(())
+    }
+
+    /// Reads answers until at most `keep` frames are unanswered.
+    fn settle(&mut self, keep: usize) -> Result<(), CopyError> {
+        if self.inflight.len() > keep {
+            self.out
+                .flush()
+                .map_err(|e| CopyError::Target("flush".into(), e.into()))?;
+        }
+        while self.inflight.len() > keep {
+            let (_, n) = self.inflight.pop_front().unwrap_or((0, 0));
+            let (hdr, payload) = read_frame(&mut self.inp, self.max_frame)
+                .map_err(|e| CopyError::Target("answer".into(), e))?;
+            if hdr.kind != FrameKind::Response {
+                return Err(CopyError::Target(
+                    "answer".into(),
+                    RpcError::Unexpected(format!("{:?} frame", hdr.kind)),
+                ));
+            }
+            let mut dec = ResponseDecoder::new(&payload)
+                .map_err(|e| CopyError::Target("answer".into(), e.into()))?;
+            for _ in 0..n {
+                match dec.next() {
+                    Some(Ok(r)) if r.status == Status::Ok => {}
+                    Some(Ok(r)) => return Err(CopyError::Refused(r.status)),
+                    Some(Err(e)) => return Err(CopyError::Target("answer".into(), e.into())),
+                    None => {
+                        return Err(CopyError::Target(
+                            "answer".into(),
+                            RpcError::Unexpected("short answer".into()),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_merge_neighbours_up_to_the_run_size() {
+        let per_run = RUN_BYTES / CHUNK;
+        let all: Vec<u64> = (0..per_run + 2).collect();
+        assert_eq!(
+            runs(&all, 1 << 30),
+            vec![(0, RUN_BYTES), (RUN_BYTES, 2 * CHUNK)]
+        );
+        assert_eq!(
+            runs(&[1, 3, 4], 1 << 30),
+            vec![(CHUNK, CHUNK), (3 * CHUNK, 2 * CHUNK)]
+        );
+        // The last chunk is clipped at the region's end; chunks past it are dropped.
+        assert_eq!(runs(&[0, 1, 2], CHUNK + 10), vec![(0, CHUNK + 10)]);
+    }
+}
