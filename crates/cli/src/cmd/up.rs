@@ -80,6 +80,9 @@ pub fn run(a: Args) -> Result<()> {
                     &secret_file,
                 ])
                 .args(["--threads", &a.threads.to_string()])
+                // Each server keeps its id there: a restarted one rejoins as itself.
+                .arg("--data-dir")
+                .arg(Path::new(&a.data_dir).join(format!("server{i}")))
                 .spawn()
                 .with_context(|| format!("starting server {i}"))?,
         );
