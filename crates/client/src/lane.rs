@@ -346,13 +346,18 @@ impl LaneInner {
                 self.fail_part(part, e);
                 continue;
             }
-            let server = info
-                .regions
-                .get(info.region_of(part.addr))
-                .copied()
-                .unwrap_or(0);
-            self.route(part, server, &info);
+            self.route_by_table(part, &info);
         }
+    }
+
+    /// Routes a part to the owner its cache's table names.
+    fn route_by_table(&mut self, part: PartRef, info: &Arc<CacheInfo>) {
+        let server = info
+            .regions
+            .get(info.region_of(part.addr))
+            .copied()
+            .unwrap_or(0);
+        self.route(part, server, info);
     }
 
     fn route(&mut self, part: PartRef, server: ServerId, info: &Arc<CacheInfo>) {
@@ -641,12 +646,7 @@ impl LaneInner {
                 self.fail_part(part, e);
                 continue;
             }
-            let server = info
-                .regions
-                .get(info.region_of(part.addr))
-                .copied()
-                .unwrap_or(0);
-            self.route(part, server, &info);
+            self.route_by_table(part, &info);
         }
     }
 

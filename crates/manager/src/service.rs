@@ -241,12 +241,7 @@ impl Service {
                 if caller.role != Role::Server {
                     return refuse("heartbeat as a server");
                 }
-                let at = self
-                    .state
-                    .lock()
-                    .catalogue
-                    .server_record(*server_id)
-                    .map(|r| r.addr.clone());
+                let at = self.addr_of(*server_id);
                 match at {
                     Some(a) if a != caller.identity => refuse(&format!(
                         "heartbeat for server {server_id} at {a} (it proved it is {})",
@@ -257,12 +252,7 @@ impl Service {
             }
             ControlRequest::ReclaimServer { server_id, .. } if caller.role == Role::Server => {
                 // A server may announce only its own reclamation (on SIGTERM).
-                let at = self
-                    .state
-                    .lock()
-                    .catalogue
-                    .server_record(*server_id)
-                    .map(|r| r.addr.clone());
+                let at = self.addr_of(*server_id);
                 match at {
                     Some(a) if a == caller.identity => Ok(()),
                     _ => refuse(&format!(
@@ -292,6 +282,15 @@ impl Service {
             ControlRequest::Status => refuse("see the whole cluster"),
             _ => Ok(()), // server requests: refused below as such
         }
+    }
+
+    /// The address server `id` registered.
+    fn addr_of(&self, id: ServerId) -> Option<String> {
+        self.state
+            .lock()
+            .catalogue
+            .server_record(id)
+            .map(|r| r.addr.clone())
     }
 
     /// A token caller may act on the cache `name` only if the token is for it, with at
