@@ -834,6 +834,25 @@ fn manager_control_ops_from_a_client_are_refused() {
                 epoch: 1 << 40,
             },
             ControlRequest::ListRegions,
+            ControlRequest::MigrateRegion {
+                cache: id,
+                region: 0,
+                to: "127.0.0.1:1".into(),
+                mode: farcache_proto::control::MigrationMode::PauseAll,
+            },
+            ControlRequest::MigrationStatus {
+                cache: id,
+                region: 0,
+            },
+            ControlRequest::AbortMigration {
+                cache: id,
+                region: 0,
+            },
+            ControlRequest::ForgetLost {
+                cache: id,
+                addr: 0,
+                len: u64::MAX,
+            },
             ControlRequest::CreateCache {
                 name: "sneaky".into(),
                 capacity: REGION,

@@ -146,6 +146,24 @@ fn a_token_reaches_its_own_cache_only() {
             name: "one".into(),
             rights: Rights::ReadWrite,
         },
+        // Moving servers and regions is the cluster's business, and another
+        // tenant's losses are not this token's to acknowledge.
+        ControlRequest::ReclaimServer {
+            server_id: 1,
+            grace_ms: 1000,
+            mode: Default::default(),
+        },
+        ControlRequest::MoveRegion {
+            name: "one".into(),
+            region: 0,
+            to: None,
+            mode: Default::default(),
+        },
+        ControlRequest::ClearLost {
+            name: "two".into(),
+            addr: 0,
+            len: 8,
+        },
     ] {
         let resp = tenant.call(&req);
         assert!(forbidden(&resp), "{req:?} -> {resp:?}");
@@ -166,6 +184,11 @@ fn a_token_reaches_its_own_cache_only() {
             cache: "one".into(),
             proc_name: "p".into(),
             code: b"(module)".to_vec(),
+        },
+        ControlRequest::ClearLost {
+            name: "one".into(),
+            addr: 0,
+            len: 8,
         },
     ] {
         assert!(forbidden(&reader.call(&req)), "{req:?}");
