@@ -1,6 +1,8 @@
 //! `farcache bench migrate --quick` end to end: every mode on its own cluster, regions
 //! moved under load, JSON rows with the migration figures and timelines, a chart.
 
+mod common;
+
 use std::process::Command;
 
 use serde_json::Value;
@@ -24,21 +26,12 @@ fn sum(row: &Value, series: &str) -> u64 {
 fn bench_migrate_quick_reports_every_mode() {
     let out = tempfile::tempdir().expect("tempdir");
     let chart = out.path().join("copy.png");
-    let run = Command::new(env!("CARGO_BIN_EXE_farcache"))
-        .args(["bench", "migrate", "--quick", "--out"])
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_farcache"));
+    cmd.args(["bench", "migrate", "--quick", "--out"])
         .arg(out.path())
         .arg("--chart")
-        .arg(&chart)
-        .env("CI", "true")
-        .output()
-        .expect("run farcache bench migrate");
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    assert!(
-        run.status.success(),
-        "bench failed: {}\n{stdout}\n{}",
-        run.status,
-        String::from_utf8_lossy(&run.stderr)
-    );
+        .arg(&chart);
+    let stdout = common::run_ok(&mut cmd, "farcache bench migrate");
 
     let latest = out.path().join("migrate-latest.json");
     let json: Value = serde_json::from_slice(&std::fs::read(&latest).expect("migrate-latest.json"))

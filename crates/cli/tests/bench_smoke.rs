@@ -2,27 +2,20 @@
 //! targets, JSON and PNG written. Needs redis-server, redis-benchmark and sockperf
 //! (`scripts/test.sh` installs them).
 
+mod common;
+
 use std::process::Command;
 
 #[test]
 fn bench_io_writes_rows_with_ratios() {
     let out = tempfile::tempdir().expect("tempdir");
-    let run = Command::new(env!("CARGO_BIN_EXE_farcache"))
-        .args([
-            "bench", "io", "--quick", "--sizes", "8,4KiB", "--dist", "uniform",
-        ])
-        .args(["--seconds", "0.3", "--records", "4096", "--out"])
-        .arg(out.path())
-        .env("CI", "true")
-        .output()
-        .expect("run farcache bench io");
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    assert!(
-        run.status.success(),
-        "bench failed: {}\n{stdout}\n{}",
-        run.status,
-        String::from_utf8_lossy(&run.stderr)
-    );
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_farcache"));
+    cmd.args([
+        "bench", "io", "--quick", "--sizes", "8,4KiB", "--dist", "uniform",
+    ])
+    .args(["--seconds", "0.3", "--records", "4096", "--out"])
+    .arg(out.path());
+    let stdout = common::run_ok(&mut cmd, "farcache bench io");
     assert!(stdout.contains("farcache read 8B uniform"), "{stdout}");
 
     let latest = out.path().join("io-latest.json");

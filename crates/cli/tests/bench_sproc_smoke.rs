@@ -3,6 +3,8 @@
 //! and PNG written. Needs redis-server and redis-benchmark (`scripts/test.sh` installs
 //! them).
 
+mod common;
+
 use std::process::Command;
 
 use serde_json::Value;
@@ -16,8 +18,8 @@ fn f(row: &Value, field: &str) -> f64 {
 #[test]
 fn bench_sproc_writes_rows_with_ratios() {
     let out = tempfile::tempdir().expect("tempdir");
-    let run = Command::new(env!("CARGO_BIN_EXE_farcache"))
-        .args(["bench", "sproc", "--quick", "--seconds", "0.3"])
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_farcache"));
+    cmd.args(["bench", "sproc", "--quick", "--seconds", "0.3"])
         .args([
             "-b",
             "256",
@@ -29,17 +31,8 @@ fn bench_sproc_writes_rows_with_ratios() {
             "20000",
         ])
         .args(["--chains", "16", "--redis-requests", "2000", "--out"])
-        .arg(out.path())
-        .env("CI", "true")
-        .output()
-        .expect("run farcache bench sproc");
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    assert!(
-        run.status.success(),
-        "bench failed: {}\n{stdout}\n{}",
-        run.status,
-        String::from_utf8_lossy(&run.stderr)
-    );
+        .arg(out.path());
+    let stdout = common::run_ok(&mut cmd, "farcache bench sproc");
     assert!(stdout.contains("read one record and verify"), "{stdout}");
 
     let latest = out.path().join("sproc-latest.json");

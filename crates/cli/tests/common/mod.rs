@@ -284,3 +284,20 @@ pub fn server_stats(
         other => panic!("stats: {other:?}"),
     }
 }
+
+/// Runs a `farcache` command with `CI=true` and returns its stdout; fails the test with
+/// both outputs if it does not succeed.
+pub fn run_ok(cmd: &mut std::process::Command, what: &str) -> String {
+    let run = cmd
+        .env("CI", "true")
+        .output()
+        .unwrap_or_else(|e| panic!("run {what}: {e}"));
+    let stdout = String::from_utf8_lossy(&run.stdout).into_owned();
+    assert!(
+        run.status.success(),
+        "{what} failed: {}\n{stdout}\n{}",
+        run.status,
+        String::from_utf8_lossy(&run.stderr)
+    );
+    stdout
+}
