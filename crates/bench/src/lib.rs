@@ -5,11 +5,13 @@
 //! rows against the baselines here.
 
 pub mod baseline;
+pub mod chaos_chart;
 pub mod error;
 pub mod histogram;
 pub mod io;
 pub mod io_suite;
 pub mod migrate;
+pub mod replication;
 pub mod report;
 pub mod sproc_suite;
 pub mod tools;
@@ -24,6 +26,7 @@ pub use baseline::sockperf::{
     PingPongResult, SockperfBaseline, SockperfOpts, SockperfServer, ThroughputResult,
     parse_pingpong, parse_throughput, sockperf_baseline,
 };
+pub use chaos_chart::write_chaos_chart;
 pub use error::{BenchError, Result};
 pub use histogram::{LatencyHistogram, LatencySummary};
 pub use report::{

@@ -29,6 +29,10 @@ enum Command {
     Demo(cmd::demo::Args),
     /// Show servers, caches and regions.
     Status(cmd::status::Args),
+    /// Create a cache (with backups, or read-only from a file).
+    Create(cmd::create::Args),
+    /// Delete a cache and free its memory.
+    Delete(cmd::create::DeleteArgs),
     /// Create a new cluster secret (the key every member proves it holds).
     Secret(cmd::secret::Args),
     /// Issue a token that reaches one cache (read-write, or --read-only).
@@ -73,6 +77,14 @@ fn main() -> Result<()> {
         Command::Status(a) => {
             init_logging("warn");
             cmd::status::run(a)
+        }
+        Command::Create(a) => {
+            init_logging("warn");
+            cmd::create::run(a)
+        }
+        Command::Delete(a) => {
+            init_logging("warn");
+            cmd::create::delete(a)
         }
         Command::Secret(a) => cmd::secret::run(a),
         Command::Token(a) => {

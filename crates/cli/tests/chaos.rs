@@ -48,3 +48,60 @@ fn a_short_chaos_run_loses_nothing_silently() {
     );
     assert!(r["max_unavailable_ms"].is_u64());
 }
+
+/// The same with two copies: kills lose nothing at all (no `DataLost` either), the
+/// backups take over, and the run draws its chart.
+#[test]
+fn a_short_chaos_run_with_two_copies_loses_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("chaos2.json");
+    let out = std::process::Command::new(bin())
+        .args([
+            "chaos",
+            "--duration",
+            "15s",
+            "--servers",
+            "4",
+            "--reclaims",
+            "2",
+            "--kills",
+            "3",
+            "--replicas",
+            "2",
+        ])
+        .args(["--cache-size", "8MiB", "--grace", "5s", "--json"])
+        .arg(&json)
+        .output()
+        .expect("run chaos");
+    assert!(
+        out.status.success(),
+        "chaos failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&json).expect("report");
+    let r: serde_json::Value = serde_json::from_str(&text).expect("json");
+    let n = |k: &str| {
+        r[k].as_u64()
+            .unwrap_or_else(|| panic!("{k} missing in {text}"))
+    };
+    assert_eq!(n("replicas"), 2);
+    assert_eq!(n("kills"), 3, "{text}");
+    assert_eq!(
+        (
+            n("wrong_reads"),
+            n("acked_writes_lost"),
+            n("acked_writes_lost_reported"),
+            n("lost_regions")
+        ),
+        (0, 0, 0, 0),
+        "{text}"
+    );
+    assert!(n("promotions") > 0, "backups took over: {text}");
+    assert!(n("heartbeat_interval_ms") > 0);
+    let chart = json.with_extension("png");
+    assert!(
+        std::fs::metadata(&chart).is_ok_and(|m| m.len() > 0),
+        "the chart {} exists",
+        chart.display()
+    );
+}

@@ -821,12 +821,19 @@ fn manager_control_ops_from_a_client_are_refused() {
                 epoch: 1,
                 lost: false,
                 incoming: false,
+                // Only the manager may make a server read a file.
+                load: Some(farcache_proto::control::FileSlice {
+                    path: "/etc/passwd".into(),
+                    offset: 0,
+                    len: 64,
+                }),
             },
             ControlRequest::SetRoutes {
                 cache: id,
                 epoch: 1 << 40,
                 owners: vec!["127.0.0.1:1".into(); 4],
                 capacity: 1,
+                backups: vec![vec!["127.0.0.1:1".into()]; 4],
             },
             ControlRequest::ResizeCache {
                 cache: id,
@@ -839,6 +846,7 @@ fn manager_control_ops_from_a_client_are_refused() {
                 region: 0,
                 to: "127.0.0.1:1".into(),
                 mode: farcache_proto::control::MigrationMode::PauseAll,
+                replicate: true,
             },
             ControlRequest::MigrationStatus {
                 cache: id,
@@ -857,6 +865,8 @@ fn manager_control_ops_from_a_client_are_refused() {
                 name: "sneaky".into(),
                 capacity: REGION,
                 region_size: None,
+                replicas: 2,
+                from_file: None,
             },
         ] {
             // Manager requests are forbidden to every other role; manager-side

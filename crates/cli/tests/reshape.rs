@@ -118,6 +118,7 @@ fn clients_follow_the_owner_a_wrong_server_answer_names() {
         epoch: info.epoch + 1,
         lost: false,
         incoming: false,
+        load: None,
     };
     assert_eq!(
         control_call(&mut t, &alloc).expect("alloc"),

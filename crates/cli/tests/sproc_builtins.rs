@@ -614,6 +614,7 @@ fn stale_region_tables_are_corrected_on_the_way() {
         epoch: info.epoch + 1000,
         owners,
         capacity: 0,
+        backups: Vec::new(),
     };
     assert!(matches!(
         control_call(&mut s, &req),

@@ -97,10 +97,31 @@ impl Client {
         capacity: u64,
         region_size: Option<u64>,
     ) -> Result<Cache, ClientError> {
+        self.create_with(
+            name,
+            capacity,
+            &CreateOptions {
+                region_size,
+                ..CreateOptions::default()
+            },
+        )
+    }
+
+    /// Creates a cache with the given options: region size, copies of each region
+    /// (`replicas` ≥ 2 keeps backups on other servers, so acknowledged writes survive
+    /// `replicas - 1` servers dying at once), or a read-only cache loaded from a file.
+    pub fn create_with(
+        &self,
+        name: &str,
+        capacity: u64,
+        opts: &CreateOptions,
+    ) -> Result<Cache, ClientError> {
         let r = self.shared.manager.call(&ControlRequest::CreateCache {
             name: name.into(),
             capacity,
-            region_size,
+            region_size: opts.region_size,
+            replicas: opts.replicas,
+            from_file: opts.from_file.clone(),
         })?;
         self.cache_reply(r)
     }
@@ -261,4 +282,17 @@ fn async_driver(client: Weak<ClientShared>) {
             std::thread::yield_now();
         }
     }
+}
+
+/// How [`Client::create_with`] creates a cache.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CreateOptions {
+    /// Defaults to the manager's region size.
+    pub region_size: Option<u64>,
+    /// Copies of every region on distinct servers (0 or 1: one copy, no backups).
+    pub replicas: u32,
+    /// An absolute path, on the servers' file system, to load the cache from: the
+    /// cache is read-only, its capacity at most the file's length, and regions lost
+    /// with a server are reloaded from the file.
+    pub from_file: Option<String>,
 }

@@ -1162,6 +1162,9 @@ mod tests {
             epoch: 1,
             regions: vec![1; 16],
             servers: vec![server_info(1, addr)],
+            replicas: 1,
+            backups: vec![],
+            from_file: None,
         }
     }
 

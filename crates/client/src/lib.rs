@@ -41,7 +41,7 @@ mod ticket;
 pub use batch::{Batch, BatchResults, OpOutput, OpResult};
 pub use bytes::Bytes;
 pub use cache::Cache;
-pub use client::Client;
+pub use client::{Client, CreateOptions};
 pub use config::ClientConfig;
 pub use error::{ClientError, OpError};
 pub use farcache_net::TlsConnector;

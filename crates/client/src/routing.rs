@@ -56,6 +56,9 @@ mod tests {
             epoch: 1,
             regions,
             servers: vec![],
+            replicas: 1,
+            backups: vec![],
+            from_file: None,
         }
     }
 

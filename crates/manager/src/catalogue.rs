@@ -41,6 +41,58 @@ pub struct CacheRecord {
     /// Stored procedures registered on this cache (loaded on every server holding it).
     #[serde(default)]
     pub procs: Vec<ProcDef>,
+    /// Copies kept of every region (the owner plus `replicas - 1` backups).
+    #[serde(default = "one")]
+    pub replicas: u32,
+    /// `backups[i]`: servers holding an up-to-date backup of region `i` (empty when
+    /// the cache has no backups, else one list per region).
+    #[serde(default)]
+    pub backups: Vec<Vec<ServerId>>,
+    /// The file a read-only cache was loaded from.
+    #[serde(default)]
+    pub from_file: Option<String>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl CacheRecord {
+    /// The backups of region `i` (none if it has none).
+    pub fn backups_of(&self, i: usize) -> &[ServerId] {
+        self.backups.get(i).map_or(&[], Vec::as_slice)
+    }
+
+    /// Every server holding a copy of region `i`: its owner first.
+    pub fn copies(&self, i: usize) -> impl Iterator<Item = ServerId> + '_ {
+        self.regions
+            .get(i)
+            .copied()
+            .into_iter()
+            .chain(self.backups_of(i).iter().copied())
+    }
+
+    /// Every server holding any copy of any region, once each.
+    pub fn holders(&self) -> Vec<ServerId> {
+        let mut ids: Vec<ServerId> = self
+            .regions
+            .iter()
+            .chain(self.backups.iter().flatten())
+            .copied()
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+
+    /// Regions with fewer up-to-date copies than `replicas`.
+    pub fn short_of_copies(&self) -> Vec<u32> {
+        let want = self.replicas.max(1) as usize;
+        (0..self.regions.len())
+            .filter(|&i| 1 + self.backups_of(i).len() < want)
+            .map(|i| i as u32)
+            .collect()
+    }
 }
 
 /// A registered procedure's code, kept so servers that join the cache later get it.
@@ -192,6 +244,21 @@ impl Catalogue {
         self.caches
             .values()
             .flat_map(|c| {
+                (0..c.regions.len())
+                    .filter(move |&i| c.copies(i).any(|s| s == id))
+                    .map(move |i| HeldRegion {
+                        cache: c.id,
+                        region: i as u32,
+                    })
+            })
+            .collect()
+    }
+
+    /// The regions server `id` owns (serves), without those it backs up.
+    pub fn owned_by(&self, id: ServerId) -> Vec<HeldRegion> {
+        self.caches
+            .values()
+            .flat_map(|c| {
                 c.regions
                     .iter()
                     .enumerate()
@@ -257,6 +324,17 @@ impl Catalogue {
     }
 
     /// Alive servers as placement candidates.
+    /// Declares an up server dead (it was seen to die); false if it was not up.
+    pub fn mark_dead(&mut self, id: ServerId) -> bool {
+        match self.servers.get_mut(&id) {
+            Some(e) if up(e.state) => {
+                e.state = ServerState::Dead;
+                true
+            }
+            _ => false,
+        }
+    }
+
     pub fn candidates(&self) -> Vec<Candidate> {
         self.servers
             .values()
@@ -307,7 +385,7 @@ impl Catalogue {
     }
 
     fn account(&mut self, cache: &CacheRecord, add: bool) {
-        for sid in &cache.regions {
+        for sid in cache.regions.iter().chain(cache.backups.iter().flatten()) {
             // A region on a server the store forgot cannot be accounted; it is still
             // reported in the region table.
             if let Some(e) = self.servers.get_mut(sid) {
@@ -337,9 +415,7 @@ impl Catalogue {
 
     /// The cache as clients see it: its table plus exactly the servers it names.
     pub fn cache_info(&self, cache: &CacheRecord) -> CacheInfo {
-        let mut ids = cache.regions.clone();
-        ids.sort_unstable();
-        ids.dedup();
+        let ids = cache.holders();
         CacheInfo {
             id: cache.id,
             name: cache.name.clone(),
@@ -351,6 +427,9 @@ impl Catalogue {
                 .into_iter()
                 .filter_map(|id| self.server_info(id))
                 .collect(),
+            replicas: cache.replicas.max(1),
+            backups: cache.backups.clone(),
+            from_file: cache.from_file.clone(),
         }
     }
 
@@ -364,6 +443,7 @@ impl Catalogue {
             caches: self.caches.values().map(|c| self.cache_info(c)).collect(),
             migrations: Vec::new(),
             lost: Vec::new(),
+            promotions: Vec::new(),
         }
     }
 }
@@ -395,6 +475,9 @@ mod tests {
             epoch: 1,
             regions,
             procs: Vec::new(),
+            replicas: 1,
+            backups: Vec::new(),
+            from_file: None,
         }
     }
 
@@ -449,6 +532,37 @@ mod tests {
             Some(Seen::Back(ServerState::Dead))
         );
         assert_eq!(cat.server_state(7), Some(ServerState::Alive));
+    }
+
+    #[test]
+    fn backups_count_as_placed_and_used() {
+        let now = Instant::now();
+        let mut cat = Catalogue::default();
+        for id in 1..=3 {
+            cat.upsert_server(server(id, 4 * R), now);
+        }
+        let mut c = cache(1, "r", vec![1, 2]);
+        c.replicas = 2;
+        c.backups = vec![vec![2], vec![]];
+        cat.insert_cache(c.clone());
+        assert_eq!(
+            cat.server_info(2).unwrap().used,
+            2 * R,
+            "owner and backup copies"
+        );
+        assert_eq!(cat.placed_on(2).len(), 2);
+        assert_eq!(cat.owned_by(2).len(), 1);
+        assert_eq!(c.short_of_copies(), vec![1]);
+        assert_eq!(c.holders(), vec![1, 2]);
+        assert_eq!(c.copies(0).collect::<Vec<_>>(), vec![1, 2]);
+        let info = cat.cache_info(&c);
+        assert_eq!(
+            (info.replicas, info.backups.clone()),
+            (2, vec![vec![2], vec![]])
+        );
+        assert!(cat.mark_dead(3));
+        assert!(!cat.mark_dead(3), "already dead");
+        assert!(cat.candidates().iter().all(|x| x.id != 3));
     }
 
     #[test]

@@ -145,6 +145,7 @@ impl Listener {
         )?;
         drop(reply_tx);
         let mut lp = EventLoop {
+            service: service.clone(),
             poll,
             listener: TcpListener::from_std(nonblocking(cfg.listener)?),
             tls: match cfg.tls {
@@ -221,9 +222,13 @@ struct Conn {
     closed: bool,
     accepted: Instant,
     frame_since: Option<Instant>,
+    /// The server this connection heartbeats for: its closing is a hint that the
+    /// server died.
+    server: Option<farcache_proto::ServerId>,
 }
 
 struct EventLoop {
+    service: Arc<Service>,
     poll: Poll,
     listener: TcpListener,
     tls: Option<(TcpListener, TlsAcceptor)>,
@@ -355,6 +360,7 @@ impl EventLoop {
             closed: false,
             accepted: Instant::now(),
             frame_since: None,
+            server: None,
         });
         self.unauth.push_back((key, self.serial));
         self.unauth_count += 1;
@@ -387,6 +393,19 @@ impl EventLoop {
         };
         if matches!(c.auth, Auth::Challenged(_)) {
             self.unauth_count = self.unauth_count.saturating_sub(1);
+        }
+        if let Some(id) = c.server
+            && !self.stopping.load(Ordering::Acquire)
+        {
+            // A server's heartbeat link closed: check at once whether it died rather
+            // than wait for the heartbeat timeout.
+            let service = self.service.clone();
+            let spawned = thread::Builder::new()
+                .name("manager-suspect".into())
+                .spawn(move || service.suspect(id));
+            if let Err(e) = spawned {
+                tracing::warn!(server = id, "cannot check a silent server: {e}");
+            }
         }
         if !why.is_empty() {
             tracing::debug!(peer = %c.peer, "closing control connection: {why}");
@@ -569,13 +588,20 @@ impl Conn {
                 None
             }
             (Auth::Ready(caller), FrameKind::Control) => match ControlRequest::decode(payload) {
-                Ok(req) => Some(Job {
-                    conn: key,
-                    serial: self.serial,
-                    seq: hdr.seq,
-                    caller: caller.clone(),
-                    req,
-                }),
+                Ok(req) => {
+                    if let (Role::Server, ControlRequest::Heartbeat { server_id, .. }) =
+                        (caller.role, &req)
+                    {
+                        self.server = Some(*server_id);
+                    }
+                    Some(Job {
+                        conn: key,
+                        serial: self.serial,
+                        seq: hdr.seq,
+                        caller: caller.clone(),
+                        req,
+                    })
+                }
                 Err(e) => {
                     self.fail(&format!("bad control request: {e}"));
                     None

@@ -35,6 +35,9 @@ impl Liveness {
     }
 }
 
+/// Longest a tick spends giving regions new backups before checking liveness again.
+const REPAIR_BUDGET: Duration = Duration::from_millis(500);
+
 /// How often heartbeats' region reports are compared with the catalogue.
 const RECONCILE_EVERY: Duration = Duration::from_secs(1);
 
@@ -45,6 +48,8 @@ fn run(service: &Service, stop: &Receiver<()>, tick: Duration) {
             Err(RecvTimeoutError::Timeout) => {
                 let now = Instant::now();
                 service.check_liveness(now);
+                // Regions short of copies get new backups soon after a failure.
+                service.repair(REPAIR_BUDGET);
                 if now >= next_reconcile {
                     service.reconcile();
                     service.rebalance_once();

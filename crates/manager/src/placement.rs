@@ -77,6 +77,52 @@ pub fn place(
     Ok(out)
 }
 
+/// Picks `extra` backup servers for each region whose owner is `owners[i]`: never a
+/// server already holding a copy of that region, otherwise by the same rule as
+/// [`place`], counting the owners' regions against their free memory. An error says
+/// which region found no distinct server with room.
+pub fn place_backups(
+    candidates: &[Candidate],
+    owners: &[ServerId],
+    extra: usize,
+    region_size: u64,
+) -> Result<Vec<Vec<ServerId>>, String> {
+    let mut free: Vec<u64> = candidates.iter().map(|c| c.free).collect();
+    for o in owners {
+        if let Some(i) = candidates.iter().position(|c| c.id == *o) {
+            free[i] = free[i].saturating_sub(region_size);
+        }
+    }
+    let mut out = Vec::with_capacity(owners.len());
+    for (region, &owner) in owners.iter().enumerate() {
+        let mut copies: Vec<ServerId> = Vec::with_capacity(extra);
+        for _ in 0..extra {
+            let best = (0..candidates.len())
+                .filter(|&i| free[i] >= region_size)
+                .filter(|&i| candidates[i].id != owner && !copies.contains(&candidates[i].id))
+                .min_by(|&a, &b| {
+                    let (ca, cb) = (&candidates[a], &candidates[b]);
+                    ca.price_per_gib_hour
+                        .total_cmp(&cb.price_per_gib_hour)
+                        .then(free[b].cmp(&free[a]))
+                        .then(ca.id.cmp(&cb.id))
+                });
+            let Some(i) = best else {
+                return Err(format!(
+                    "region {region} needs {} copies on distinct servers, but only {} \
+                     alive server(s) have room for another {region_size}-byte copy",
+                    extra + 1,
+                    copies.len() + 1
+                ));
+            };
+            free[i] -= region_size;
+            copies.push(candidates[i].id);
+        }
+        out.push(copies);
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,6 +171,26 @@ mod tests {
         assert_eq!(err.needed, 2 * u128::from(R));
         assert_eq!(err.free, u128::from(R + R / 2));
         assert!(err.to_string().contains("need 8192 bytes"), "{err}");
+    }
+
+    #[test]
+    fn backups_go_to_distinct_servers_with_room() {
+        let cands = [c(1, 1.0, 4), c(2, 1.0, 4), c(3, 1.0, 1)];
+        let owners = [1, 2, 1];
+        let b = place_backups(&cands, &owners, 1, R).unwrap();
+        for (o, copies) in owners.iter().zip(&b) {
+            assert_eq!(copies.len(), 1);
+            assert_ne!(copies[0], *o, "a backup never shares its owner's server");
+        }
+        let two = place_backups(&cands, &[1], 2, R).unwrap();
+        assert_eq!(two[0].len(), 2);
+        assert!(!two[0].contains(&1) && two[0][0] != two[0][1]);
+        // Three copies need three servers.
+        let err = place_backups(&cands[..2], &[1], 2, R).unwrap_err();
+        assert!(err.contains("3 copies"), "{err}");
+        // Room counts the owners' own regions: server 3 has room for one backup only.
+        let err = place_backups(&[c(1, 1.0, 1), c(3, 1.0, 1)], &[1, 1], 1, R).unwrap_err();
+        assert!(err.contains("region 1"), "{err}");
     }
 
     #[test]

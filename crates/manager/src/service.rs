@@ -110,6 +110,7 @@ impl Service {
         let mut s = st.catalogue.status();
         s.migrations = st.events.migrations.iter().cloned().collect();
         s.lost = st.events.lost.iter().cloned().collect();
+        s.promotions = st.events.promotions.iter().cloned().collect();
         s
     }
 
@@ -129,6 +130,48 @@ impl Service {
             .expire(now, self.heartbeat_timeout);
         for id in dead {
             tracing::info!(server = id, timeout = ?self.heartbeat_timeout, "server missed heartbeats, marked dead");
+            self.recover_dead(id);
+        }
+    }
+
+    /// Server `id`'s heartbeat connection closed. If nothing accepts connections at
+    /// its data address any more, it died: recover now instead of after the heartbeat
+    /// timeout (a killed process's sockets refuse at once). Anything else (it answers,
+    /// or the check times out) leaves the decision to the heartbeats.
+    pub fn suspect(&self, id: ServerId) {
+        let addr = {
+            let st = self.state.lock();
+            match st.catalogue.server_state(id) {
+                Some(s) if crate::catalogue::up(s) => {}
+                _ => return,
+            }
+            match st.catalogue.server_record(id) {
+                Some(r) => r.addr.clone(),
+                None => return,
+            }
+        };
+        let Some(sa) = std::net::ToSocketAddrs::to_socket_addrs(&addr)
+            .ok()
+            .and_then(|mut a| a.next())
+        else {
+            return;
+        };
+        // A dying process closes its sockets one by one: its listener may still
+        // accept for a moment after its manager link closed, so look a few times.
+        let refused = (0..SUSPECT_PROBES).any(|k| {
+            if k > 0 {
+                std::thread::sleep(SUSPECT_SPACING);
+            }
+            matches!(
+                std::net::TcpStream::connect_timeout(&sa, SUSPECT_PROBE),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused
+            )
+        });
+        if !refused {
+            return;
+        }
+        if self.state.lock().catalogue.mark_dead(id) {
+            tracing::info!(server = id, %addr, "server's link closed and its address refuses connections: marked dead");
             self.recover_dead(id);
         }
     }
@@ -174,7 +217,9 @@ impl Service {
                 name,
                 capacity,
                 region_size,
-            } => self.create(name, capacity, region_size),
+                replicas,
+                from_file,
+            } => self.create(name, capacity, region_size, replicas, from_file),
             ControlRequest::OpenCache { name } => self.open(&name).map(ControlResponse::Cache),
             ControlRequest::ReshapeCache { name, capacity } => {
                 self.reshape(&name, capacity).map(ControlResponse::Cache)
@@ -468,13 +513,24 @@ impl Service {
         name: String,
         capacity: u64,
         region_size: Option<u64>,
+        replicas: u32,
+        from_file: Option<String>,
     ) -> Result<ControlResponse, Reject> {
         validate_name(&name)?;
         let region_size = region_size.unwrap_or(self.region_size);
         let n = region_count(capacity, region_size)?;
+        let replicas = replicas.max(1);
+        if replicas > MAX_REPLICAS {
+            return Err(Reject::invalid(format!(
+                "at most {MAX_REPLICAS} copies of a region (asked for {replicas})"
+            )));
+        }
+        if let Some(path) = &from_file {
+            check_source_file(path, capacity)?;
+        }
         let _changes = self.changes.lock();
 
-        let (id, plan) = {
+        let (id, plan, backups) = {
             let mut st = self.state.lock();
             if st.catalogue.cache_by_name(&name).is_some() {
                 return Err(Reject::new(
@@ -483,15 +539,76 @@ impl Service {
                 ));
             }
             let plan = self.plan(&st.catalogue, n, region_size, &name)?;
+            let backups = if replicas > 1 {
+                let owners: Vec<ServerId> = plan.iter().map(|t| t.server).collect();
+                placement::place_backups(
+                    &st.catalogue.candidates(),
+                    &owners,
+                    replicas as usize - 1,
+                    region_size,
+                )
+                .map_err(|s| {
+                    Reject::new(
+                        ControlErrorCode::InsufficientMemory,
+                        format!("cache '{name}' with {replicas} copies: {s}"),
+                    )
+                })?
+            } else {
+                Vec::new()
+            };
             let id = st.catalogue.next_cache_id();
             // Persist the id before any server sees it, so it is never handed out twice.
             st.commit(&[Write::NextCacheId(id.saturating_add(1))])?;
             st.catalogue.take_cache_id();
-            (id, plan)
+            (id, plan, backups)
         };
 
         let epoch = 1;
-        self.alloc_all(id, 0, &plan, region_size, capacity, epoch)?;
+        let source = from_file.as_deref().map(|path| (path, capacity));
+        let layout = Layout {
+            region_size,
+            capacity,
+            epoch,
+            from_file: from_file.as_deref(),
+        };
+        self.alloc_all(id, 0, &plan, &layout)?;
+        // Backups: every copy on its own server, all zeros like the owner.
+        let mut placed: Vec<(u32, Target)> = Vec::new();
+        for (i, copies) in backups.iter().enumerate() {
+            let targets = {
+                let st = self.state.lock();
+                self.targets(&st.catalogue, copies)
+            };
+            for t in targets {
+                let region = i as u32;
+                let req = ControlRequest::AllocRegion {
+                    cache: id,
+                    region,
+                    region_size,
+                    capacity,
+                    epoch,
+                    lost: false,
+                    incoming: true,
+                    load: source.map(|(path, cap)| file_slice(path, cap, region_size, region)),
+                };
+                if let Err(e) = self.links.call(t.server, &t.addr, &req) {
+                    self.free_regions(id, 0, &plan);
+                    for (r, t) in &placed {
+                        let free = ControlRequest::FreeRegion {
+                            cache: id,
+                            region: *r,
+                            moved_to: None,
+                        };
+                        self.best_effort(t, &free, "free a backup");
+                    }
+                    return Err(Reject::unavailable(format!(
+                        "server {} ({}) could not allocate a backup of region {region}: {e}",
+                        t.server, t.addr
+                    )));
+                }
+                placed.push((region, t));
+            }
+        }
 
         let record = CacheRecord {
             id,
@@ -501,11 +618,22 @@ impl Service {
             epoch,
             regions: plan.iter().map(|t| t.server).collect(),
             procs: Vec::new(),
+            replicas,
+            backups,
+            from_file,
         };
         let mut st = self.state.lock();
         if let Err(e) = st.commit(&[Write::Cache(&record)]) {
             drop(st);
             self.free_regions(id, 0, &plan);
+            for (r, t) in &placed {
+                let free = ControlRequest::FreeRegion {
+                    cache: id,
+                    region: *r,
+                    moved_to: None,
+                };
+                self.best_effort(t, &free, "free a backup");
+            }
             return Err(e);
         }
         // Insert first so the reply's server `used` figures include this cache.
@@ -513,7 +641,7 @@ impl Service {
         let info = st.catalogue.cache_info(&record);
         drop(st);
         self.push_routes(&info);
-        tracing::info!(cache = id, name = %info.name, capacity, regions = n, servers = info.servers.len(), "cache created");
+        tracing::info!(cache = id, name = %info.name, capacity, regions = n, replicas, servers = info.servers.len(), from_file = ?info.from_file, "cache created");
         Ok(ControlResponse::Created {
             tokens: self.tokens(id),
             cache: info,
@@ -533,6 +661,12 @@ impl Service {
                 .cache_by_name(name)
                 .ok_or_else(|| Reject::not_found(name))?
                 .clone();
+            if record.replicas > 1 || record.from_file.is_some() {
+                return Err(Reject::invalid(format!(
+                    "cache '{name}' has backups or was loaded from a file: reshaping such \
+                     caches is not supported yet (create a new cache and copy)"
+                )));
+            }
             let n = region_count(capacity, record.region_size)? as usize;
             let old = record.regions.len();
             let grow = if n > old {
@@ -550,7 +684,13 @@ impl Service {
 
         let (old, old_cap) = (record.regions.len(), record.capacity);
         let epoch = record.epoch.saturating_add(1);
-        self.alloc_all(record.id, old, &grow, record.region_size, capacity, epoch)?;
+        let layout = Layout {
+            region_size: record.region_size,
+            capacity,
+            epoch,
+            from_file: None,
+        };
+        self.alloc_all(record.id, old, &grow, &layout)?;
         let undo = |why: Reject| {
             self.resize(record.id, &kept, old_cap, epoch, false).ok();
             self.free_regions(record.id, old, &grow);
@@ -699,7 +839,9 @@ impl Service {
                     regions = missing.len(),
                     "server does not hold regions the catalogue places there (it restarted): they are lost"
                 );
-                self.replace_lost(t.server, &missing, "restarted", true);
+                // Backups take over what they can; the rest is placed again here.
+                let orphans = self.promote_backups(t.server, Some(&missing));
+                self.replace_lost(t.server, &orphans, "restarted", true);
             }
         }
     }
@@ -792,7 +934,12 @@ impl Service {
     /// between servers without the client. Best effort: a server without the table
     /// returns continuations to the client instead.
     pub(crate) fn push_routes(&self, info: &CacheInfo) {
-        let mut ids = info.regions.clone();
+        let mut ids: Vec<ServerId> = info
+            .regions
+            .iter()
+            .chain(info.backups.iter().flatten())
+            .copied()
+            .collect();
         ids.sort_unstable();
         ids.dedup();
         self.push_routes_to(info, &ids);
@@ -802,11 +949,17 @@ impl Service {
     pub(crate) fn push_routes_to(&self, info: &CacheInfo, ids: &[ServerId]) {
         let addr_of = |id: ServerId| info.server(id).map(|s| s.addr.clone()).unwrap_or_default();
         let owners: Vec<String> = info.regions.iter().map(|&id| addr_of(id)).collect();
+        let backups: Vec<Vec<String>> = info
+            .backups
+            .iter()
+            .map(|b| b.iter().map(|&id| addr_of(id)).collect())
+            .collect();
         let req = ControlRequest::SetRoutes {
             cache: info.id,
             epoch: info.epoch,
             owners,
             capacity: info.capacity,
+            backups,
         };
         let targets = {
             let st = self.state.lock();
@@ -826,7 +979,7 @@ impl Service {
                 .status()
                 .caches
                 .into_iter()
-                .filter(|c| c.regions.contains(&id))
+                .filter(|c| c.regions.contains(&id) || c.backups.iter().flatten().any(|&b| b == id))
                 .collect()
         };
         for info in &infos {
@@ -844,10 +997,7 @@ impl Service {
             .cache_by_name(name)
             .ok_or_else(|| Reject::not_found(name))?
             .clone();
-        let mut ids = record.regions.clone();
-        ids.sort_unstable();
-        ids.dedup();
-        let holders = self.targets(cat, &ids);
+        let holders = self.targets(cat, &record.holders());
         Ok((record, holders))
     }
 
@@ -890,10 +1040,15 @@ impl Service {
         cache: CacheId,
         first: usize,
         plan: &[Target],
-        region_size: u64,
-        capacity: u64,
-        epoch: u64,
+        layout: &Layout<'_>,
     ) -> Result<(), Reject> {
+        let Layout {
+            region_size,
+            capacity,
+            epoch,
+            from_file,
+        } = *layout;
+        let source = from_file.map(|path| (path, capacity));
         for (i, t) in plan.iter().enumerate() {
             let index = first + i;
             let region = u32::try_from(index).map_err(|_| Reject::invalid("too many regions"))?;
@@ -905,6 +1060,7 @@ impl Service {
                 epoch,
                 lost: false,
                 incoming: false,
+                load: source.map(|(path, cap)| file_slice(path, cap, region_size, region)),
             };
             if let Err(e) = self.links.call(t.server, &t.addr, &req) {
                 tracing::warn!(cache, region, server = t.server, addr = %t.addr, error = %e, "region allocation failed, rolling back");
@@ -942,6 +1098,59 @@ impl Service {
             tracing::warn!(server = t.server, addr = %t.addr, error = %e, "{what} failed");
         }
     }
+}
+
+/// What every region placed by one change shares.
+#[derive(Clone, Copy)]
+struct Layout<'a> {
+    region_size: u64,
+    capacity: u64,
+    epoch: u64,
+    /// The source file of a read-only cache.
+    from_file: Option<&'a str>,
+}
+
+/// How long the check of a server whose link closed waits for a connection, how
+/// often it looks, and how far apart.
+const SUSPECT_PROBE: Duration = Duration::from_millis(300);
+const SUSPECT_PROBES: u32 = 5;
+const SUSPECT_SPACING: Duration = Duration::from_millis(20);
+
+/// Most copies of a region a cache may ask for.
+const MAX_REPLICAS: u32 = 8;
+
+/// The part of a source file region `region` of a cache loaded from it holds.
+pub(crate) fn file_slice(
+    path: &str,
+    capacity: u64,
+    region_size: u64,
+    region: u32,
+) -> farcache_proto::control::FileSlice {
+    let offset = u64::from(region).saturating_mul(region_size);
+    farcache_proto::control::FileSlice {
+        path: path.to_owned(),
+        offset,
+        len: region_size.min(capacity.saturating_sub(offset)),
+    }
+}
+
+/// A cache loaded from a file holds exactly the file's bytes; servers read it from
+/// their own file system (the manager checks what it can see, when it shares it).
+fn check_source_file(path: &str, capacity: u64) -> Result<(), Reject> {
+    if path.is_empty() || !std::path::Path::new(path).is_absolute() {
+        return Err(Reject::invalid(format!(
+            "the source file must be an absolute path (got '{path}')"
+        )));
+    }
+    if let Ok(meta) = std::fs::metadata(path)
+        && meta.len() < capacity
+    {
+        return Err(Reject::invalid(format!(
+            "{path} has {} bytes, fewer than the capacity {capacity}",
+            meta.len()
+        )));
+    }
+    Ok(())
 }
 
 fn server_only(what: &str) -> Reject {

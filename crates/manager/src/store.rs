@@ -145,6 +145,9 @@ mod tests {
             epoch: 2,
             regions: vec![3],
             procs: Vec::new(),
+            replicas: 2,
+            backups: vec![vec![4]],
+            from_file: None,
         };
         let (a, b) = (cache(1, "a"), cache(2, "b"));
         {

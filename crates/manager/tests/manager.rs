@@ -104,6 +104,8 @@ fn create_spreads_over_equal_price_servers_and_prefers_cheaper() {
         name: "three".into(),
         capacity: 3 * R,
         region_size: Some(2 * R),
+        replicas: 1,
+        from_file: None,
     }));
     assert_eq!((three.region_size, three.regions.len()), (2 * R, 2));
     let dup = c.create("one", R);
@@ -113,26 +115,36 @@ fn create_spreads_over_equal_price_servers_and_prefers_cheaper() {
             name: "z".into(),
             capacity: 0,
             region_size: None,
+            replicas: 1,
+            from_file: None,
         },
         ControlRequest::CreateCache {
             name: String::new(),
             capacity: R,
             region_size: None,
+            replicas: 1,
+            from_file: None,
         },
         ControlRequest::CreateCache {
             name: "x".repeat(129),
             capacity: R,
             region_size: None,
+            replicas: 1,
+            from_file: None,
         },
         ControlRequest::CreateCache {
             name: "z".into(),
             capacity: R,
             region_size: Some(1000),
+            replicas: 1,
+            from_file: None,
         },
         ControlRequest::CreateCache {
             name: "z".into(),
             capacity: R,
             region_size: Some(0),
+            replicas: 1,
+            from_file: None,
         },
     ] {
         assert_eq!(
@@ -698,6 +710,7 @@ fn garbage_gets_an_error_frame_and_the_manager_keeps_serving() {
             epoch: 1,
             lost: false,
             incoming: false,
+            load: None,
         },
         ControlRequest::FreeRegion {
             cache: 1,

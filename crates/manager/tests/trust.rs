@@ -136,6 +136,8 @@ fn a_token_reaches_its_own_cache_only() {
             name: "three".into(),
             capacity: R,
             region_size: None,
+            replicas: 1,
+            from_file: None,
         },
         ControlRequest::DeleteCache { name: "two".into() },
         ControlRequest::ReshapeCache {

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::auth::Rights;
 pub use crate::elastic::{
-    LostRegion, MigrationMode, MigrationPhase, MigrationRecord, MigrationReport,
+    LostRegion, MigrationMode, MigrationPhase, MigrationRecord, MigrationReport, Promotion,
 };
 use crate::wire::Cursor;
 use crate::{CacheId, DecodeError, ServerId};
@@ -85,8 +85,22 @@ pub struct CacheInfo {
     /// Grows on every change of the region table.
     pub epoch: u64,
     pub regions: Vec<ServerId>,
-    /// The servers named in `regions` (and only those).
+    /// The servers named in `regions` or `backups`.
     pub servers: Vec<ServerInfo>,
+    /// Copies kept of every region (1: no backups).
+    #[serde(default = "one")]
+    pub replicas: u32,
+    /// `backups[i]`: the servers holding an up-to-date backup of region `i` (empty,
+    /// or one list per region). Clients route to `regions` only.
+    #[serde(default)]
+    pub backups: Vec<Vec<ServerId>>,
+    /// The file a read-only cache was loaded from (lost regions reload from it).
+    #[serde(default)]
+    pub from_file: Option<String>,
+}
+
+fn one() -> u32 {
+    1
 }
 
 /// `(addr / region_size, addr % region_size)`: the region holding `addr` and the offset
@@ -126,6 +140,9 @@ pub struct ClusterStatus {
     /// Regions lost since the manager started (oldest first, a bounded number).
     #[serde(default)]
     pub lost: Vec<LostRegion>,
+    /// Backups that took regions over from dead owners (oldest first, bounded).
+    #[serde(default)]
+    pub promotions: Vec<Promotion>,
 }
 
 /// Counters a server exposes (also served as text by `--metrics-listen`).
@@ -154,6 +171,31 @@ pub struct ServerStats {
     /// Bytes of held regions still lost (see `Status::DataLost`).
     #[serde(default)]
     pub lost_bytes: u64,
+    #[serde(default)]
+    pub replication: ReplicationStats,
+}
+
+/// Writes this server (as a region's owner) applied on the region's backups.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReplicationStats {
+    /// Frames and bytes of written ranges sent to backups.
+    pub frames: u64,
+    pub bytes: u64,
+    /// Responses held until backups acknowledged their writes.
+    pub held: u64,
+    /// Links to backups that failed (writes wait until the link is back or the
+    /// manager drops the backup).
+    pub link_failures: u64,
+    /// Frames sent and not yet acknowledged, now.
+    pub unacked: u64,
+}
+
+/// A byte range of a file to load into a region.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileSlice {
+    pub path: String,
+    pub offset: u64,
+    pub len: u64,
 }
 
 /// Connections refused, evicted or cut off, and handshakes that failed.
@@ -236,6 +278,13 @@ pub enum ControlRequest {
         capacity: u64,
         /// Defaults to the manager's `--region-size`.
         region_size: Option<u64>,
+        /// Copies of every region, on distinct servers (0 or 1: no backups).
+        #[serde(default)]
+        replicas: u32,
+        /// Load the cache from this file (on the servers' file system); the cache is
+        /// read-only and regions lost with a server are reloaded from the file.
+        #[serde(default)]
+        from_file: Option<String>,
     },
     OpenCache {
         name: String,
@@ -307,6 +356,9 @@ pub enum ControlRequest {
         /// region table names this server as its owner.
         #[serde(default)]
         incoming: bool,
+        /// Fill the region from this file before serving it (read-only caches).
+        #[serde(default)]
+        load: Option<FileSlice>,
     },
     FreeRegion {
         cache: CacheId,
@@ -335,6 +387,10 @@ pub enum ControlRequest {
         /// The cache's capacity in this table (0: unchanged).
         #[serde(default)]
         capacity: u64,
+        /// `backups[i]`: data addresses of the backups of region `i`; the owner
+        /// applies every write there before acknowledging it.
+        #[serde(default)]
+        backups: Vec<Vec<String>>,
     },
     /// The cache's capacity changed (reshape): serve bytes up to `capacity` in the
     /// regions held here, and zero what lies past it so a later grow shows zeros.
@@ -353,6 +409,10 @@ pub enum ControlRequest {
         to: String,
         #[serde(default)]
         mode: MigrationMode,
+        /// Copy to make `to` a new backup: this server stays the owner, and the
+        /// switch is a region table listing `to` among the region's backups.
+        #[serde(default)]
+        replicate: bool,
     },
     MigrationStatus {
         cache: CacheId,
@@ -533,6 +593,8 @@ mod tests {
             name: "a".into(),
             capacity: 10,
             region_size: None,
+            replicas: 2,
+            from_file: None,
         };
         assert_eq!(ControlRequest::decode(&r.encode()).unwrap(), r);
         let nope = encode_payload(b"{\"type\":\"nope\"}", &[]);

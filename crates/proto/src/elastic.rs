@@ -99,4 +99,21 @@ pub struct LostRegion {
     /// Why: `killed` (missed heartbeats), `grace` (reclaimed before it could move) or
     /// `restarted` (the server came back without it).
     pub reason: String,
+    /// The cache is read-only and the region was reloaded from its source file:
+    /// nothing was lost after all.
+    #[serde(default)]
+    pub reloaded: bool,
+}
+
+/// A backup that took a region over when its owner died.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Promotion {
+    pub cache: CacheId,
+    pub region: u32,
+    /// The owner that died.
+    pub from: ServerId,
+    /// The backup that owns the region now.
+    pub to: ServerId,
+    /// The region table's epoch that made the switch.
+    pub epoch: u64,
 }

@@ -178,6 +178,27 @@ impl RequestEncoder {
         out.extend_from_slice(args);
     }
 
+    /// Appends a WRITE of `len` bytes that `fill` writes in place, for senders whose
+    /// bytes live elsewhere (no staging copy).
+    pub fn push_write_with(
+        &mut self,
+        out: &mut Vec<u8>,
+        cache: CacheId,
+        addr: u64,
+        len: u32,
+        fill: impl FnOnce(&mut [u8]),
+    ) {
+        let at = out.len();
+        out.reserve(17 + len as usize);
+        out.push(OpCode::Write as u8);
+        out.extend_from_slice(&cache.to_le_bytes());
+        out.extend_from_slice(&addr.to_le_bytes());
+        out.extend_from_slice(&len.to_le_bytes());
+        out.resize(at + 17 + len as usize, 0);
+        fill(&mut out[at + 17..]);
+        self.count += 1;
+    }
+
     /// Patches the header and count; the frame is then complete in `out`.
     pub fn finish(self, out: &mut [u8]) {
         let len = (out.len() - self.start - HEADER_LEN) as u32;
@@ -392,6 +413,26 @@ impl<'a> Iterator for RequestDecoder<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn write_filled_in_place_encodes_like_a_write() {
+        let mut a = Vec::new();
+        let mut e = RequestEncoder::begin(&mut a, 3);
+        e.push(
+            &mut a,
+            &Op::Write {
+                cache: 4,
+                addr: 5,
+                data: b"hello",
+            },
+        );
+        e.finish(&mut a);
+        let mut b = Vec::new();
+        let mut e = RequestEncoder::begin(&mut b, 3);
+        e.push_write_with(&mut b, 4, 5, 5, |d| d.copy_from_slice(b"hello"));
+        e.finish(&mut b);
+        assert_eq!(a, b);
+    }
 
     #[test]
     fn roundtrip_all_ops() {

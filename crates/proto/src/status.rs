@@ -33,6 +33,9 @@ pub enum Status {
     /// The bytes were lost with a server that held the only copy; they read as this
     /// until the range is overwritten or the loss is acknowledged (`clear_lost`).
     DataLost = 12,
+    /// The cache is read-only (it was loaded from a file): writes and atomics are
+    /// refused.
+    ReadOnly = 13,
 }
 
 impl Status {
@@ -51,6 +54,7 @@ impl Status {
             10 => Self::Forbidden,
             11 => Self::Paused,
             12 => Self::DataLost,
+            13 => Self::ReadOnly,
             other => return Err(DecodeError::UnknownStatus(other)),
         })
     }
@@ -70,6 +74,7 @@ impl Status {
             Self::Forbidden => "not permitted by this connection's token",
             Self::Paused => "region paused for migration, retry",
             Self::DataLost => "data lost with a failed server",
+            Self::ReadOnly => "the cache is read-only",
         }
     }
 }

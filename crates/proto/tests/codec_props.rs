@@ -362,9 +362,11 @@ fn control_request() -> impl Strategy<Value = ControlRequest> {
         Just(ControlRequest::ListRegions),
         (name(), any::<u64>(), proptest::option::of(any::<u64>())).prop_map(
             |(name, capacity, region_size)| ControlRequest::CreateCache {
+                from_file: (capacity % 5 == 0).then(|| format!("/data/{name}")),
                 name,
                 capacity,
-                region_size
+                region_size,
+                replicas: (capacity % 4) as u32,
             }
         ),
         name().prop_map(|name| ControlRequest::OpenCache { name }),
@@ -388,10 +390,16 @@ fn control_request() -> impl Strategy<Value = ControlRequest> {
                     epoch,
                     lost: epoch % 2 == 1,
                     incoming: epoch % 3 == 0,
+                    load: (epoch % 5 == 0).then(|| farcache_proto::control::FileSlice {
+                        path: "/f".into(),
+                        offset: u64::from(region).wrapping_mul(region_size),
+                        len: region_size,
+                    }),
                 }
             }),
         (any::<u32>(), any::<u32>(), name(), any::<bool>()).prop_map(
             |(cache, region, to, pause)| ControlRequest::MigrateRegion {
+                replicate: region % 2 == 0,
                 cache,
                 region,
                 to,
@@ -460,8 +468,11 @@ fn control_response() -> impl Strategy<Value = ControlResponse> {
                     capacity: 1 << 20,
                     region_size: 4096,
                     epoch,
+                    backups: regions.iter().map(|&r| vec![r.wrapping_add(1)]).collect(),
                     regions,
                     servers: vec![],
+                    replicas: 2,
+                    from_file: None,
                 }
             )
         ),

@@ -26,6 +26,9 @@ pub struct ServerConfig {
     /// Where the server keeps its identity (`server.id`), so a restart rejoins under
     /// the same id. Region bytes are never kept: a restarted server holds nothing.
     pub data_dir: Option<std::path::PathBuf>,
+    /// Files under this directory may be loaded into regions of read-only caches (on
+    /// the manager's request); without it the server loads no file.
+    pub load_dir: Option<std::path::PathBuf>,
     pub price_class: PriceClass,
     pub price_per_gib_hour: f64,
     pub max_frame: u32,
@@ -69,6 +72,7 @@ impl ServerConfig {
             cores: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
             manager: None,
             data_dir: None,
+            load_dir: None,
             price_class: PriceClass::OnDemand,
             price_per_gib_hour: 0.01,
             max_frame: farcache_proto::MAX_FRAME_DEFAULT,

@@ -15,6 +15,7 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
@@ -32,6 +33,7 @@ use crate::control::Job;
 use crate::exec::{BatchCtx, execute_batch};
 use crate::flow::{Engine, HoleRef, Invocation, PendingResponses, Target};
 use crate::metrics::{GuardCounters, Tally};
+use crate::replication::Waiter;
 use crate::server::Shared;
 
 /// Stop reading from a connection while this many responses wait for other servers,
@@ -52,6 +54,7 @@ const RETAIN_WBUF: usize = 4 << 20;
 
 /// What a connection's frame handling needs from its worker.
 pub struct WorkerCtx<'w> {
+    pub shared: &'w Arc<Shared>,
     pub worker: usize,
     pub key: usize,
     pub engine: &'w mut Engine,
@@ -475,6 +478,7 @@ impl Conn {
         let mut tally = Tally::default();
         let start = self.out.buf.len();
         let mut spawned = Vec::new();
+        let mut written = Vec::new();
         let r = execute_batch(
             &cx,
             payload,
@@ -482,15 +486,31 @@ impl Conn {
             &mut self.out.buf,
             &mut tally,
             &mut spawned,
+            &mut written,
         );
         sh.metrics.publish(&tally);
         r?;
         self.work += self.out.buf.len() - start;
-        if !spawned.is_empty() || !self.pending.is_empty() {
+        // Writes to regions with backups: the reply waits for every backup.
+        let parts = if written.is_empty() {
+            Vec::new()
+        } else {
+            sh.replicator.plan(ctx.shared, &map, &written)
+        };
+        if !spawned.is_empty() || !self.pending.is_empty() || !parts.is_empty() {
             // Replies leave in request order: this one waits, or queues behind.
             let frame = self.out.buf.split_off(start);
             let holes: Vec<usize> = spawned.iter().map(|s| s.offset).collect();
-            let resp = self.pending.push(frame, &holes);
+            let resp = self.pending.push_held(frame, &holes, parts.len());
+            if !parts.is_empty() {
+                let waiter = Waiter {
+                    worker: ctx.worker,
+                    conn: ctx.key,
+                    serial: self.serial,
+                    resp,
+                };
+                sh.replicator.send(sh, &map, parts, waiter);
+            }
             for (i, s) in spawned.into_iter().enumerate() {
                 let hole = HoleRef {
                     conn: ctx.key,
@@ -512,6 +532,13 @@ impl Conn {
             self.pending.drain_ready(&mut self.out.buf);
         }
         Ok(())
+    }
+
+    /// Backups acknowledged the writes of held response `resp` (one of its parts).
+    pub fn replicated(&mut self, sh: &Shared, resp: u64) {
+        self.pending.release(resp);
+        self.pending.drain_ready(&mut self.out.buf);
+        self.account(sh);
     }
 
     /// Puts an answer from another server into its response; sends what is complete.

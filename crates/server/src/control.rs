@@ -146,30 +146,50 @@ pub fn handle(
             epoch,
             lost,
             incoming,
-        } => match sh.store.alloc(
-            cache,
-            region,
-            region_size,
-            capacity,
-            epoch,
-            crate::store::Arrival { lost, incoming },
-        ) {
-            Ok(()) => {
-                if lost {
-                    warn!(
-                        cache,
-                        region, region_size, epoch, "region placed empty: its data was lost"
-                    );
-                } else {
-                    info!(cache, region, region_size, epoch, "region placed");
+            load,
+        } => {
+            let arrival = crate::store::Arrival {
+                // A region loaded from a file reads as lost until the load is done.
+                lost: lost || load.is_some(),
+                incoming,
+                read_only: load.is_some(),
+            };
+            match sh
+                .store
+                .alloc(cache, region, region_size, capacity, epoch, arrival)
+            {
+                Ok(()) => {
+                    if let Some(slice) = load {
+                        return match crate::source_file::load(sh, cache, region, &slice) {
+                            Ok(()) => {
+                                info!(cache, region, path = %slice.path, offset = slice.offset, len = slice.len, "region loaded from file");
+                                ControlResponse::Ok
+                            }
+                            Err(e) => {
+                                sh.store.free(cache, region, None);
+                                ControlResponse::error(
+                                    ControlErrorCode::InvalidArgument,
+                                    e.to_string(),
+                                )
+                            }
+                        };
+                    }
+                    if lost {
+                        warn!(
+                            cache,
+                            region, region_size, epoch, "region placed empty: its data was lost"
+                        );
+                    } else {
+                        info!(cache, region, region_size, epoch, incoming, "region placed");
+                    }
+                    ControlResponse::Ok
                 }
-                ControlResponse::Ok
+                Err(e @ StoreError::NoMemory { .. }) => {
+                    ControlResponse::error(ControlErrorCode::InsufficientMemory, e.to_string())
+                }
+                Err(e) => ControlResponse::error(ControlErrorCode::InvalidArgument, e.to_string()),
             }
-            Err(e @ StoreError::NoMemory { .. }) => {
-                ControlResponse::error(ControlErrorCode::InsufficientMemory, e.to_string())
-            }
-            Err(e) => ControlResponse::error(ControlErrorCode::InvalidArgument, e.to_string()),
-        },
+        }
         ControlRequest::FreeRegion {
             cache,
             region,
@@ -208,11 +228,15 @@ pub fn handle(
             epoch,
             owners,
             capacity,
+            backups,
         } => {
             let regions = owners.len();
             settle_migrations(sh, cache, epoch, &owners);
             sh.store
-                .set_routes(cache, epoch, owners, capacity, &sh.advertise);
+                .set_routes(cache, epoch, owners, &backups, capacity, &sh.advertise);
+            // After the table: a new backup gets writes before its copy's pause lifts.
+            settle_new_backups(sh, cache, epoch, &backups);
+            sh.replicator.retain_used(sh);
             refresh_peers(sh);
             info!(cache, epoch, regions, "routes updated");
             ControlResponse::Ok
@@ -234,9 +258,10 @@ pub fn handle(
             region,
             to,
             mode,
-        } => match sh.migrations.start(sh, cache, region, &to, mode) {
+            replicate,
+        } => match sh.migrations.start(sh, cache, region, &to, mode, replicate) {
             Ok(()) => {
-                info!(cache, region, %to, ?mode, "migration started");
+                info!(cache, region, %to, ?mode, replicate, "migration started");
                 ControlResponse::Ok
             }
             Err(e) => ControlResponse::error(ControlErrorCode::InvalidArgument, e),
@@ -281,7 +306,10 @@ pub fn handle(
 /// older than the copy, the manager that started the move is gone (a restarted one
 /// pushes the table it knows): the move is abandoned and writes resume here.
 fn settle_migrations(sh: &Shared, cache: farcache_proto::CacheId, epoch: u64, owners: &[String]) {
-    for (region, start_epoch, to) in sh.migrations.of_cache(cache) {
+    for (region, start_epoch, to, replicate) in sh.migrations.of_cache(cache) {
+        if replicate {
+            continue; // see `settle_new_backups`
+        }
         let Some(owner) = owners.get(region as usize) else {
             continue;
         };
@@ -304,16 +332,52 @@ fn settle_migrations(sh: &Shared, cache: farcache_proto::CacheId, epoch: u64, ow
     }
 }
 
+/// Copies to new backups waiting for their switch: a table listing the target among
+/// the region's backups completes the copy (this server keeps the region, and its
+/// writes resume, now forwarded there too); a table without it, not older than the
+/// copy, abandons it.
+fn settle_new_backups(
+    sh: &Shared,
+    cache: farcache_proto::CacheId,
+    epoch: u64,
+    backups: &[Vec<String>],
+) {
+    for (region, start_epoch, to, replicate) in sh.migrations.of_cache(cache) {
+        if !replicate {
+            continue;
+        }
+        let listed = backups
+            .get(region as usize)
+            .is_some_and(|b| b.contains(&to));
+        if listed {
+            sh.migrations.finish(sh, cache, region);
+            sh.store
+                .set_gate(cache, region, None, crate::migration::DRAIN);
+        } else if epoch >= start_epoch {
+            // Not older than the copy and without the target: the manager that
+            // started it is gone (a restarted one pushes what it committed).
+            sh.migrations.abort(
+                sh,
+                cache,
+                region,
+                "the region table does not list the new backup",
+            );
+        }
+    }
+}
+
 /// Rebuilds the set of servers this one may talk to from every region table and
 /// forwarding address it holds, resolving new names here (on the pool, not a worker).
 fn refresh_peers(sh: &Shared) {
     let map = sh.store.snapshot();
     let old = sh.peers.load();
     let mut next: HashMap<String, SocketAddr> = HashMap::new();
-    let named = map
-        .caches
-        .values()
-        .flat_map(|c| c.owners.iter().chain(c.moved.values()));
+    let named = map.caches.values().flat_map(|c| {
+        c.owners
+            .iter()
+            .chain(c.moved.values())
+            .chain(c.backups.values().flat_map(|b| b.iter()))
+    });
     for addr in named {
         if addr.is_empty() || *addr == sh.advertise || next.contains_key(addr) {
             continue;
@@ -353,5 +417,6 @@ pub fn stats(sh: &Shared) -> ServerStats {
         worker_panics: sh.metrics.worker_panics.load(Relaxed),
         migrations: sh.migrations.busy() as u64,
         lost_bytes: sh.store.lost_bytes(),
+        replication: sh.replicator.stats(),
     }
 }

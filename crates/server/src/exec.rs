@@ -10,6 +10,7 @@ use farcache_proto::{
 use crate::flow::memory::FlowMemory;
 use crate::flow::{Spawned, Step};
 use crate::procs::ProcTable;
+use crate::replication::Written;
 
 use crate::metrics::Tally;
 use crate::region::Region;
@@ -90,11 +91,26 @@ impl<'m> Lookup<'m> {
         self.last.is_some_and(|(_, c)| c.write_paused(addr))
     }
 
+    /// After a write: tells the region (migration, lost bytes) and, if the region
+    /// has backups, notes the range for them.
     #[inline]
-    fn wrote(&self, addr: u64, len: u64, overwrote: bool) {
-        if let Some((_, c)) = self.last {
+    fn wrote(&self, addr: u64, len: u64, overwrote: bool, written: &mut Vec<Written>) {
+        if let Some((cache, c)) = self.last {
             c.wrote(addr, len, overwrote);
+            if c.backups_at(addr).is_some() {
+                written.push(Written {
+                    cache,
+                    addr,
+                    len: len as u32,
+                });
+            }
         }
+    }
+
+    /// Whether the cache `find` last resolved refuses writes from this connection.
+    #[inline]
+    fn read_only(&self) -> bool {
+        !self.migration_writes && self.last.is_some_and(|(_, c)| c.read_only)
     }
 
     fn find(
@@ -161,6 +177,7 @@ pub fn execute_batch(
     out: &mut Vec<u8>,
     tally: &mut Tally,
     spawned: &mut Vec<Spawned>,
+    written: &mut Vec<Written>,
 ) -> Result<(), DecodeError> {
     RequestDecoder::validate(payload)?;
     let frame_start = out.len();
@@ -213,15 +230,17 @@ pub fn execute_batch(
             Op::Write { cache, addr, data } => {
                 look.migration_writes = cx.from_server;
                 let found = look.find(cache, addr, data.len() as u64);
+                let read_only = look.read_only();
                 look.migration_writes = false;
                 if data.len() > MAX_OP_BYTES as usize {
                     enc.status(out, code, Status::TooLarge);
                 } else {
                     match found {
+                        Ok(_) if read_only => enc.status(out, code, Status::ReadOnly),
                         Ok(_) if look.paused(addr) => enc.status(out, code, Status::Paused),
                         Ok((r, off)) => {
                             let s = if r.write_from(off, data) {
-                                look.wrote(addr, data.len() as u64, true);
+                                look.wrote(addr, data.len() as u64, true, written);
                                 Status::Ok
                             } else {
                                 Status::Internal
@@ -242,10 +261,11 @@ pub fn execute_batch(
                 new,
             } => match look.find(cache, addr, 8) {
                 Ok(_) if look.lost(addr, 8) => enc.status(out, code, Status::DataLost),
+                Ok(_) if look.read_only() => enc.status(out, code, Status::ReadOnly),
                 Ok(_) if look.paused(addr) => enc.status(out, code, Status::Paused),
                 Ok((r, off)) => match r.cas(off, expected, new) {
                     Some(v) => {
-                        look.wrote(addr, 8, false);
+                        look.wrote(addr, 8, false, written);
                         enc.value(out, code, v)
                     }
                     None => enc.status(out, code, Status::Internal),
@@ -254,10 +274,11 @@ pub fn execute_batch(
             },
             Op::FetchAdd { cache, addr, delta } => match look.find(cache, addr, 8) {
                 Ok(_) if look.lost(addr, 8) => enc.status(out, code, Status::DataLost),
+                Ok(_) if look.read_only() => enc.status(out, code, Status::ReadOnly),
                 Ok(_) if look.paused(addr) => enc.status(out, code, Status::Paused),
                 Ok((r, off)) => match r.fetch_add(off, delta) {
                     Some(v) => {
-                        look.wrote(addr, 8, false);
+                        look.wrote(addr, 8, false, written);
                         enc.value(out, code, v)
                     }
                     None => enc.status(out, code, Status::Internal),
@@ -407,6 +428,7 @@ mod tests {
             5,
             &mut out,
             &mut Tally::default(),
+            &mut Vec::new(),
             &mut Vec::new(),
         )
         .unwrap();
@@ -590,6 +612,7 @@ mod tests {
             3,
             1,
             vec!["127.0.0.1:1".into(), "10.0.0.2:7".into()],
+            &[],
             8192,
             "me",
         );
@@ -599,6 +622,7 @@ mod tests {
             3,
             2,
             vec!["127.0.0.1:1".into(), "127.0.0.1:1".into()],
+            &[],
             8192,
             "me",
         );

@@ -28,7 +28,9 @@ mod metrics_http;
 mod migration;
 mod procs;
 mod region;
+mod replication;
 mod server;
+mod source_file;
 mod store;
 mod worker;
 

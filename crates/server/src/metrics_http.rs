@@ -58,11 +58,7 @@ fn answer(mut s: TcpStream, sh: &Shared) -> std::io::Result<()> {
         }
     }
     let (status, body) = if head[..n].starts_with(b"GET ") {
-        (
-            "200 OK",
-            sh.metrics
-                .render_prometheus(sh.store.used(), sh.store.memory()),
-        )
+        ("200 OK", crate::server::prometheus_text(sh))
     } else {
         ("405 Method Not Allowed", "only GET\n".to_string())
     };

@@ -49,6 +49,8 @@ pub struct Shared {
     pub output_total: AtomicUsize,
     /// Regions being copied away from this server.
     pub migrations: crate::migration::Migrations,
+    /// Links to the backups of regions this server owns.
+    pub replicator: crate::replication::Replicator,
     server_id: AtomicU32,
     nap: (Mutex<()>, Condvar),
 }
@@ -133,6 +135,7 @@ impl Server {
             output_total: AtomicUsize::new(0),
             server_id: AtomicU32::new(0),
             migrations: crate::migration::Migrations::default(),
+            replicator: crate::replication::Replicator::default(),
             nap: (Mutex::new(()), Condvar::new()),
             authority: Authority::new(config.secret.clone()),
             advertise,
@@ -256,9 +259,7 @@ impl ServerHandle {
     }
 
     pub fn prometheus(&self) -> String {
-        self.shared
-            .metrics
-            .render_prometheus(self.shared.store.used(), self.shared.store.memory())
+        prometheus_text(&self.shared)
     }
 
     /// Waits until the manager has assigned an id, up to `timeout`.
@@ -321,6 +322,7 @@ impl ServerHandle {
         self.shared.shutdown.store(true, Ordering::Release);
         self.shared.nap.1.notify_all();
         self.shared.control.close();
+        self.shared.replicator.close_all(&self.shared);
         for w in &self.wakers {
             let _ = w.wake();
         }
@@ -328,6 +330,30 @@ impl ServerHandle {
             let _ = t.join();
         }
     }
+}
+
+/// Every counter in Prometheus text: the metrics', plus migrations, lost bytes and
+/// replication, which live with their components.
+pub fn prometheus_text(sh: &Shared) -> String {
+    let mut s = sh
+        .metrics
+        .render_prometheus(sh.store.used(), sh.store.memory());
+    let r = sh.replicator.stats();
+    s += &format!(
+        "farcache_migrations {}\nfarcache_lost_bytes {}\n",
+        sh.migrations.busy(),
+        sh.store.lost_bytes()
+    );
+    for (name, v) in [
+        ("frames_total", r.frames),
+        ("bytes_total", r.bytes),
+        ("held_responses_total", r.held),
+        ("link_failures_total", r.link_failures),
+        ("unacked_frames", r.unacked),
+    ] {
+        s += &format!("farcache_replication_{name} {v}\n");
+    }
+    s
 }
 
 impl Drop for ServerHandle {

@@ -27,6 +27,8 @@ pub struct Arrival {
     pub lost: bool,
     /// A migration is copying it here: served only once a table names this server.
     pub incoming: bool,
+    /// Its cache is read-only (loaded from a file).
+    pub read_only: bool,
 }
 
 /// What a write to a region being migrated away does.
@@ -61,8 +63,13 @@ pub struct CacheRegions {
     /// Regions being copied here by a migration: not served until a region table
     /// names this server their owner.
     pub incoming: std::collections::HashSet<u32>,
-    /// `gates`, `lost` or `incoming` is non-empty: ops must consult them (one flag on
-    /// the hot path).
+    /// Regions this server owns that have backups, and their data addresses: every
+    /// write to them is applied there before it is acknowledged.
+    pub backups: HashMap<u32, Arc<[String]>>,
+    /// The cache was loaded from a file: only servers (migrations, backups) write it.
+    pub read_only: bool,
+    /// `gates`, `lost`, `incoming` or `backups` is non-empty: ops must consult them
+    /// (one flag on the hot path).
     pub guarded: bool,
 }
 
@@ -155,7 +162,37 @@ impl CacheRegions {
     }
 
     fn update_guarded(&mut self) {
-        self.guarded = !self.gates.is_empty() || !self.lost.is_empty() || !self.incoming.is_empty();
+        self.guarded = !self.gates.is_empty()
+            || !self.lost.is_empty()
+            || !self.incoming.is_empty()
+            || !self.backups.is_empty();
+    }
+
+    /// The backups of the region holding `addr`, if this server owns it and it has any.
+    #[inline]
+    pub fn backups_at(&self, addr: u64) -> Option<&Arc<[String]>> {
+        if !self.guarded || self.backups.is_empty() {
+            return None;
+        }
+        u32::try_from(region_split(addr, self.region_size).0)
+            .ok()
+            .and_then(|i| self.backups.get(&i))
+    }
+
+    /// Which held regions this server owns with backups, from the region table.
+    fn derive_backups(&mut self, backups: &[Vec<String>], me: &str) {
+        self.backups.clear();
+        for (i, b) in backups.iter().enumerate() {
+            let owned = self.owners.get(i).is_some_and(|o| o == me)
+                && self.regions.get(i).is_some_and(Option::is_some)
+                && !self.incoming.contains(&(i as u32));
+            if owned && !b.is_empty() {
+                let list: Vec<String> = b.iter().filter(|a| *a != me).cloned().collect();
+                if !list.is_empty() {
+                    self.backups.insert(i as u32, list.into());
+                }
+            }
+        }
     }
 
     /// Whether the region holding `addr` is still arriving (see `incoming`).
@@ -239,7 +276,11 @@ impl RegionStore {
         epoch: u64,
         kind: Arrival,
     ) -> Result<(), StoreError> {
-        let Arrival { lost, incoming } = kind;
+        let Arrival {
+            lost,
+            incoming,
+            read_only,
+        } = kind;
         if region_size == 0 || !region_size.is_multiple_of(4096) {
             return Err(StoreError::BadRegionSize(region_size));
         }
@@ -304,6 +345,7 @@ impl RegionStore {
                     .insert(region, Arc::new(LostRanges::whole(region_size)));
             }
         }
+        entry.read_only |= read_only;
         entry.update_guarded();
         entry.set_capacity(capacity, epoch);
         self.map.store(Arc::new(next));
@@ -427,6 +469,7 @@ impl RegionStore {
         entry.gates.remove(&region);
         entry.lost.remove(&region);
         entry.incoming.remove(&region);
+        entry.backups.remove(&region);
         entry.update_guarded();
         while entry.regions.last().is_some_and(Option::is_none) {
             entry.regions.pop();
@@ -455,6 +498,7 @@ impl RegionStore {
         cache: CacheId,
         epoch: u64,
         owners: Vec<String>,
+        backups: &[Vec<String>],
         capacity: u64,
         me: &str,
     ) {
@@ -473,6 +517,7 @@ impl RegionStore {
             .incoming
             .retain(|&i| owners.get(i as usize).is_none_or(|o| *o != me));
         entry.owners = Arc::new(owners);
+        entry.derive_backups(backups, &me);
         // Regions no longer lost (overwritten, or filled by a migration) stop costing
         // the ops of this cache a lookup.
         entry.lost.retain(|_, l| !l.is_empty());
@@ -594,7 +639,7 @@ mod tests {
         // A late message from before the grow changes nothing.
         assert!(s.resize(1, 100, 2));
         assert_eq!(s.snapshot().caches[&1].capacity, 8192);
-        s.set_routes(1, 4, vec!["a:1".into()], 6000, "me");
+        s.set_routes(1, 4, vec!["a:1".into()], &[], 6000, "me");
         assert_eq!(s.snapshot().caches[&1].capacity, 6000);
         assert!(!s.resize(9, 1, 1), "no such cache here");
     }

@@ -48,6 +48,8 @@ pub enum WorkerMsg {
     Conn(Stream),
     /// A peer message for a ticket this worker owns (from another worker).
     Peer(Vec<u8>),
+    /// Backups acknowledged writes of these held responses (one part each).
+    Replicated(Vec<crate::replication::Waiter>),
     /// The control pool's reply for one of this worker's connections.
     ControlReply {
         conn: usize,
@@ -291,6 +293,7 @@ impl Worker {
         };
         let was_authenticated = conn.is_authenticated();
         let mut ctx = WorkerCtx {
+            shared: &self.shared,
             worker: self.id,
             key,
             engine,
@@ -418,6 +421,15 @@ impl Worker {
                     match PeerMsg::decode(&raw) {
                         Ok(m) => st.engine.on_msg(sh, self.poll.registry(), m),
                         Err(e) => warn!(worker = self.id, "bad internal peer message: {e}"),
+                    }
+                    continue;
+                }
+                WorkerMsg::Replicated(waiters) => {
+                    for w in waiters {
+                        if let Some(c) = st.conns.get_mut(w.conn).filter(|c| c.serial == w.serial) {
+                            c.replicated(sh, w.resp);
+                            st.again.push((w.conn, w.serial));
+                        }
                     }
                     continue;
                 }

@@ -10,6 +10,10 @@ use farcache_bench::migrate::{
     MigrateBenchOptions, MigrateReport, format_migrate_table, run_migrate_bench,
     write_migrate_chart, write_migrate_json,
 };
+use farcache_bench::replication::{
+    ReplicationBenchOptions, format_replication_table, run_replication_bench,
+    write_replication_json,
+};
 use farcache_bench::sproc_suite::{SprocBenchOptions, run_sproc_bench};
 use farcache_bench::workload::KeyDistribution;
 use farcache_bench::{BenchReport, DEFAULT_RESULTS_DIR, print_table, write_chart, write_json};
@@ -25,6 +29,33 @@ pub enum BenchCommand {
     /// Live migration under load in each mode (Redy's experiment): 1, 2, then 4 of 7
     /// regions move to a new server while a reader and a writer run.
     Migrate(MigrateArgs),
+    /// What a backup copy costs: batched 8-byte writes and reads and unbatched write
+    /// latency on a cache with one copy (replicas 1) and one with a backup (replicas 2),
+    /// on one 3-server cluster.
+    Replication(ReplicationArgs),
+}
+
+#[derive(clap::Args)]
+pub struct ReplicationArgs {
+    /// Capacity of each of the two caches (1 MiB regions).
+    #[arg(long, default_value = "64MiB", value_parser = parse_size)]
+    cache_size: u64,
+    /// Measured seconds per row (after a 100 ms warm-up).
+    #[arg(long, default_value_t = 3.0)]
+    seconds: f64,
+    /// Ops per batch of the batched rows.
+    #[arg(short = 'b', long, default_value = "64", value_parser = parse_count)]
+    batch: usize,
+    /// Batches in flight of the batched rows.
+    #[arg(short = 'q', long, alias = "queue-depth", default_value = "8", value_parser = parse_count)]
+    depth: usize,
+    /// Server worker threads.
+    #[arg(short = 's', long, default_value = "1", value_parser = parse_count)]
+    server_threads: usize,
+    /// Directory for the JSON results (`replication-<unix seconds>.json` and
+    /// `replication-latest.json`).
+    #[arg(long, default_value = DEFAULT_RESULTS_DIR)]
+    out: PathBuf,
 }
 
 #[derive(clap::Args)]
@@ -161,6 +192,7 @@ pub fn run(b: BenchCommand) -> Result<()> {
         BenchCommand::Io(a) => io(a),
         BenchCommand::Sproc(a) => sproc(a),
         BenchCommand::Migrate(a) => migrate(a),
+        BenchCommand::Replication(a) => replication(a),
     }
 }
 
@@ -253,6 +285,23 @@ fn finish_migrate(report: &MigrateReport, out: &Path, chart: &Path) -> Result<()
             .with_context(|| format!("copying the chart to {}", chart.display()))?;
         println!("chart:   {}", chart.display());
     }
+    Ok(())
+}
+
+fn replication(a: ReplicationArgs) -> Result<()> {
+    let bin = std::env::current_exe().context("locating the farcache binary")?;
+    let mut o = ReplicationBenchOptions::new(bin);
+    o.cache_size = a.cache_size;
+    if let Some(d) = seconds(Some(a.seconds))? {
+        o.seconds = d;
+    }
+    o.batch = a.batch;
+    o.depth = a.depth;
+    o.server_threads = a.server_threads;
+    let report = run_replication_bench(&o)?;
+    print!("{}", format_replication_table(&report));
+    let json = write_replication_json(&report, &a.out)?;
+    println!("results: {}", json.display());
     Ok(())
 }
 

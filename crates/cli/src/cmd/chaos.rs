@@ -2,13 +2,18 @@
 //! reclaimed with notice (SIGTERM), killed without notice (SIGKILL) and replaced by
 //! new ones. Reports what a user of the cache would care about: wrong reads,
 //! acknowledged writes lost (silently, or reported as `DataLost`), how long regions
-//! were unavailable, migrations and their speed.
+//! were unavailable, migrations and their speed, and (with `--replicas 2` or more)
+//! how backups took over from killed owners.
+//!
+//! With backups, a kill waits until every region has all its copies again (the
+//! guarantee covers `replicas - 1` servers dying *at once*, not one after another
+//! faster than re-replication); the report says how long those waits were.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use farcache_client::ClientConfig;
+use farcache_client::{Client, ClientConfig, CreateOptions};
 use farcache_proto::control::{ClusterStatus, ServerState};
 use farcache_testkit::{ClusterOptions, ProcessCluster, Verifier, VerifyReport};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -32,8 +37,8 @@ pub struct Args {
     /// Kills without notice (SIGKILL) over the run.
     #[arg(long, default_value_t = 10)]
     kills: u32,
-    /// Copies of each region. Only 1 exists today: with it, data on a killed server
-    /// is lost and must be reported as such.
+    /// Copies of each region. With 1, data on a killed server is lost and must be
+    /// reported as such; with 2 or more no acknowledged write may be lost.
     #[arg(long, default_value_t = 1)]
     replicas: u32,
     #[arg(long, default_value = "1MiB", value_parser = parse_size)]
@@ -71,6 +76,12 @@ struct Report {
     acked_writes_lost_reported: u64,
     op_errors: u64,
     max_unavailable_ms: u64,
+    /// Servers heartbeat this often; failover should take under three intervals.
+    heartbeat_interval_ms: u64,
+    /// Backups that took a region over from a killed owner.
+    promotions: usize,
+    /// Longest wait, before a kill, for every region to have all its copies again.
+    max_rereplication_wait_ms: u64,
     migrations: usize,
     migrated_gib: f64,
     migration_gib_per_s: f64,
@@ -83,17 +94,19 @@ struct Report {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    if a.replicas != 1 {
+    if a.replicas == 0 || a.replicas as usize > a.servers.saturating_sub(1) {
         bail!(
-            "--replicas {}: replicated regions are not built yet; only 1 copy exists",
-            a.replicas
+            "--replicas {} needs at least {} servers (a copy per server, plus room to move)",
+            a.replicas,
+            a.replicas + 1
         );
     }
     if a.servers < 2 {
         bail!("--servers must be at least 2 (regions need somewhere to go)");
     }
     let bin = std::env::current_exe().context("locating the farcache binary")?;
-    let per_server = (a.cache_size / a.servers as u64 * 3).max(a.region_size * 4);
+    let per_server =
+        (a.cache_size * u64::from(a.replicas) / a.servers as u64 * 3).max(a.region_size * 4);
     let opts = ClusterOptions::default()
         .servers(a.servers)
         .region_size(a.region_size)
@@ -102,7 +115,12 @@ pub fn run(a: Args) -> Result<()> {
     eprintln!("starting {} servers…", a.servers);
     let mut cluster = ProcessCluster::start(bin, &opts).context("starting the cluster")?;
     let client = cluster.client_with(ClientConfig::new("").op_timeout(Duration::from_secs(5)))?;
-    let cache = client.create("chaos", a.cache_size)?;
+    let heartbeat_interval_ms = opts.heartbeat_interval.as_millis() as u64;
+    let create = CreateOptions {
+        replicas: a.replicas,
+        ..CreateOptions::default()
+    };
+    let cache = client.create_with("chaos", a.cache_size, &create)?;
     let verifier = Verifier::start(&cache, a.cache_size / 8);
     let started = Instant::now();
     let mut rng = StdRng::seed_from_u64(a.seed);
@@ -119,6 +137,7 @@ pub fn run(a: Args) -> Result<()> {
         "{elapsed_precise} [{bar:30}] {pos}/{len} events  {msg}",
     )?);
     let (mut events, mut added) = (Vec::new(), 0u32);
+    let mut max_wait = Duration::ZERO;
     let mut leaving: Vec<usize> = Vec::new();
     for (n, kind) in plan.iter().enumerate() {
         let due = gap * (n as u32 + 1);
@@ -126,6 +145,9 @@ pub fn run(a: Args) -> Result<()> {
             reap(&mut cluster, &mut leaving);
             std::thread::sleep(Duration::from_millis(20));
             bar.set_message(format!("{} ops", verifier.ops()));
+        }
+        if *kind == "kill" && a.replicas > 1 {
+            max_wait = max_wait.max(await_copies(&client, Duration::from_secs(30)));
         }
         let st = client.status()?;
         let Some((i, id)) = pick(&mut cluster, &st, &leaving, &mut rng) else {
@@ -162,12 +184,54 @@ pub fn run(a: Args) -> Result<()> {
     }
     let v = verifier.stop();
     let st = client.status()?;
-    let report = build(&a, started.elapsed(), &v, &st, events, added);
+    let mut report = build(&a, started.elapsed(), &v, &st, events, added);
+    report.heartbeat_interval_ms = heartbeat_interval_ms;
+    report.max_rereplication_wait_ms = max_wait.as_millis() as u64;
     print(&report);
     std::fs::write(&a.json, serde_json::to_vec_pretty(&report)?)
         .with_context(|| format!("writing {}", a.json.display()))?;
     println!("report: {}", a.json.display());
+    // The chart is a by-product of the JSON: failing to draw it only warns.
+    let mut png = a.json.with_extension("png");
+    if png == a.json {
+        png = a.json.with_extension("chart.png");
+    }
+    let title = format!(
+        "farcache chaos: {} servers, {} replica(s) — {} reclaims, {} kills",
+        report.servers, report.replicas, report.reclaims, report.kills
+    );
+    let marks: Vec<(f64, &str)> = report
+        .events
+        .iter()
+        .map(|e| (e.at_ms as f64 / 1e3, e.kind))
+        .collect();
+    let bucket = farcache_testkit::verify::BUCKET;
+    match farcache_bench::write_chaos_chart(&png, &title, &report.timeline, bucket, &marks) {
+        Ok(()) => println!("chart: {}", png.display()),
+        Err(e) => eprintln!("warning: could not draw the chart {}: {e}", png.display()),
+    }
     Ok(())
+}
+
+/// Waits (up to `limit`) until every region of the chaos cache has all its copies;
+/// returns how long that took.
+fn await_copies(client: &Client, limit: Duration) -> Duration {
+    let t0 = Instant::now();
+    while t0.elapsed() < limit {
+        let Ok(st) = client.status() else {
+            std::thread::sleep(Duration::from_millis(20));
+            continue;
+        };
+        let full = st.caches.iter().all(|c| {
+            (0..c.regions.len())
+                .all(|i| 1 + c.backups.get(i).map_or(0, Vec::len) >= c.replicas as usize)
+        });
+        if full {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    t0.elapsed()
 }
 
 /// Forgets reclaimed servers that have exited.
@@ -227,6 +291,9 @@ fn build(
         acked_writes_lost_reported: v.acked_writes_lost_reported,
         op_errors: v.op_errors,
         max_unavailable_ms: v.max_unavailable_ms,
+        heartbeat_interval_ms: 0,
+        promotions: st.promotions.len(),
+        max_rereplication_wait_ms: 0,
         migrations: st.migrations.len(),
         migrated_gib: gib,
         migration_gib_per_s: if copy_s > 0.0 { gib / copy_s } else { 0.0 },
@@ -261,9 +328,16 @@ fn print(r: &Report) {
         r.acked_writes_lost, r.acked_writes_lost_reported, r.lost_regions
     );
     println!(
-        "  longest unavailability of a region: {} ms",
-        r.max_unavailable_ms
+        "  longest unavailability of a region: {} ms (heartbeats every {} ms)",
+        r.max_unavailable_ms, r.heartbeat_interval_ms
     );
+    if r.replicas > 1 {
+        println!(
+            "  promotions  {} (backups that took over from killed owners); longest wait for \
+             re-replication before a kill: {} ms",
+            r.promotions, r.max_rereplication_wait_ms
+        );
+    }
     println!(
         "  migrations  {} ({:.2} GiB at {:.2} GiB/s, longest write pause {:.1} ms)",
         r.migrations, r.migrated_gib, r.migration_gib_per_s, r.max_write_pause_ms

@@ -1,5 +1,6 @@
 pub mod bench;
 pub mod chaos;
+pub mod create;
 pub mod demo;
 pub mod manager;
 pub mod reclaim;

@@ -61,6 +61,10 @@ pub struct Args {
     /// Keep the server's id here, so a restart rejoins as the same server.
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    /// Files under this directory may be loaded into read-only caches
+    /// (`farcache create --from-file`); without it, no file is.
+    #[arg(long)]
+    load_dir: Option<PathBuf>,
     /// On SIGTERM, ask the manager to move this server's regions away and wait up to
     /// this long before exiting (a reclamation notice). SIGINT exits at once.
     #[arg(long, default_value = "30s", value_parser = crate::size::parse_duration)]
@@ -92,6 +96,7 @@ pub fn run(a: Args) -> Result<()> {
     c.peer_batching = !a.no_peer_batching;
     c.max_frame = u32::try_from(a.max_frame).context("--max-frame must be below 4GiB")?;
     c.data_dir = a.data_dir;
+    c.load_dir = a.load_dir;
     let term = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGTERM, Arc::clone(&term))
         .context("cannot handle SIGTERM")?;

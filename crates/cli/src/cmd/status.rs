@@ -42,7 +42,13 @@ pub fn mode_name(m: MigrationMode) -> &'static str {
 pub fn regions_on(s: &ClusterStatus, server: ServerId) -> usize {
     s.caches
         .iter()
-        .map(|c| c.regions.iter().filter(|&&r| r == server).count())
+        .map(|c| {
+            c.regions
+                .iter()
+                .chain(c.backups.iter().flatten())
+                .filter(|&&r| r == server)
+                .count()
+        })
         .sum()
 }
 
@@ -53,11 +59,12 @@ fn cache_name(s: &ClusterStatus, id: CacheId) -> String {
         .map_or_else(|| format!("#{id}"), |c| c.name.clone())
 }
 
-/// What a cache costs per hour: each region's GiB at its server's price.
+/// What a cache costs per hour: each copy's GiB at its server's price.
 pub fn cost_per_hour(c: &CacheInfo, servers: &[ServerInfo]) -> f64 {
     let gib = c.region_size as f64 / (1u64 << 30) as f64;
     c.regions
         .iter()
+        .chain(c.backups.iter().flatten())
         .filter_map(|r| {
             // The cluster list first (current prices), the cache's own copy otherwise.
             servers
@@ -141,8 +148,8 @@ pub fn run(a: Args) -> Result<()> {
     }
     println!("caches ({}):", s.caches.len());
     println!(
-        "  {:>3}  {:<20} {:>10} {:>10} {:>7} {:>6} {:>9}  servers",
-        "id", "name", "capacity", "region", "regions", "epoch", "$/h"
+        "  {:>3}  {:<20} {:>10} {:>10} {:>7} {:>6} {:>6} {:>9}  servers",
+        "id", "name", "capacity", "region", "regions", "copies", "epoch", "$/h"
     );
     for c in &s.caches {
         let mut per: Vec<(u32, usize)> = Vec::new();
@@ -153,22 +160,42 @@ pub fn run(a: Args) -> Result<()> {
             }
         }
         let spread: Vec<String> = per.iter().map(|(s, n)| format!("#{s}×{n}")).collect();
+        let short = (0..c.regions.len())
+            .filter(|&i| 1 + c.backups.get(i).map_or(0, Vec::len) < c.replicas as usize)
+            .count();
+        let copies = if short > 0 {
+            format!("{}({short}↓)", c.replicas)
+        } else {
+            c.replicas.to_string()
+        };
         println!(
-            "  {:>3}  {:<20} {:>10} {:>10} {:>7} {:>6} {:>9.4}  {}",
+            "  {:>3}  {:<20} {:>10} {:>10} {:>7} {:>6} {:>6} {:>9.4}  {}{}",
             c.id,
             c.name,
             human(c.capacity),
             human(c.region_size),
             c.regions.len(),
+            copies,
             c.epoch,
             cost_per_hour(c, &s.servers),
-            spread.join(" ")
+            spread.join(" "),
+            c.from_file
+                .as_deref()
+                .map_or_else(String::new, |f| format!("  (read-only, from {f})"))
         );
         if a.regions {
             for (i, r) in c.regions.iter().enumerate() {
                 let start = i as u64 * c.region_size;
+                let backups = c.backups.get(i).map_or_else(String::new, |b| {
+                    if b.is_empty() {
+                        String::new()
+                    } else {
+                        let ids: Vec<String> = b.iter().map(|s| s.to_string()).collect();
+                        format!(", backups on {}", ids.join(", "))
+                    }
+                });
                 println!(
-                    "       region {i:>4} [{start:#x}, {:#x}) -> server {r}",
+                    "       region {i:>4} [{start:#x}, {:#x}) -> server {r}{backups}",
                     start + c.region_size
                 );
             }
@@ -182,6 +209,24 @@ pub fn run(a: Args) -> Result<()> {
             s.migrations.len()
         );
         print_migrations(&s, &recent);
+    }
+    if !s.promotions.is_empty() {
+        let recent = last(&s.promotions, RECENT_LOST);
+        println!(
+            "promotions ({} of {}; a backup took over from a dead owner):",
+            recent.len(),
+            s.promotions.len()
+        );
+        for p in recent {
+            println!(
+                "  {} region {:>4}: server {} -> server {} (epoch {})",
+                cache_name(&s, p.cache),
+                p.region,
+                p.from,
+                p.to,
+                p.epoch
+            );
+        }
     }
     if !s.lost.is_empty() {
         let recent = last(&s.lost, RECENT_LOST);
@@ -224,6 +269,9 @@ mod tests {
             // 1 GiB on server 1, 0.5 GiB on server 2, 0.5 GiB on an unknown server.
             regions: vec![1, 1, 2, 9],
             servers: vec![server(1, 0.0), server(2, 0.04)],
+            replicas: 1,
+            backups: vec![],
+            from_file: None,
         };
         // The cluster list's price wins over the cache's copy.
         let cost = cost_per_hour(&c, &[server(1, 0.01), server(2, 0.04)]);
@@ -233,6 +281,7 @@ mod tests {
             caches: vec![c],
             migrations: vec![],
             lost: vec![],
+            promotions: vec![],
         };
         assert_eq!(regions_on(&s, 1), 2);
         assert_eq!(regions_on(&s, 3), 0);

@@ -24,6 +24,10 @@ pub struct Args {
     /// Holds the catalogue and the cluster's secret key (created on first start).
     #[arg(long, default_value = "farcache-data")]
     data_dir: String,
+    /// Servers may load files under this directory into read-only caches
+    /// (`farcache create --from-file`); none without it.
+    #[arg(long)]
+    load_dir: Option<String>,
 }
 
 struct Children(Vec<Child>);
@@ -83,6 +87,11 @@ pub fn run(a: Args) -> Result<()> {
                 // Each server keeps its id there: a restarted one rejoins as itself.
                 .arg("--data-dir")
                 .arg(Path::new(&a.data_dir).join(format!("server{i}")))
+                .args(
+                    a.load_dir
+                        .iter()
+                        .flat_map(|d| ["--load-dir".to_string(), d.clone()]),
+                )
                 .spawn()
                 .with_context(|| format!("starting server {i}"))?,
         );

@@ -7,10 +7,11 @@
 mod rebalance;
 mod reclaim;
 mod recovery;
+mod repair;
 
 use std::collections::VecDeque;
 
-use farcache_proto::control::{LostRegion, MigrationRecord};
+use farcache_proto::control::{LostRegion, MigrationRecord, Promotion};
 
 /// How many recent migrations and losses `status` shows.
 const KEEP: usize = 1024;
@@ -20,6 +21,7 @@ const KEEP: usize = 1024;
 pub struct Events {
     pub migrations: VecDeque<MigrationRecord>,
     pub lost: VecDeque<LostRegion>,
+    pub promotions: VecDeque<Promotion>,
 }
 
 impl Events {
@@ -28,6 +30,13 @@ impl Events {
             self.migrations.pop_front();
         }
         self.migrations.push_back(r);
+    }
+
+    pub fn promoted(&mut self, p: Promotion) {
+        if self.promotions.len() == KEEP {
+            self.promotions.pop_front();
+        }
+        self.promotions.push_back(p);
     }
 
     pub fn lost(&mut self, r: LostRegion) {

@@ -132,17 +132,52 @@ impl Service {
             }
         }
         let _changes = self.changes.lock();
-        let left = self.state.lock().catalogue.placed_on(id);
+        let (left, owned) = {
+            let st = self.state.lock();
+            (st.catalogue.placed_on(id), st.catalogue.owned_by(id))
+        };
         if left.is_empty() {
             tracing::info!(server = id, "server drained: every region moved");
             return;
         }
+        // Copies that did not move: backups take over what this server owned, and
+        // only regions with no other copy are lost.
+        let orphans = self.promote_backups(id, None);
+        let leaving = {
+            let st = self.state.lock();
+            self.targets(&st.catalogue, &[id]).pop()
+        };
+        for r in owned.iter().filter(|r| !orphans.contains(r)) {
+            let to = {
+                let st = self.state.lock();
+                st.catalogue.cache(r.cache).and_then(|c| {
+                    let owner = *c.regions.get(r.region as usize)?;
+                    st.catalogue.server_record(owner).map(|s| s.addr.clone())
+                })
+            };
+            if let Some(src) = &leaving {
+                let free = ControlRequest::FreeRegion {
+                    cache: r.cache,
+                    region: r.region,
+                    moved_to: to,
+                };
+                self.best_effort(src, &free, "retire a copy a backup took over");
+            }
+        }
+        if orphans.is_empty() {
+            tracing::warn!(
+                server = id,
+                regions = left.len(),
+                "grace over: regions that did not move stay with their backups"
+            );
+            return;
+        }
         tracing::warn!(
             server = id,
-            regions = left.len(),
-            "grace over: regions that did not move are lost"
+            regions = orphans.len(),
+            "grace over: regions that did not move and have no backup are lost"
         );
-        self.replace_lost(id, &left, "grace", false);
+        self.replace_lost(id, &orphans, "grace", false);
     }
 
     /// Says early which regions will likely not move in time, from the rate of the
@@ -219,12 +254,46 @@ impl Service {
         self.migrate_region_to(cache, region, from, None, mode, deadline)
     }
 
-    /// Moves one region from `from` to `to` (or the best other server with room).
+    /// Moves `from`'s copy of one region (the owner's or a backup's) to `to` (or the
+    /// best other server with room that holds no copy of it).
     fn migrate_region_to(
         &self,
         cache: CacheId,
         region: u32,
         from: ServerId,
+        to: Option<ServerId>,
+        mode: MigrationMode,
+        deadline: Instant,
+    ) -> Result<MigrationRecord, Reject> {
+        self.copy_region(cache, region, Some(from), to, mode, deadline)
+    }
+
+    /// Gives a region one more backup, copied live from its owner.
+    pub(crate) fn add_backup(
+        &self,
+        cache: CacheId,
+        region: u32,
+        deadline: Instant,
+    ) -> Result<MigrationRecord, Reject> {
+        self.copy_region(
+            cache,
+            region,
+            None,
+            None,
+            MigrationMode::DirtyTracking,
+            deadline,
+        )
+    }
+
+    /// Copies a region live from its owner to a new server, which then replaces
+    /// `from` (the owner itself: a move; a backup: that backup moves) or, with no
+    /// `from`, becomes one more backup. The copy always comes from the owner, the one
+    /// copy that takes writes; other copies keep receiving writes throughout.
+    fn copy_region(
+        &self,
+        cache: CacheId,
+        region: u32,
+        from: Option<ServerId>,
         to: Option<ServerId>,
         mode: MigrationMode,
         deadline: Instant,
@@ -238,30 +307,41 @@ impl Service {
                 .cache(cache)
                 .cloned()
                 .ok_or_else(|| Reject::not_found(&format!("cache {cache}")))?;
-            if rec.regions.get(region as usize) != Some(&from) {
+            let i = region as usize;
+            let owner = *rec
+                .regions
+                .get(i)
+                .ok_or_else(|| Reject::invalid("no such region"))?;
+            if let Some(f) = from
+                && !rec.copies(i).any(|s| s == f)
+            {
                 return Err(Reject::invalid("the region is no longer on that server"));
             }
             let cands: Vec<_> = st
                 .catalogue
                 .candidates()
                 .into_iter()
-                .filter(|c| c.id != from && to.is_none_or(|t| t == c.id))
+                .filter(|c| !rec.copies(i).any(|s| s == c.id) && to.is_none_or(|t| t == c.id))
                 .collect();
             let to = placement::place(&cands, 1, rec.region_size).map_err(|s| {
                 Reject::new(
                     ControlErrorCode::InsufficientMemory,
-                    format!("no server can take region {region} of cache {cache}: {s}"),
+                    format!(
+                        "no server without a copy can take region {region} of cache {cache}: {s}"
+                    ),
                 )
             })?;
             let mut t = self.targets(&st.catalogue, &to);
-            let mut s = self.targets(&st.catalogue, &[from]);
+            let mut s = self.targets(&st.catalogue, &[owner]);
             match (s.pop(), t.pop()) {
                 (Some(s), Some(t)) => (rec, s, t),
                 _ => return Err(Reject::invalid("no target")),
             }
         };
+        // The owner keeps the region unless it is the copy that moves.
+        let replicate = from != Some(source.server);
         let epoch = rec.epoch + 1;
-        if !rec.procs.is_empty() && !rec.regions.contains(&target.server) {
+        if !rec.procs.is_empty() && !rec.holders().contains(&target.server) {
             self.load_procs(cache, std::slice::from_ref(&target), &rec.procs)?;
         }
         // The target starts with the region marked lost: the copy makes every byte
@@ -274,6 +354,10 @@ impl Service {
             epoch,
             lost: true,
             incoming: true,
+            // A read-only cache's region loads from its file (and stays read-only).
+            load: rec.from_file.as_deref().map(|path| {
+                crate::service::file_slice(path, rec.capacity, rec.region_size, region)
+            }),
         };
         self.links
             .call(target.server, &target.addr, &alloc)
@@ -283,6 +367,7 @@ impl Service {
             region,
             to: target.addr.clone(),
             mode,
+            replicate,
         };
         let report = self
             .links
@@ -297,10 +382,24 @@ impl Service {
             }
         };
         let handed = Instant::now();
+        let i = region as usize;
         let info = {
             let mut st = self.state.lock();
             let mut next = rec.clone();
-            next.regions[region as usize] = target.server;
+            if next.backups.len() < next.regions.len() && (replicate || !next.backups.is_empty()) {
+                next.backups.resize(next.regions.len(), Vec::new());
+            }
+            match from {
+                Some(f) if f == source.server => next.regions[i] = target.server,
+                Some(f) => {
+                    for b in &mut next.backups[i] {
+                        if *b == f {
+                            *b = target.server;
+                        }
+                    }
+                }
+                None => next.backups[i].push(target.server),
+            }
             next.epoch = epoch;
             if let Err(e) = st.commit(&[Write::Cache(&next)]) {
                 drop(st);
@@ -310,21 +409,41 @@ impl Service {
             st.catalogue.insert_cache(next.clone());
             st.catalogue.cache_info(&next)
         };
-        // The target first: it serves the region once a table names it the owner, so
-        // clients the source redirects there find it serving.
-        self.push_routes_to(&info, &[target.server]);
-        let free = ControlRequest::FreeRegion {
-            cache,
-            region,
-            moved_to: Some(target.addr.clone()),
+        let moved_from = match from {
+            // The old owner: clients it redirects find the target serving, because the
+            // target hears first that it owns the region.
+            Some(f) if f == source.server => {
+                self.push_routes_to(&info, &[target.server]);
+                Some((source.clone(), target.addr.clone()))
+            }
+            // A backup that moved: the owner first, so it forwards writes to the new
+            // backup (and lifts its pause) before the old one is freed.
+            Some(f) => {
+                self.push_routes_to(&info, &[source.server]);
+                let st = self.state.lock();
+                self.targets(&st.catalogue, &[f])
+                    .pop()
+                    .map(|t| (t, source.addr.clone()))
+            }
+            None => {
+                self.push_routes_to(&info, &[source.server]);
+                None
+            }
         };
-        self.best_effort(&source, &free, "hand the region over");
+        if let Some((old, to_addr)) = moved_from {
+            let free = ControlRequest::FreeRegion {
+                cache,
+                region,
+                moved_to: Some(to_addr),
+            };
+            self.best_effort(&old, &free, "hand the region over");
+        }
         let pause = report.max_pause_us + micros(handed.elapsed());
         self.push_routes(&info);
         let r = MigrationRecord {
             cache,
             region,
-            from,
+            from: from.unwrap_or(source.server),
             to: target.server,
             mode,
             bytes: report.bytes,
@@ -336,13 +455,14 @@ impl Service {
         tracing::info!(
             cache,
             region,
-            from,
+            from = r.from,
             to = target.server,
+            backup = replicate,
             mib = report.bytes >> 20,
             copy_ms = report.elapsed_us / 1000,
             write_pause_us = pause,
             rounds = report.rounds,
-            "region migrated"
+            "region copied"
         );
         Ok(r)
     }

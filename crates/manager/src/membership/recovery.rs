@@ -1,7 +1,10 @@
-//! Regions whose only copy is gone (its server died, restarted, or left before they
-//! could move) are placed again, empty and marked lost: reads of them fail with
-//! `DATA_LOST` until the application overwrites them or acknowledges the loss, and
-//! never return zeros as if they were data.
+//! A server that died takes its copies with it. A region it owned that has a backup
+//! on a live server is served by that backup from the next region table on (promotion,
+//! with an epoch bump); its other backups stay. Regions whose every copy is gone are
+//! placed again: reloaded from the source file of a read-only cache, or else empty and
+//! marked lost, so reads fail with `DATA_LOST` until the application overwrites them
+//! or acknowledges the loss, and never return zeros as if they were data. Regions left
+//! with fewer copies than their cache asks for get new backups later ([`repair`]).
 
 use std::collections::BTreeMap;
 
@@ -14,18 +17,129 @@ use crate::service::Service;
 use crate::store::Write;
 
 impl Service {
-    /// Server `id` died: its regions are re-placed as lost.
+    /// Server `id` died: backups take over the regions it owned, its backups are
+    /// dropped, and regions without a surviving copy are re-placed as lost.
     pub(crate) fn recover_dead(&self, id: ServerId) {
         let _changes = self.changes.lock();
-        let placed = self.state.lock().catalogue.placed_on(id);
-        if !placed.is_empty() {
+        let orphans = self.promote_backups(id, None);
+        if !orphans.is_empty() {
             tracing::warn!(
                 server = id,
-                regions = placed.len(),
-                "server died holding the only copy of these regions: re-placing them as lost"
+                regions = orphans.len(),
+                "server died holding the only copy of these regions: re-placing them"
             );
-            self.replace_lost(id, &placed, "killed", false);
+            self.replace_lost(id, &orphans, "killed", false);
         }
+    }
+
+    /// Drops server `id` from every region's copies: a region it owned passes to its
+    /// first backup on a live server. Returns the regions it owned with no such backup.
+    /// The caller holds `changes`.
+    /// With `only`, just those regions' copies on `id` are dropped (a server that
+    /// lost some regions).
+    pub(crate) fn promote_backups(
+        &self,
+        id: ServerId,
+        only: Option<&[HeldRegion]>,
+    ) -> Vec<HeldRegion> {
+        let picked = |cache: CacheId, region: usize| {
+            only.is_none_or(|o| {
+                o.contains(&HeldRegion {
+                    cache,
+                    region: region as u32,
+                })
+            })
+        };
+        let caches: Vec<crate::catalogue::CacheRecord> = {
+            let st = self.state.lock();
+            st.catalogue
+                .status()
+                .caches
+                .iter()
+                .filter_map(|c| st.catalogue.cache(c.id).cloned())
+                .filter(|c| c.holders().contains(&id))
+                .collect()
+        };
+        let mut orphans = Vec::new();
+        for rec in caches {
+            let mut next = rec.clone();
+            let mut promoted: Vec<(u32, ServerId)> = Vec::new();
+            {
+                let st = self.state.lock();
+                for (i, owner) in next.regions.iter_mut().enumerate() {
+                    if !picked(rec.id, i) {
+                        continue;
+                    }
+                    let Some(b) = next.backups.get_mut(i) else {
+                        if *owner == id {
+                            orphans.push(HeldRegion {
+                                cache: rec.id,
+                                region: i as u32,
+                            });
+                        }
+                        continue;
+                    };
+                    b.retain(|&s| s != id);
+                    if *owner != id {
+                        continue;
+                    }
+                    let live = b.iter().position(|&s| {
+                        st.catalogue
+                            .server_state(s)
+                            .is_some_and(crate::catalogue::up)
+                    });
+                    match live {
+                        Some(k) => {
+                            *owner = b.remove(k);
+                            promoted.push((i as u32, *owner));
+                        }
+                        None => orphans.push(HeldRegion {
+                            cache: rec.id,
+                            region: i as u32,
+                        }),
+                    }
+                }
+            }
+            if next == rec {
+                continue;
+            }
+            next.epoch = rec.epoch + 1;
+            let info = {
+                let mut st = self.state.lock();
+                if let Err(e) = st.commit(&[Write::Cache(&next)]) {
+                    tracing::error!(cache = rec.id, "cannot record a promotion: {}", e.message);
+                    continue;
+                }
+                st.catalogue.insert_cache(next.clone());
+                for &(region, to) in &promoted {
+                    st.events.promoted(farcache_proto::control::Promotion {
+                        cache: rec.id,
+                        region,
+                        from: id,
+                        to,
+                        epoch: next.epoch,
+                    });
+                }
+                st.catalogue.cache_info(&next)
+            };
+            for (region, to) in &promoted {
+                tracing::warn!(
+                    cache = rec.id,
+                    region,
+                    dead = id,
+                    now_owner = to,
+                    epoch = next.epoch,
+                    "owner died: a backup took the region over"
+                );
+            }
+            // The new owners first, so the servers they are told about already serve.
+            let mut first: Vec<ServerId> = promoted.iter().map(|p| p.1).collect();
+            first.sort_unstable();
+            first.dedup();
+            self.push_routes_to(&info, &first);
+            self.push_routes(&info);
+        }
+        orphans
     }
 
     /// Places `regions` (each on server `was_on` in the catalogue) again, empty and lost.
@@ -93,14 +207,19 @@ impl Service {
         let mut next = rec.clone();
         let mut placed = Vec::new();
         for (region, t) in &plan {
+            // A read-only cache loaded from a file reloads the region from it.
+            let load = rec.from_file.as_deref().map(|path| {
+                crate::service::file_slice(path, rec.capacity, rec.region_size, *region)
+            });
             let req = ControlRequest::AllocRegion {
                 cache,
                 region: *region,
                 region_size: rec.region_size,
                 capacity: rec.capacity,
                 epoch,
-                lost: true,
+                lost: load.is_none(),
                 incoming: false,
+                load,
             };
             match self.links.call(t.server, &t.addr, &req) {
                 Ok(()) => {
@@ -111,6 +230,7 @@ impl Service {
                         was_on,
                         now_on: t.server,
                         reason: reason.to_owned(),
+                        reloaded: rec.from_file.is_some(),
                     });
                 }
                 Err(e) => {
@@ -132,14 +252,25 @@ impl Service {
             st.commit(&[Write::Cache(&next)])?;
             st.catalogue.insert_cache(next.clone());
             for p in &placed {
-                tracing::warn!(
-                    cache,
-                    region = p.region,
-                    was_on,
-                    now_on = p.now_on,
-                    reason,
-                    "region lost: placed again empty, reads answer DATA_LOST"
-                );
+                if p.reloaded {
+                    tracing::warn!(
+                        cache,
+                        region = p.region,
+                        was_on,
+                        now_on = p.now_on,
+                        reason,
+                        "region's copies lost: reloaded from the cache's source file"
+                    );
+                } else {
+                    tracing::warn!(
+                        cache,
+                        region = p.region,
+                        was_on,
+                        now_on = p.now_on,
+                        reason,
+                        "region lost: placed again empty, reads answer DATA_LOST"
+                    );
+                }
                 st.events.lost(p.clone());
             }
             st.catalogue.cache_info(&next)
@@ -188,10 +319,13 @@ impl Service {
                     ))
                 })?;
             let rs = rec.region_size.max(1);
+            // Backups too: a backup promoted later must not report the loss again.
             let mut ids: Vec<ServerId> = if len == 0 {
                 Vec::new()
             } else {
-                rec.regions[(addr / rs) as usize..=((end - 1) / rs) as usize].to_vec()
+                ((addr / rs) as usize..=((end - 1) / rs) as usize)
+                    .flat_map(|i| rec.copies(i).collect::<Vec<_>>())
+                    .collect()
             };
             ids.sort_unstable();
             ids.dedup();

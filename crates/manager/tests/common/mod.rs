@@ -301,6 +301,8 @@ impl Conn {
             name: name.into(),
             capacity,
             region_size: None,
+            replicas: 1,
+            from_file: None,
         })
     }
 

@@ -53,6 +53,12 @@ impl PendingResponses {
     /// Queues a frame with replies missing at `holes` (offsets into `frame`,
     /// ascending; none for a complete frame that must wait its turn); returns its id.
     pub fn push(&mut self, frame: Vec<u8>, holes: &[usize]) -> u64 {
+        self.push_held(frame, holes, 0)
+    }
+
+    /// Like [`push`](Self::push), and the frame also waits for `held` calls of
+    /// [`release`](Self::release) (backups acknowledging its writes).
+    pub fn push_held(&mut self, frame: Vec<u8>, holes: &[usize], held: usize) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
         self.bytes += frame.len();
@@ -60,9 +66,16 @@ impl PendingResponses {
             id,
             frame,
             holes: holes.iter().map(|&o| (o, None)).collect(),
-            missing: holes.len(),
+            missing: holes.len() + held,
         });
         id
+    }
+
+    /// One of the acknowledgements response `resp` was held for arrived.
+    pub fn release(&mut self, resp: u64) {
+        if let Some(r) = self.queue.iter_mut().find(|r| r.id == resp) {
+            r.missing = r.missing.saturating_sub(1);
+        }
     }
 
     /// Fills a hole with an EXECUTE reply carrying `body`, or a TooLarge status when
@@ -78,12 +91,16 @@ impl PendingResponses {
         let reply = late_data_reply(OpCode::Execute, body, room);
         self.bytes += reply.len();
         *slot = Some(reply);
-        r.missing -= 1;
+        r.missing = r.missing.saturating_sub(1);
     }
 
     /// Moves every complete response at the front into `out`, in order.
     pub fn drain_ready(&mut self, out: &mut Vec<u8>) {
-        while self.queue.front().is_some_and(|r| r.missing == 0) {
+        while self
+            .queue
+            .front()
+            .is_some_and(|r| r.missing == 0 && r.holes.iter().all(|h| h.1.is_some()))
+        {
             let Some(r) = self.queue.pop_front() else {
                 return;
             };
@@ -120,6 +137,37 @@ mod tests {
     use super::*;
     use farcache_proto::response::ReplyBody;
     use farcache_proto::{ResponseDecoder, ResponseEncoder, Status};
+
+    #[test]
+    fn held_responses_wait_for_every_release_and_keep_order() {
+        let frame = |seq| {
+            let mut f = Vec::new();
+            let mut e = ResponseEncoder::begin(&mut f, seq);
+            e.status(&mut f, OpCode::Ping, Status::Ok);
+            e.finish(&mut f);
+            f
+        };
+        let mut p = PendingResponses::default();
+        // Held for two backups, then a plain response queued behind it.
+        let a = p.push_held(frame(1), &[], 2);
+        p.push(frame(2), &[]);
+        let mut out = Vec::new();
+        p.drain_ready(&mut out);
+        assert!(out.is_empty());
+        p.release(a);
+        p.drain_ready(&mut out);
+        assert!(out.is_empty(), "one backup has not acknowledged yet");
+        p.release(a);
+        p.release(a); // a stray extra release changes nothing
+        p.drain_ready(&mut out);
+        assert!(p.is_empty());
+        let h = FrameHeader::decode(&out, u32::MAX).unwrap().unwrap();
+        assert_eq!(h.seq, 1);
+        let h2 = FrameHeader::decode(&out[h.frame_len()..], u32::MAX)
+            .unwrap()
+            .unwrap();
+        assert_eq!(h2.seq, 2);
+    }
 
     #[test]
     fn holes_are_filled_in_place_and_order_is_kept() {

@@ -49,6 +49,8 @@ pub struct Task {
     region: u32,
     to: String,
     mode: MigrationMode,
+    /// The target becomes a backup; this server keeps the region.
+    replicate: bool,
     /// The region table's epoch when the copy began: a later table that still names
     /// this server means the move was abandoned.
     pub start_epoch: u64,
@@ -106,6 +108,7 @@ impl Migrations {
         region: u32,
         to: &str,
         mode: MigrationMode,
+        replicate: bool,
     ) -> Result<(), String> {
         if to == sh.advertise {
             return Err("a region cannot migrate to the server holding it".into());
@@ -138,6 +141,7 @@ impl Migrations {
             region,
             to: to.to_owned(),
             mode,
+            replicate,
             start_epoch,
             cancel: AtomicBool::new(false),
             others: Mutex::new(Vec::new()),
@@ -205,13 +209,14 @@ impl Migrations {
         Some(r)
     }
 
-    /// Migrations of `cache` in progress: (region, epoch at start, target).
-    pub fn of_cache(&self, cache: CacheId) -> Vec<(u32, u64, String)> {
+    /// Migrations of `cache` in progress: (region, epoch at start, target, whether
+    /// the target becomes a backup).
+    pub fn of_cache(&self, cache: CacheId) -> Vec<(u32, u64, String, bool)> {
         self.tasks
             .lock()
             .values()
             .filter(|t| t.cache == cache)
-            .map(|t| (t.region, t.start_epoch, t.to.clone()))
+            .map(|t| (t.region, t.start_epoch, t.to.clone(), t.replicate))
             .collect()
     }
 

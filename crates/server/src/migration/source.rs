@@ -136,6 +136,11 @@ fn copy(sh: &Shared, task: &Task) -> Result<(), CopyError> {
     }
     link.send(task, &region, &last)?;
     link.settle(0)?;
+    // The region changes owner: what this server forwarded to its backups must land
+    // before the new owner forwards anything (writes here are paused by now).
+    if !task.replicate && !sh.replicator.quiesce(DRAIN) {
+        return Err(CopyError::Drain);
+    }
     Ok(())
 }
 

@@ -1,0 +1,366 @@
+//! One backup's link: a queue of WRITE frames over one connection that proved the
+//! server role. The worker that queues writes sends the frame itself when fewer than
+//! `WINDOW` frames are unacknowledged (no thread hand-off on the way out); the link's
+//! thread reads the backup's answers in order, releases the writes each one covers,
+//! and sends the frame that gathered meanwhile. Frames stay queued until
+//! acknowledged, so a reconnect sends again everything the backup may not have
+//! applied (a WRITE of a snapshot applied twice leaves the same bytes).
+
+use std::collections::VecDeque;
+use std::io::Write;
+use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering, Ordering::Relaxed};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use farcache_proto::blocking::{handshake, read_frame};
+use farcache_proto::{Credential, FrameKind, RequestEncoder, ResponseDecoder, Role, Status};
+use parking_lot::Mutex;
+use tracing::{debug, warn};
+
+use super::{Counters, Waiter, Written, locate};
+use crate::server::Shared;
+use crate::store::StoreMap;
+use crate::worker::WorkerMsg;
+
+/// Frames sent and not yet answered: while they travel, later writes gather into the
+/// next frame (fewer, larger frames under load; no wait when idle).
+const WINDOW: usize = 2;
+/// A frame is sent once this big even if the window is full.
+const FRAME_BYTES: usize = 1 << 20;
+const IO_TIMEOUT: Duration = Duration::from_secs(2);
+/// Workers send frames themselves: a backup that stops reading may hold one this
+/// long before its connection is dropped (and the frames wait for a new one).
+const WRITE_TIMEOUT: Duration = Duration::from_millis(500);
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+struct Frame {
+    seq: u64,
+    bytes: Vec<u8>,
+    ops: u32,
+    waiters: Vec<Waiter>,
+}
+
+#[derive(Default)]
+struct State {
+    /// The frame being filled, and its encoder.
+    open: Vec<u8>,
+    enc: Option<RequestEncoder>,
+    open_waiters: Vec<Waiter>,
+    /// Frames sent on the current connection (or waiting for one), oldest first,
+    /// until the backup acknowledges them.
+    sent: VecDeque<Frame>,
+    next_seq: u64,
+    /// The connection's sending half, while it works.
+    out: Option<TcpStream>,
+    /// The last frame the backup acknowledged.
+    acked: u64,
+}
+
+impl State {
+    /// Seals the open frame and sends it if the window has room (or it is large),
+    /// on the current connection if there is one.
+    fn pump(&mut self, counters: &Counters) {
+        if self.enc.is_none() || (self.sent.len() >= WINDOW && self.open.len() < FRAME_BYTES) {
+            return;
+        }
+        let Some(enc) = self.enc.take() else { return };
+        let (ops, seq) = (enc.count(), enc.seq());
+        enc.finish(&mut self.open);
+        let frame = Frame {
+            seq,
+            bytes: std::mem::take(&mut self.open),
+            ops,
+            waiters: std::mem::take(&mut self.open_waiters),
+        };
+        if let Some(out) = self.out.as_mut() {
+            match out.write_all(&frame.bytes) {
+                Ok(()) => {
+                    counters.frames.fetch_add(1, Relaxed);
+                }
+                Err(e) => {
+                    // The reading side sees the connection fail and reconnects; the
+                    // frame stays queued and goes again then.
+                    debug!("replication write failed: {e}");
+                    let _ = out.shutdown(Shutdown::Both);
+                    self.out = None;
+                }
+            }
+        }
+        self.sent.push_back(frame);
+    }
+}
+
+pub struct Link {
+    addr: String,
+    st: Mutex<State>,
+    closed: AtomicBool,
+    counters: Arc<Counters>,
+}
+
+impl Link {
+    pub fn open(sh: &Arc<Shared>, addr: &str, counters: Arc<Counters>) -> Arc<Self> {
+        let link = Arc::new(Self {
+            addr: addr.to_owned(),
+            st: Mutex::new(State::default()),
+            closed: AtomicBool::new(false),
+            counters,
+        });
+        let (l, w) = (link.clone(), Arc::downgrade(sh));
+        let spawned = std::thread::Builder::new()
+            .name(format!("fc-replicate-{addr}"))
+            .spawn(move || l.run(&w));
+        if let Err(e) = spawned {
+            // Without a thread nothing is acknowledged: writes wait until the backup
+            // is dropped, as for an unreachable backup.
+            warn!(backup = %addr, "cannot start a replication thread: {e}");
+        }
+        link
+    }
+
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// The frame holding everything queued so far (0: nothing is unacknowledged).
+    pub fn mark(&self) -> u64 {
+        let st = self.st.lock();
+        if st.sent.is_empty() && st.enc.is_none() {
+            0
+        } else {
+            st.next_seq
+        }
+    }
+
+    /// Whether frames up to `mark` were acknowledged (or dropped with the link).
+    pub fn reached(&self, mark: u64) -> bool {
+        let st = self.st.lock();
+        self.is_closed() || st.acked >= mark
+    }
+
+    pub fn unacked(&self) -> usize {
+        self.st.lock().sent.len()
+    }
+
+    /// Reads the ranges from their regions into the open frame, in one critical
+    /// section, notes who waits for them, and sends the frame if the window allows.
+    pub fn queue(&self, sh: &Shared, map: &StoreMap, ranges: &[&Written], waiter: Waiter) {
+        let mut st = self.st.lock();
+        if self.is_closed() {
+            // Dropped as a backup meanwhile: nothing to wait for.
+            drop(st);
+            return notify(sh, vec![waiter]);
+        }
+        let State {
+            open,
+            enc,
+            open_waiters,
+            next_seq,
+            ..
+        } = &mut *st;
+        let e = enc.get_or_insert_with(|| {
+            *next_seq += 1;
+            RequestEncoder::begin(open, *next_seq)
+        });
+        let mut bytes = 0u64;
+        for w in ranges {
+            let Some((r, off)) = locate(map, w) else {
+                continue;
+            };
+            e.push_write_with(open, w.cache, w.addr, w.len, |d| {
+                // The op that wrote the range checked it lies in the region.
+                let _ = r.read_into(off, d);
+            });
+            bytes += u64::from(w.len);
+        }
+        open_waiters.push(waiter);
+        self.counters.bytes.fetch_add(bytes, Relaxed);
+        st.pump(&self.counters);
+    }
+
+    /// Stops the link and releases every write waiting on it (the backup is no longer
+    /// a copy of anything this server owns).
+    pub fn close(&self, sh: &Shared) {
+        self.closed.store(true, Ordering::Release);
+        let waiters: Vec<Waiter> = {
+            let mut st = self.st.lock();
+            if let Some(out) = st.out.take() {
+                // Also wakes the thread blocked reading answers.
+                let _ = out.shutdown(Shutdown::Both);
+            }
+            let mut w: Vec<Waiter> = st.sent.drain(..).flat_map(|f| f.waiters).collect();
+            w.append(&mut st.open_waiters);
+            st.enc = None;
+            st.open.clear();
+            w
+        };
+        debug!(backup = %self.addr, released = waiters.len(), "replication link closed");
+        notify(sh, waiters);
+    }
+
+    /// Connects (again and again, with backoff) and reads answers until closed.
+    fn run(self: &Arc<Self>, sh: &Weak<Shared>) {
+        let mut backoff = Duration::from_millis(10);
+        let mut warned = false;
+        while !self.is_closed() {
+            let Some(shared) = sh.upgrade() else { return };
+            if shared.shutdown.load(Ordering::Acquire) {
+                return;
+            }
+            let stream = match connect(&shared, &self.addr) {
+                Ok(s) => s,
+                Err(e) => {
+                    if !warned {
+                        warn!(backup = %self.addr, "backup unreachable, writes to its regions wait: {e}");
+                        self.counters.link_failures.fetch_add(1, Relaxed);
+                        warned = true;
+                    }
+                    drop(shared);
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    continue;
+                }
+            };
+            let max_frame = shared.config.max_frame;
+            drop(shared);
+            let why = self.serve(sh, stream, max_frame);
+            self.st.lock().out = None;
+            if self.is_closed() {
+                return;
+            }
+            warn!(backup = %self.addr, "replication link failed, reconnecting: {why}");
+            self.counters.link_failures.fetch_add(1, Relaxed);
+            std::thread::sleep(backoff);
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+            warned = false;
+        }
+    }
+
+    /// One connection: sends again what is unacknowledged, then matches answers to
+    /// frames until the connection fails. Returns why it ended.
+    fn serve(&self, sh: &Weak<Shared>, stream: TcpStream, max_frame: u32) -> String {
+        let mut inp = match stream.try_clone() {
+            Ok(s) => s,
+            Err(e) => return e.to_string(),
+        };
+        {
+            let mut st = self.st.lock();
+            if self.is_closed() {
+                return "closed".into();
+            }
+            let mut out = stream;
+            for f in &st.sent {
+                if let Err(e) = out.write_all(&f.bytes) {
+                    return e.to_string();
+                }
+                self.counters.frames.fetch_add(1, Relaxed);
+            }
+            st.out = Some(out);
+            st.pump(&self.counters);
+        }
+        loop {
+            let (hdr, payload) = match read_frame(&mut inp, max_frame) {
+                Ok(f) => f,
+                Err(e) => return e.to_string(),
+            };
+            if hdr.kind != FrameKind::Response {
+                return format!("a {:?} frame", hdr.kind);
+            }
+            let waiters = {
+                let mut st = self.st.lock();
+                if self.is_closed() {
+                    return "closed".into();
+                }
+                let Some(front) = st.sent.front() else {
+                    return "an answer to nothing".into();
+                };
+                if let Err(why) = all_ok(&payload, front.ops) {
+                    warn!(backup = %self.addr, "backup refused replicated writes: {why}");
+                    if let Some(out) = st.out.take() {
+                        let _ = out.shutdown(Shutdown::Both);
+                    }
+                    return why;
+                }
+                let waiters = match st.sent.pop_front() {
+                    Some(f) => {
+                        st.acked = f.seq;
+                        f.waiters
+                    }
+                    None => Vec::new(),
+                };
+                // The window has room again: what gathered meanwhile goes now.
+                st.pump(&self.counters);
+                waiters
+            };
+            if let Some(shared) = sh.upgrade() {
+                notify(&shared, waiters);
+            }
+        }
+    }
+}
+
+fn all_ok(payload: &[u8], ops: u32) -> Result<(), String> {
+    let dec = ResponseDecoder::new(payload).map_err(|e| e.to_string())?;
+    let mut n = 0u32;
+    for r in dec {
+        let r = r.map_err(|e| e.to_string())?;
+        if r.status != Status::Ok {
+            return Err(format!("op {n}: {}", r.status));
+        }
+        n += 1;
+    }
+    if n != ops {
+        return Err(format!("{n} answers to {ops} writes"));
+    }
+    Ok(())
+}
+
+fn connect(sh: &Shared, addr: &str) -> Result<TcpStream, String> {
+    let sa = sh
+        .peers
+        .load()
+        .get(addr)
+        .copied()
+        .or_else(|| {
+            use std::net::ToSocketAddrs;
+            addr.to_socket_addrs().ok()?.next()
+        })
+        .ok_or_else(|| format!("cannot resolve {addr}"))?;
+    let mut s = TcpStream::connect_timeout(&sa, IO_TIMEOUT).map_err(|e| e.to_string())?;
+    s.set_nodelay(true).map_err(|e| e.to_string())?;
+    s.set_write_timeout(Some(WRITE_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    let cred = Credential::Cluster(sh.config.secret.clone());
+    s.set_read_timeout(Some(IO_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    handshake(&mut s, Role::Server, 0, &sh.advertise, &cred).map_err(|e| e.to_string())?;
+    // Answers may take as long as the backup needs; a dead backup is dropped by
+    // the manager, which closes the link.
+    s.set_read_timeout(None).map_err(|e| e.to_string())?;
+    Ok(s)
+}
+
+/// Tells each worker which of its held responses have one more acknowledgement.
+fn notify(sh: &Shared, waiters: Vec<Waiter>) {
+    if waiters.is_empty() {
+        return;
+    }
+    let Some(inboxes) = sh.inboxes.get() else {
+        return;
+    };
+    let mut by_worker: Vec<Vec<Waiter>> = vec![Vec::new(); inboxes.len()];
+    for w in waiters {
+        if let Some(v) = by_worker.get_mut(w.worker) {
+            v.push(w);
+        }
+    }
+    for (i, v) in by_worker.into_iter().enumerate() {
+        if !v.is_empty() {
+            inboxes[i].send(WorkerMsg::Replicated(v));
+        }
+    }
+}
