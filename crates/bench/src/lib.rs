@@ -6,6 +6,7 @@
 
 pub mod baseline;
 pub mod chaos_chart;
+pub mod drain;
 pub mod error;
 pub mod histogram;
 pub mod io;

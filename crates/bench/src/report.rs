@@ -259,14 +259,29 @@ pub struct BenchReport {
     pub notes: Vec<String>,
 }
 
+/// Seconds since the Unix epoch (0 if the clock is before it): reports' timestamps.
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// `"dev"` or `"release"`: how this binary (and so the servers it starts) was built.
+pub fn build_kind() -> String {
+    if cfg!(debug_assertions) {
+        "dev"
+    } else {
+        "release"
+    }
+    .into()
+}
+
 impl BenchReport {
     /// Empty report stamped with the current time and machine info.
     pub fn new(bench: impl Into<String>) -> Self {
         BenchReport {
             bench: bench.into(),
-            timestamp_unix: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs()),
+            timestamp_unix: unix_now(),
             machine: MachineInfo::detect(),
             baselines: Baselines::default(),
             rows: Vec::new(),

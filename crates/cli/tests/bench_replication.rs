@@ -100,13 +100,6 @@ fn bench_replication_rejects_bad_arguments() {
         &["bench", "replication", "-b", "0"],
         &["bench", "replication", "--depth", "0"],
     ] {
-        let run = Command::new(env!("CARGO_BIN_EXE_farcache"))
-            .args(args)
-            .output()
-            .expect("run farcache");
-        assert!(!run.status.success(), "{args:?} should fail");
-        let err = String::from_utf8_lossy(&run.stderr);
-        assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
-        assert!(!err.trim().is_empty(), "{args:?}: no error message");
+        common::assert_refused(args);
     }
 }

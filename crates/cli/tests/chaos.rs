@@ -1,28 +1,28 @@
-//! A short `farcache chaos` run: servers reclaimed and killed under a verifying load.
+//! Short `farcache chaos` runs: servers reclaimed and killed under a verifying load.
 //! With one copy per region, kills lose data, but only ever as reported `DataLost`:
-//! no read may return wrong bytes and no acknowledged write may vanish silently.
+//! no read may return wrong bytes and no acknowledged write may vanish silently. With
+//! two copies nothing is lost at all.
 
 mod common;
 
 use common::bin;
 
-#[test]
-fn a_short_chaos_run_loses_nothing_silently() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let json = dir.path().join("chaos.json");
+/// Runs `farcache chaos` with `args` (plus a small cache and a short grace) and returns
+/// its JSON report, its text, and where the report was written.
+fn chaos(dir: &std::path::Path, args: &[&str]) -> (serde_json::Value, String, std::path::PathBuf) {
+    let json = dir.join("chaos.json");
     let out = std::process::Command::new(bin())
+        .arg("chaos")
+        .args(args)
         .args([
-            "chaos",
-            "--duration",
-            "20s",
             "--servers",
             "4",
-            "--reclaims",
-            "4",
-            "--kills",
-            "2",
+            "--cache-size",
+            "8MiB",
+            "--grace",
+            "5s",
+            "--json",
         ])
-        .args(["--cache-size", "8MiB", "--grace", "5s", "--json"])
         .arg(&json)
         .output()
         .expect("run chaos");
@@ -32,11 +32,23 @@ fn a_short_chaos_run_loses_nothing_silently() {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = std::fs::read_to_string(&json).expect("report");
-    let r: serde_json::Value = serde_json::from_str(&text).expect("json");
-    let n = |k: &str| {
-        r[k].as_u64()
-            .unwrap_or_else(|| panic!("{k} missing in {text}"))
-    };
+    let r = serde_json::from_str(&text).expect("json");
+    (r, text, json)
+}
+
+fn field(r: &serde_json::Value, text: &str, k: &str) -> u64 {
+    r[k].as_u64()
+        .unwrap_or_else(|| panic!("{k} missing in {text}"))
+}
+
+#[test]
+fn a_short_chaos_run_loses_nothing_silently() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (r, text, _) = chaos(
+        dir.path(),
+        &["--duration", "20s", "--reclaims", "4", "--kills", "2"],
+    );
+    let n = |k: &str| field(&r, &text, k);
     assert_eq!(n("wrong_reads"), 0, "{text}");
     assert_eq!(n("acked_writes_lost"), 0, "{text}");
     assert_eq!(n("replicas"), 1);
@@ -54,36 +66,20 @@ fn a_short_chaos_run_loses_nothing_silently() {
 #[test]
 fn a_short_chaos_run_with_two_copies_loses_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let json = dir.path().join("chaos2.json");
-    let out = std::process::Command::new(bin())
-        .args([
-            "chaos",
+    let (r, text, json) = chaos(
+        dir.path(),
+        &[
             "--duration",
             "15s",
-            "--servers",
-            "4",
             "--reclaims",
             "2",
             "--kills",
             "3",
             "--replicas",
             "2",
-        ])
-        .args(["--cache-size", "8MiB", "--grace", "5s", "--json"])
-        .arg(&json)
-        .output()
-        .expect("run chaos");
-    assert!(
-        out.status.success(),
-        "chaos failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+        ],
     );
-    let text = std::fs::read_to_string(&json).expect("report");
-    let r: serde_json::Value = serde_json::from_str(&text).expect("json");
-    let n = |k: &str| {
-        r[k].as_u64()
-            .unwrap_or_else(|| panic!("{k} missing in {text}"))
-    };
+    let n = |k: &str| field(&r, &text, k);
     assert_eq!(n("replicas"), 2);
     assert_eq!(n("kills"), 3, "{text}");
     assert_eq!(

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{bin, diff, eventually, pattern};
+use common::{bin, client, cluster, diff, eventually, pattern, server_index};
 use farcache_client::{Client, ClientConfig, ClientError, OpError};
 use farcache_proto::ServerId;
 use farcache_proto::control::{MigrationMode, ServerState};
@@ -18,27 +18,6 @@ use farcache_testkit::{ClusterOptions, ProcessCluster, Verifier};
 const REGION: u64 = 1 << 20;
 /// Regions big enough that a copy takes a while (for the interrupted move).
 const BIG_REGION: u64 = 32 << 20;
-
-fn cluster(servers: usize, memory: u64) -> ProcessCluster {
-    let opts = ClusterOptions::default()
-        .servers(servers)
-        .region_size(REGION)
-        .server_memory(memory);
-    ProcessCluster::start(bin(), &opts).expect("start process cluster")
-}
-
-fn client(c: &ProcessCluster) -> Client {
-    c.client_with(ClientConfig::new("").op_timeout(Duration::from_secs(5)))
-        .expect("client")
-}
-
-fn server_index(c: &ProcessCluster, client: &Client, id: ServerId) -> usize {
-    let st = client.status().expect("status");
-    let addr = &st.servers.iter().find(|s| s.id == id).expect("server").addr;
-    (0..c.server_count())
-        .find(|&i| c.server_addr(i) == addr)
-        .expect("server index")
-}
 
 fn regions_on(client: &Client, name: &str, id: ServerId) -> Vec<usize> {
     let st = client.status().expect("status");
@@ -52,7 +31,7 @@ fn regions_on(client: &Client, name: &str, id: ServerId) -> Vec<usize> {
 /// is wrong, every acknowledged write is there afterwards, and the server exits.
 #[test]
 fn sigterm_moves_every_region_under_load() {
-    let mut c = cluster(3, 64 << 20);
+    let mut c = cluster(3, REGION, 64 << 20);
     let client = client(&c);
     let cache = client.create("elastic", 24 * REGION).expect("create");
     let victim = cache.info().regions[0];
@@ -80,18 +59,8 @@ fn sigterm_moves_every_region_under_load() {
     std::thread::sleep(Duration::from_millis(300));
     // `stop` also reads every slot back against the acknowledged values.
     let r = load.stop();
-    assert_eq!(
-        (
-            r.wrong_reads,
-            r.acked_writes_lost,
-            r.acked_writes_lost_reported,
-            r.op_errors
-        ),
-        (0, 0, 0, 0),
-        "{:?}",
-        r.samples
-    );
-    assert!(r.reads + r.writes > 1000, "the load ran ({r:?})");
+    common::assert_clean(&r);
+    assert!(r.reads + r.writes > 200, "the load ran ({r:?})");
     let st = client.status().expect("status");
     let moved: Vec<_> = st.migrations.iter().filter(|m| m.from == victim).collect();
     assert_eq!(
@@ -111,7 +80,7 @@ fn sigterm_moves_every_region_under_load() {
 /// seen through `WRONG_SERVER` answers, and the cache stays fully usable.
 #[test]
 fn reclaim_request_in_both_modes_and_stale_handles_follow() {
-    let c = cluster(3, 64 << 20);
+    let c = cluster(3, REGION, 64 << 20);
     let client = client(&c);
     let cache = client.create("modes", 12 * REGION).expect("create");
     let image = pattern(3, (12 * REGION) as usize);
@@ -182,7 +151,7 @@ fn is_lost<T>(r: &Result<T, ClientError>) -> bool {
 /// rest into zeros; the other regions never noticed.
 #[test]
 fn killed_server_regions_are_lost_until_overwritten() {
-    let mut c = cluster(3, 64 << 20);
+    let mut c = cluster(3, REGION, 64 << 20);
     let client = client(&c);
     let n = 9u64;
     let cache = client.create("lossy", n * REGION).expect("create");
@@ -279,7 +248,7 @@ fn killed_server_regions_are_lost_until_overwritten() {
 /// lost (before the server exits) and read as `DataLost`; the moved ones are intact.
 #[test]
 fn a_grace_too_short_announces_its_losses() {
-    let mut c = cluster(3, 256 << 20);
+    let mut c = cluster(3, REGION, 256 << 20);
     let client = client(&c);
     let n = 48u64;
     let cache = client.create("hurried", n * REGION).expect("create");
@@ -351,7 +320,7 @@ fn a_grace_too_short_announces_its_losses() {
 #[test]
 fn chases_across_moving_regions_stay_right() {
     use farcache_sproc::builtin::{Chase, Flow, NULL};
-    let c = cluster(3, 64 << 20);
+    let c = cluster(3, REGION, 64 << 20);
     let client = client(&c);
     let n = 12u64;
     let cache = client.create("walk", n * REGION).expect("create");

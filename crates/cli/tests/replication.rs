@@ -8,40 +8,19 @@ mod common;
 
 use std::time::Duration;
 
-use common::{bin, diff, eventually, pattern};
-use farcache_client::{Client, ClientConfig, ClientError, CreateOptions, OpError, Status};
+use common::{bin, client, cluster, diff, eventually, pattern, server_index};
+use farcache_client::{Client, ClientError, CreateOptions, OpError, Status};
 use farcache_proto::ServerId;
 use farcache_proto::control::{CacheInfo, ControlErrorCode, MigrationMode};
 use farcache_testkit::{ClusterOptions, ProcessCluster, Verifier};
 
 const REGION: u64 = 1 << 20;
 
-fn cluster(servers: usize, memory: u64) -> ProcessCluster {
-    let opts = ClusterOptions::default()
-        .servers(servers)
-        .region_size(REGION)
-        .server_memory(memory);
-    ProcessCluster::start(bin(), &opts).expect("start process cluster")
-}
-
-fn client(c: &ProcessCluster) -> Client {
-    c.client_with(ClientConfig::new("").op_timeout(Duration::from_secs(5)))
-        .expect("client")
-}
-
 fn replicated(replicas: u32) -> CreateOptions {
     CreateOptions {
         replicas,
         ..CreateOptions::default()
     }
-}
-
-fn server_index(c: &ProcessCluster, client: &Client, id: ServerId) -> usize {
-    let st = client.status().expect("status");
-    let addr = &st.servers.iter().find(|s| s.id == id).expect("server").addr;
-    (0..c.server_count())
-        .find(|&i| c.server_addr(i) == addr)
-        .expect("server index")
 }
 
 fn info(client: &Client, name: &str) -> CacheInfo {
@@ -69,7 +48,7 @@ fn fully_copied(i: &CacheInfo, n: usize, not_on: Option<ServerId>) -> bool {
 /// again; then kill another server and still lose nothing.
 #[test]
 fn killed_primaries_lose_no_acknowledged_write() {
-    let mut c = cluster(4, 64 << 20);
+    let mut c = cluster(4, REGION, 64 << 20);
     let client = client(&c);
     let n = 12u64;
     let cache = client
@@ -123,7 +102,7 @@ fn killed_primaries_lose_no_acknowledged_write() {
         "{:?}",
         r.samples
     );
-    assert!(r.writes > 500, "the load ran: {r:?}");
+    assert!(r.writes > 100, "the load ran: {r:?}");
     // The owners counted what they forwarded.
     let owner = server_index(&c, &client, info(&client, "safe").regions[0]);
     let stats = common::server_stats(&c, owner);
@@ -134,7 +113,7 @@ fn killed_primaries_lose_no_acknowledged_write() {
 /// write survives, and every region ends with two copies, none on the leaver.
 #[test]
 fn reclaim_moves_owned_and_backup_copies() {
-    let mut c = cluster(4, 64 << 20);
+    let mut c = cluster(4, REGION, 64 << 20);
     let client = client(&c);
     let n = 8u64;
     let cache = client
@@ -158,17 +137,7 @@ fn reclaim_moves_owned_and_backup_copies() {
         || fully_copied(&info(&client, "moving"), 2, Some(victim)).then_some(()),
     );
     let r = load.stop();
-    assert_eq!(
-        (
-            r.wrong_reads,
-            r.acked_writes_lost,
-            r.acked_writes_lost_reported,
-            r.op_errors
-        ),
-        (0, 0, 0, 0),
-        "{:?}",
-        r.samples
-    );
+    common::assert_clean(&r);
     let st = client.status().expect("status");
     assert!(st.lost.is_empty() && st.promotions.is_empty(), "{st:?}");
     assert!(st.migrations.iter().any(|m| m.from == victim));
@@ -182,7 +151,7 @@ fn reclaim_moves_owned_and_backup_copies() {
 /// cache is refused rather than half done.
 #[test]
 fn impossible_copies_are_refused() {
-    let c = cluster(2, 64 << 20);
+    let c = cluster(2, REGION, 64 << 20);
     let client = client(&c);
     match client.create_with("three", 2 * REGION, &replicated(3)) {
         Err(ClientError::Rejected { code, message }) => {
@@ -267,4 +236,60 @@ fn file_caches_are_read_only_and_reload_lost_regions() {
         ..CreateOptions::default()
     };
     assert!(client.create_with("bad", REGION, &bad).is_err());
+}
+
+/// A server restarted at once on its address and data directory comes back empty
+/// under its old id: its owned regions pass to their backups, its backups are
+/// replaced, and every byte written before reads back; a manager restart meanwhile
+/// keeps the copies it committed.
+#[test]
+fn a_restarted_server_and_manager_lose_nothing() {
+    let mut c = cluster(3, REGION, 64 << 20);
+    let client = client(&c);
+    let n = 9u64;
+    let cache = client
+        .create_with("restart", n * REGION, &replicated(2))
+        .expect("create");
+    let image = pattern(5, (n * REGION) as usize);
+    cache.write(0, &image).expect("fill");
+    let victim = cache.info().regions[0];
+    let i = server_index(&c, &client, victim);
+    c.restart_server(i).expect("restart");
+    let after = eventually(
+        "two copies again, none lost",
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        || {
+            let i = info(&client, "restart");
+            let owned = i.regions.iter().filter(|&&s| s == victim).count();
+            (owned == 0 && fully_copied(&i, 2, None)).then_some(i)
+        },
+    );
+    let st = client.status().expect("status");
+    assert!(st.lost.is_empty(), "nothing lost: {:?}", st.lost);
+    assert!(st.promotions.iter().any(|p| p.from == victim));
+    let got = cache.read(0, n * REGION).expect("read");
+    assert!(
+        diff(&got, &image).is_none(),
+        "every byte survived the restart"
+    );
+    // The manager restarts: the committed table stands, and the cache still reads.
+    c.restart_manager().expect("restart manager");
+    let again = eventually(
+        "the manager is back with the same table",
+        Duration::from_secs(20),
+        Duration::from_millis(50),
+        || {
+            client
+                .status()
+                .ok()
+                .and_then(|s| s.caches.into_iter().find(|x| x.name == "restart"))
+        },
+    );
+    assert_eq!(again.regions, after.regions);
+    assert_eq!(again.backups, after.backups);
+    let got = cache
+        .read(0, n * REGION)
+        .expect("read after the manager restart");
+    assert!(diff(&got, &image).is_none());
 }

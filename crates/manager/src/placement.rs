@@ -37,6 +37,25 @@ impl std::fmt::Display for Shortfall {
     }
 }
 
+/// The index of the best candidate with room for a region that `eligible` accepts:
+/// cheapest, then most free memory (`free`, as planned so far), then lowest id.
+fn cheapest(
+    candidates: &[Candidate],
+    free: &[u64],
+    region_size: u64,
+    eligible: impl Fn(&Candidate) -> bool,
+) -> Option<usize> {
+    (0..candidates.len())
+        .filter(|&i| free[i] >= region_size && eligible(&candidates[i]))
+        .min_by(|&a, &b| {
+            let (ca, cb) = (&candidates[a], &candidates[b]);
+            ca.price_per_gib_hour
+                .total_cmp(&cb.price_per_gib_hour)
+                .then(free[b].cmp(&free[a]))
+                .then(ca.id.cmp(&cb.id))
+        })
+}
+
 /// Picks a server for each of `regions` new regions of `region_size` bytes.
 pub fn place(
     candidates: &[Candidate],
@@ -58,15 +77,7 @@ pub fn place(
     let mut free: Vec<u64> = candidates.iter().map(|c| c.free).collect();
     let mut out = Vec::with_capacity(regions);
     for _ in 0..regions {
-        let best = (0..candidates.len())
-            .filter(|&i| free[i] >= region_size)
-            .min_by(|&a, &b| {
-                let (ca, cb) = (&candidates[a], &candidates[b]);
-                ca.price_per_gib_hour
-                    .total_cmp(&cb.price_per_gib_hour)
-                    .then(free[b].cmp(&free[a]))
-                    .then(ca.id.cmp(&cb.id))
-            });
+        let best = cheapest(candidates, &free, region_size, |_| true);
         // The whole-region count above means this cannot fail; stay total anyway.
         let Some(i) = best else {
             return Err(shortfall());
@@ -97,16 +108,9 @@ pub fn place_backups(
     for (region, &owner) in owners.iter().enumerate() {
         let mut copies: Vec<ServerId> = Vec::with_capacity(extra);
         for _ in 0..extra {
-            let best = (0..candidates.len())
-                .filter(|&i| free[i] >= region_size)
-                .filter(|&i| candidates[i].id != owner && !copies.contains(&candidates[i].id))
-                .min_by(|&a, &b| {
-                    let (ca, cb) = (&candidates[a], &candidates[b]);
-                    ca.price_per_gib_hour
-                        .total_cmp(&cb.price_per_gib_hour)
-                        .then(free[b].cmp(&free[a]))
-                        .then(ca.id.cmp(&cb.id))
-                });
+            let best = cheapest(candidates, &free, region_size, |c| {
+                c.id != owner && !copies.contains(&c.id)
+            });
             let Some(i) = best else {
                 return Err(format!(
                     "region {region} needs {} copies on distinct servers, but only {} \

@@ -593,14 +593,7 @@ impl Service {
                 };
                 if let Err(e) = self.links.call(t.server, &t.addr, &req) {
                     self.free_regions(id, 0, &plan);
-                    for (r, t) in &placed {
-                        let free = ControlRequest::FreeRegion {
-                            cache: id,
-                            region: *r,
-                            moved_to: None,
-                        };
-                        self.best_effort(t, &free, "free a backup");
-                    }
+                    self.free_backups(id, &placed);
                     return Err(Reject::unavailable(format!(
                         "server {} ({}) could not allocate a backup of region {region}: {e}",
                         t.server, t.addr
@@ -626,14 +619,7 @@ impl Service {
         if let Err(e) = st.commit(&[Write::Cache(&record)]) {
             drop(st);
             self.free_regions(id, 0, &plan);
-            for (r, t) in &placed {
-                let free = ControlRequest::FreeRegion {
-                    cache: id,
-                    region: *r,
-                    moved_to: None,
-                };
-                self.best_effort(t, &free, "free a backup");
-            }
+            self.free_backups(id, &placed);
             return Err(e);
         }
         // Insert first so the reply's server `used` figures include this cache.
@@ -1086,6 +1072,18 @@ impl Service {
                 moved_to: None,
             };
             self.best_effort(t, &req, "free region");
+        }
+    }
+
+    /// Frees backups placed by a create that failed, best effort.
+    fn free_backups(&self, cache: CacheId, placed: &[(u32, Target)]) {
+        for (region, t) in placed {
+            let free = ControlRequest::FreeRegion {
+                cache,
+                region: *region,
+                moved_to: None,
+            };
+            self.best_effort(t, &free, "free a backup");
         }
     }
 

@@ -3,7 +3,6 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use farcache_client::MigrationRecord;
 use serde::{Deserialize, Serialize};
@@ -117,16 +116,9 @@ impl MigrateReport {
     pub fn new(config: MigrateConfig) -> Self {
         Self {
             bench: "migrate".into(),
-            timestamp_unix: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs()),
+            timestamp_unix: crate::report::unix_now(),
             machine: MachineInfo::detect(),
-            build: if cfg!(debug_assertions) {
-                "dev"
-            } else {
-                "release"
-            }
-            .into(),
+            build: crate::report::build_kind(),
             config,
             rows: Vec::new(),
             notes: Vec::new(),

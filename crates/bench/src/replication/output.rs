@@ -3,7 +3,6 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
@@ -122,16 +121,9 @@ impl ReplicationReport {
     ) -> Self {
         Self {
             bench: "replication".into(),
-            timestamp_unix: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs()),
+            timestamp_unix: crate::report::unix_now(),
             machine: MachineInfo::detect(),
-            build: if cfg!(debug_assertions) {
-                "dev"
-            } else {
-                "release"
-            }
-            .into(),
+            build: crate::report::build_kind(),
             servers,
             server_threads: opts.server_threads,
             cache_size: opts.cache_size,

@@ -4,6 +4,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use farcache_bench::drain::{
+    DrainBenchOptions, format_drain_table, run_drain_bench, write_drain_json,
+};
 use farcache_bench::io::IoOp;
 use farcache_bench::io_suite::{AUTO_BATCH, IoBenchOptions, run_io_bench};
 use farcache_bench::migrate::{
@@ -33,6 +36,34 @@ pub enum BenchCommand {
     /// latency on a cache with one copy (replicas 1) and one with a backup (replicas 2),
     /// on one 3-server cluster.
     Replication(ReplicationArgs),
+    /// Reclaim a server holding a full cache (default 4 GiB) and time how long its
+    /// regions take to move to a second server, under a light load; then read every
+    /// byte back. The target: a 4 GiB server drains within a 30 s grace.
+    Drain(DrainArgs),
+}
+
+#[derive(clap::Args)]
+pub struct DrainArgs {
+    /// The cache, all of it on the reclaimed server (also each server's memory).
+    #[arg(long, default_value = "4GiB", value_parser = parse_size)]
+    size: u64,
+    /// Region size (a multiple of 1 MiB dividing --size).
+    #[arg(long, default_value = "256MiB", value_parser = parse_size)]
+    region_size: u64,
+    /// The reclamation notice, in seconds: the target is to drain within it.
+    #[arg(long, default_value_t = 30.0)]
+    grace: f64,
+    /// Background load during the drain: `on` (a batch of 16 reads and 16 writes of
+    /// 8 bytes every millisecond, checked) or `off`.
+    #[arg(long, default_value = "on", value_parser = parse_on_off, action = clap::ArgAction::Set)]
+    load: bool,
+    /// Server worker threads.
+    #[arg(short = 's', long, default_value = "1", value_parser = parse_count)]
+    server_threads: usize,
+    /// Directory for the JSON results (`drain-<unix seconds>.json` and
+    /// `drain-latest.json`).
+    #[arg(long, default_value = DEFAULT_RESULTS_DIR)]
+    out: PathBuf,
 }
 
 #[derive(clap::Args)]
@@ -193,6 +224,7 @@ pub fn run(b: BenchCommand) -> Result<()> {
         BenchCommand::Sproc(a) => sproc(a),
         BenchCommand::Migrate(a) => migrate(a),
         BenchCommand::Replication(a) => replication(a),
+        BenchCommand::Drain(a) => drain(a),
     }
 }
 
@@ -305,6 +337,24 @@ fn replication(a: ReplicationArgs) -> Result<()> {
     Ok(())
 }
 
+fn drain(a: DrainArgs) -> Result<()> {
+    let bin = std::env::current_exe().context("locating the farcache binary")?;
+    let mut o = DrainBenchOptions::new(bin);
+    o.size = a.size;
+    o.region_size = a.region_size;
+    o.grace = Duration::try_from_secs_f64(a.grace)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .context("--grace must be a positive number of seconds")?;
+    o.load = a.load;
+    o.server_threads = a.server_threads;
+    let report = run_drain_bench(&o)?;
+    print!("{}", format_drain_table(&report));
+    let json = write_drain_json(&report, &a.out)?;
+    println!("results: {}", json.display());
+    Ok(())
+}
+
 fn io(a: IoArgs) -> Result<()> {
     let bin = std::env::current_exe().context("locating the farcache binary")?;
     let mut o = IoBenchOptions::new(bin, a.quick);
@@ -348,6 +398,14 @@ fn parse_batch(s: &str) -> Result<usize, String> {
             )),
             Ok(v) => Ok(v),
         },
+    }
+}
+
+fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "on" | "true" | "yes" => Ok(true),
+        "off" | "false" | "no" => Ok(false),
+        _ => Err(format!("`{s}` is neither on nor off")),
     }
 }
 

@@ -301,3 +301,60 @@ pub fn run_ok(cmd: &mut std::process::Command, what: &str) -> String {
     );
     stdout
 }
+
+/// A process cluster of `servers` servers with `memory` each and regions of
+/// `region_size` bytes.
+pub fn cluster(servers: usize, region_size: u64, memory: u64) -> farcache_testkit::ProcessCluster {
+    let opts = farcache_testkit::ClusterOptions::default()
+        .servers(servers)
+        .region_size(region_size)
+        .server_memory(memory);
+    farcache_testkit::ProcessCluster::start(bin(), &opts).expect("start process cluster")
+}
+
+/// A cluster-secret client with a 5 s op timeout.
+pub fn client(c: &farcache_testkit::ProcessCluster) -> farcache_client::Client {
+    c.client_with(farcache_client::ClientConfig::new("").op_timeout(Duration::from_secs(5)))
+        .expect("client")
+}
+
+/// The index (in the cluster) of the server with id `id`.
+pub fn server_index(
+    c: &farcache_testkit::ProcessCluster,
+    client: &farcache_client::Client,
+    id: farcache_proto::ServerId,
+) -> usize {
+    let st = client.status().expect("status");
+    let addr = &st.servers.iter().find(|s| s.id == id).expect("server").addr;
+    (0..c.server_count())
+        .find(|&i| c.server_addr(i) == addr)
+        .expect("server index")
+}
+
+/// A verifying load saw nothing wrong: no wrong read, no acknowledged write lost
+/// (silently or reported), and no failed op.
+pub fn assert_clean(r: &farcache_testkit::VerifyReport) {
+    assert_eq!(
+        (
+            r.wrong_reads,
+            r.acked_writes_lost,
+            r.acked_writes_lost_reported,
+            r.op_errors
+        ),
+        (0, 0, 0, 0),
+        "{:?}",
+        r.samples
+    );
+}
+
+/// `farcache ARGS` exits with an error message, without panicking.
+pub fn assert_refused(args: &[&str]) {
+    let run = std::process::Command::new(bin())
+        .args(args)
+        .output()
+        .expect("run farcache");
+    assert!(!run.status.success(), "{args:?} should fail");
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+    assert!(!err.trim().is_empty(), "{args:?}: no error message");
+}

@@ -252,25 +252,19 @@ impl Service {
             st.commit(&[Write::Cache(&next)])?;
             st.catalogue.insert_cache(next.clone());
             for p in &placed {
-                if p.reloaded {
-                    tracing::warn!(
-                        cache,
-                        region = p.region,
-                        was_on,
-                        now_on = p.now_on,
-                        reason,
-                        "region's copies lost: reloaded from the cache's source file"
-                    );
+                let now = if p.reloaded {
+                    "reloaded from the cache's source file"
                 } else {
-                    tracing::warn!(
-                        cache,
-                        region = p.region,
-                        was_on,
-                        now_on = p.now_on,
-                        reason,
-                        "region lost: placed again empty, reads answer DATA_LOST"
-                    );
-                }
+                    "placed again empty, reads answer DATA_LOST"
+                };
+                tracing::warn!(
+                    cache,
+                    region = p.region,
+                    was_on,
+                    now_on = p.now_on,
+                    reason,
+                    "region's copies lost: {now}"
+                );
                 st.events.lost(p.clone());
             }
             st.catalogue.cache_info(&next)
