@@ -84,13 +84,6 @@ fn bench_io_rejects_bad_arguments() {
         &["bench", "io", "--dist", "pareto"],
         &["bench", "io", "-b", "0", "--no-baselines"],
     ] {
-        let run = Command::new(env!("CARGO_BIN_EXE_farcache"))
-            .args(args)
-            .output()
-            .expect("run farcache");
-        assert!(!run.status.success(), "{args:?} should fail");
-        let err = String::from_utf8_lossy(&run.stderr);
-        assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
-        assert!(!err.trim().is_empty(), "{args:?}: no error message");
+        common::assert_refused(args);
     }
 }

@@ -191,13 +191,6 @@ fn bench_sproc_rejects_bad_arguments() {
         &["bench", "sproc", "--records", "3", "--no-baselines"],
         &["bench", "sproc", "--chains", "0", "--no-baselines"],
     ] {
-        let run = Command::new(env!("CARGO_BIN_EXE_farcache"))
-            .args(args)
-            .output()
-            .expect("run farcache");
-        assert!(!run.status.success(), "{args:?} should fail");
-        let err = String::from_utf8_lossy(&run.stderr);
-        assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
-        assert!(!err.trim().is_empty(), "{args:?}: no error message");
+        common::assert_refused(args);
     }
 }
