@@ -128,7 +128,7 @@ fn run_one(
         |t0: Instant, n: usize, t: Ticket, hist: &mut LatencyHistogram, measured: bool| {
             let r = t.wait();
             hist.record_n(t0.elapsed().as_nanos() as u64, n as u64);
-            errors += r.iter().filter(|x| x.is_err()).count() as u64;
+            errors += r.failed() as u64;
             if measured {
                 ops += n as u64;
             }

@@ -7,6 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use crate::baseline::peers::{PeerBaseline, PeerOp, RawTcpFloor};
 use crate::baseline::redis::RedisBaseline;
 use crate::baseline::redis_eval::RedisEvalBaseline;
 use crate::baseline::sockperf::SockperfBaseline;
@@ -56,6 +57,9 @@ pub struct BenchRow {
     pub latency_ratio_vs_raw_tcp: Option<f64>,
     pub bandwidth_gbps: Option<f64>,
     pub bandwidth_ratio_vs_sockperf: Option<f64>,
+    /// `bandwidth_gbps` ÷ the spinning multi-message loopback stream's Gbit/s.
+    #[serde(default)]
+    pub bandwidth_ratio_vs_stream: Option<f64>,
     /// Speedup of a stored procedure over doing the same work at the client with
     /// plain reads (`bench sproc`): throughput ÷ client-side throughput, or
     /// client-side time ÷ procedure time. Above 1 = the procedure wins.
@@ -74,6 +78,23 @@ pub struct BenchRow {
     pub peer_msgs: Option<f64>,
     #[serde(default)]
     pub peer_frames: Option<f64>,
+    /// The fastest peer measured for this row's op and size in the same run (Redis
+    /// pipelined or MGET/MSET, redis-benchmark, memcached multi-get), e.g.
+    /// `memcached multi-get b=1024 q=4 c=2`.
+    #[serde(default)]
+    pub best_peer: Option<String>,
+    #[serde(default)]
+    pub best_peer_mops: Option<f64>,
+    /// `mops / best_peer_mops`.
+    #[serde(default)]
+    pub ratio_vs_best_peer: Option<f64>,
+    /// `mops` ÷ the same batches run by the server's executor in-process (no sockets).
+    #[serde(default)]
+    pub fraction_of_ceiling: Option<f64>,
+    /// Bytes the run's addresses span (records × record size): whether it fits the
+    /// CPU's caches.
+    #[serde(default)]
+    pub working_set_bytes: Option<u64>,
     /// e.g. ">= 10x"
     pub target: Option<String>,
     pub meets_target: Option<bool>,
@@ -102,11 +123,17 @@ impl Default for BenchRow {
             latency_ratio_vs_raw_tcp: None,
             bandwidth_gbps: None,
             bandwidth_ratio_vs_sockperf: None,
+            bandwidth_ratio_vs_stream: None,
             ratio_vs_client_side: None,
             round_trips: None,
             client_side_round_trips: None,
             peer_msgs: None,
             peer_frames: None,
+            best_peer: None,
+            best_peer_mops: None,
+            ratio_vs_best_peer: None,
+            fraction_of_ceiling: None,
+            working_set_bytes: None,
             target: None,
             meets_target: None,
         }
@@ -153,6 +180,20 @@ impl BenchRow {
     pub fn with_peer(mut self, msgs: f64, frames: f64) -> Self {
         self.peer_msgs = Some(msgs);
         self.peer_frames = Some(frames);
+        self
+    }
+
+    /// Sets `best_peer`, `best_peer_mops` and `ratio_vs_best_peer`.
+    pub fn with_best_peer(mut self, peer: impl Into<String>, peer_mops: f64) -> Self {
+        self.best_peer = Some(peer.into());
+        self.best_peer_mops = Some(peer_mops);
+        self.ratio_vs_best_peer = ratio(self.mops, peer_mops);
+        self
+    }
+
+    /// Sets `fraction_of_ceiling = mops / ceiling_mops`.
+    pub fn with_ceiling(mut self, ceiling_mops: f64) -> Self {
+        self.fraction_of_ceiling = ratio(self.mops, ceiling_mops);
         self
     }
 
@@ -222,25 +263,81 @@ pub struct Baselines {
     /// Lua-script baselines of `bench sproc`, one per script.
     #[serde(default)]
     pub redis_eval: Vec<RedisEvalBaseline>,
+    /// Redis (MGET/MSET, pipelined GET/SET) and memcached (multi-get/set) driven by
+    /// spinning clients with farcache's batch shape, per (value size, keys).
+    #[serde(default)]
+    pub peers: Vec<PeerBaseline>,
+    /// Spinning loopback TCP: ping-pong RTT and a multi-message stream.
+    #[serde(default)]
+    pub raw_tcp: Option<RawTcpFloor>,
 }
 
 impl Baselines {
+    /// The fastest peer run for `op` on `value_size`-byte values over `keys` keys:
+    /// the spinning drivers' runs and the redis-benchmark sweep (when it ran on the
+    /// same keyspace). Returns (label, Mops).
+    pub fn best_peer(&self, op: PeerOp, value_size: usize, keys: u64) -> Option<(String, f64)> {
+        let drivers = self
+            .peers
+            .iter()
+            .filter(|p| p.value_size == value_size && p.keys == keys)
+            .filter_map(|p| p.best(op))
+            .map(|r| (r.peer.clone(), r.mops));
+        let sweep = self
+            .redis
+            .iter()
+            .filter(|r| r.value_size == value_size && r.keyspace == keys)
+            .map(|r| match op {
+                PeerOp::Get => (
+                    format!("redis-benchmark {}", r.best_get.label()),
+                    r.best_get_mops(),
+                ),
+                PeerOp::Set => (
+                    format!("redis-benchmark {}", r.best_set.label()),
+                    r.best_set_mops(),
+                ),
+            });
+        drivers
+            .chain(sweep)
+            .filter(|(_, m)| m.is_finite() && *m > 0.0)
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+    }
+
+    /// Redis's unpipelined GET p50 from a spinning client, µs.
+    pub fn redis_spin_get_p50_us(&self, value_size: usize) -> Option<f64> {
+        self.peers
+            .iter()
+            .filter(|p| p.value_size == value_size)
+            .find_map(|p| p.redis_unpipelined_spin.as_ref().map(|l| l.p50_us))
+    }
+
+    /// Spinning loopback TCP round-trip p50, µs, if it ran.
+    pub fn spin_rtt_p50_us(&self) -> Option<f64> {
+        self.raw_tcp.as_ref().map(RawTcpFloor::rtt_p50_us)
+    }
+
     /// Redis baseline for `value_size`, if measured.
     pub fn redis_for(&self, value_size: usize) -> Option<&RedisBaseline> {
         self.redis.iter().find(|r| r.value_size == value_size)
     }
 
-    /// Loopback TCP round-trip p50 in µs, if sockperf ran.
+    /// Loopback TCP round-trip p50 in µs: the spinning ping-pong if it ran, else
+    /// sockperf's (blocking) figure.
     pub fn raw_rtt_p50_us(&self) -> Option<f64> {
-        self.sockperf.as_ref().map(SockperfBaseline::rtt_p50_us)
+        self.spin_rtt_p50_us()
+            .or_else(|| self.sockperf.as_ref().map(SockperfBaseline::rtt_p50_us))
     }
 
     /// Rows describing every baseline (redis, redis EVAL, then sockperf).
     pub fn rows(&self) -> Vec<BenchRow> {
         let mut rows: Vec<BenchRow> = self.redis.iter().flat_map(RedisBaseline::rows).collect();
         rows.extend(self.redis_eval.iter().flat_map(RedisEvalBaseline::rows));
+        rows.extend(self.peers.iter().flat_map(PeerBaseline::rows));
         if let Some(s) = &self.sockperf {
             rows.extend(s.rows());
+        }
+        if let Some(t) = &self.raw_tcp {
+            rows.extend(t.rows());
         }
         rows
     }
@@ -343,13 +440,21 @@ fn fmt_rt(v: f64) -> String {
 
 fn fmt_ratios(r: &BenchRow) -> String {
     let mut parts = Vec::new();
+    if let (Some(x), Some(p)) = (r.ratio_vs_best_peer, &r.best_peer) {
+        parts.push(format!("{x:.2}x best ({p})"));
+    }
+    if let Some(x) = r.fraction_of_ceiling {
+        parts.push(format!("{:.0}% of ceiling", x * 100.0));
+    }
     if let Some(x) = r.ratio_vs_redis {
         parts.push(format!("{x:.2}x redis"));
     }
     if let Some(x) = r.latency_ratio_vs_raw_tcp {
         parts.push(format!("{x:.2}x tcp-lat"));
     }
-    if let Some(x) = r.bandwidth_ratio_vs_sockperf {
+    if let Some(x) = r.bandwidth_ratio_vs_stream {
+        parts.push(format!("{x:.2}x tcp-stream"));
+    } else if let Some(x) = r.bandwidth_ratio_vs_sockperf {
         parts.push(format!("{x:.2}x tcp-bw"));
     }
     if let Some(x) = r.ratio_vs_client_side {
@@ -572,7 +677,9 @@ mod chart {
         for (i, r) in rows.iter().enumerate() {
             let c = color(&r.system);
             let ratio = [
-                r.ratio_vs_redis.map(|x| format!("{x:.2}x redis")),
+                r.ratio_vs_best_peer
+                    .map(|x| format!("{x:.2}x best peer"))
+                    .or_else(|| r.ratio_vs_redis.map(|x| format!("{x:.2}x redis"))),
                 r.ratio_vs_client_side.map(|x| format!("{x:.2}x client")),
             ]
             .into_iter()
@@ -584,8 +691,15 @@ mod chart {
             } else {
                 format!("  ({ratio})")
             };
-            match r.baseline_mops.filter(|b| b.is_finite() && *b > 0.0) {
-                Some(base) => {
+            // The best peer when one was measured, else the Redis sweep.
+            let base = match (r.best_peer_mops, &r.best_peer) {
+                (Some(m), Some(p)) => Some((m, p.as_str())),
+                _ => r
+                    .baseline_mops
+                    .map(|m| (m, r.baseline.as_deref().unwrap_or("redis"))),
+            };
+            match base.filter(|(b, _)| b.is_finite() && *b > 0.0) {
+                Some((base, label)) => {
                     bars.push(Bar {
                         slot: i,
                         offset: 0.17,
@@ -600,9 +714,9 @@ mod chart {
                         height: 0.32,
                         value: base,
                         color: REDIS,
-                        text: format!("{base:.3} {}", r.baseline.as_deref().unwrap_or("redis")),
+                        text: format!("{base:.3} {label}"),
                     });
-                    push_legend(&mut legend, "redis", REDIS);
+                    push_legend(&mut legend, "best peer", REDIS);
                 }
                 None => bars.push(Bar {
                     slot: i,
@@ -655,9 +769,9 @@ mod chart {
                         height: 0.32,
                         value: base,
                         color: RAW_TCP,
-                        text: format!("{base:.1} raw TCP RTT"),
+                        text: format!("{base:.1} raw TCP RTT (spin)"),
                     });
-                    push_legend(&mut legend, "raw TCP (sockperf)", RAW_TCP);
+                    push_legend(&mut legend, "raw TCP RTT", RAW_TCP);
                 }
                 None => bars.push(Bar {
                     slot: i,

@@ -1,6 +1,6 @@
 //! Locating (and, when running as root, installing) the external tools the
-//! baselines need: `redis-server`, `redis-benchmark`, `sockperf` and the
-//! DejaVu font used for chart text.
+//! baselines need: `redis-server`, `redis-benchmark`, `sockperf`, `memcached`
+//! and the DejaVu font used for chart text.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -18,6 +18,8 @@ pub enum Tool {
     Sockperf,
     /// DejaVu Sans TTF for chart labels (Debian package `fonts-dejavu-core`).
     DejaVuFont,
+    /// `memcached` binary (Debian package `memcached`), a peer of the io bench.
+    Memcached,
 }
 
 /// Candidate locations of a sans-serif TTF usable for chart text.
@@ -30,11 +32,12 @@ pub const FONT_CANDIDATES: &[&str] = &[
 
 impl Tool {
     /// Every tool the baselines and charts use.
-    pub const ALL: [Tool; 4] = [
+    pub const ALL: [Tool; 5] = [
         Tool::RedisServer,
         Tool::RedisBenchmark,
         Tool::Sockperf,
         Tool::DejaVuFont,
+        Tool::Memcached,
     ];
 
     /// Human-readable name (binary name, or "DejaVuSans.ttf").
@@ -44,6 +47,7 @@ impl Tool {
             Tool::RedisBenchmark => "redis-benchmark",
             Tool::Sockperf => "sockperf",
             Tool::DejaVuFont => "DejaVuSans.ttf",
+            Tool::Memcached => "memcached",
         }
     }
 
@@ -54,6 +58,7 @@ impl Tool {
             Tool::RedisBenchmark => &["redis-server", "redis-tools"],
             Tool::Sockperf => &["sockperf"],
             Tool::DejaVuFont => &["fonts-dejavu-core"],
+            Tool::Memcached => &["memcached"],
         }
     }
 

@@ -1,6 +1,7 @@
-//! `farcache bench io` end to end: baselines measured, farcache rows carry ratios and
-//! targets, JSON and PNG written. Needs redis-server, redis-benchmark and sockperf
-//! (`scripts/test.sh` installs them).
+//! `farcache bench io` end to end: baselines measured, farcache rows carry ratios,
+//! the best peer, the in-process ceiling and targets; JSON and PNG written. Needs
+//! redis-server, redis-benchmark, memcached and sockperf (the bench installs them
+//! when run as root).
 
 mod common;
 
@@ -27,7 +28,14 @@ fn bench_io_writes_rows_with_ratios() {
             .find(|r| r["name"].as_str() == Some(name))
             .unwrap_or_else(|| panic!("no row {name:?} in {rows:#?}"))
     };
-    for system in ["redis", "sockperf", "farcache"] {
+    for system in [
+        "redis",
+        "memcached",
+        "sockperf",
+        "rawtcp",
+        "in-process",
+        "farcache",
+    ] {
         assert!(
             rows.iter().any(|r| r["system"] == system),
             "no {system} rows"
@@ -43,9 +51,41 @@ fn bench_io_writes_rows_with_ratios() {
         (ratio - mops / base).abs() < 1e-9 * ratio.max(1.0),
         "{read8}"
     );
+    // The best peer is the fastest peer row of the same op, size and keyspace.
+    let peer = read8["best_peer"].as_str().expect("best_peer");
+    let peer_mops = read8["best_peer_mops"].as_f64().expect("best_peer_mops");
+    let fastest = rows
+        .iter()
+        .filter(|r| {
+            (r["system"] == "redis" || r["system"] == "memcached")
+                && r["op"] == "GET"
+                && r["record_size"] == 8
+                && r["b"].as_u64().is_some_and(|b| b > 1)
+        })
+        .filter_map(|r| r["mops"].as_f64())
+        .fold(0.0f64, f64::max);
+    assert!(
+        peer_mops >= fastest * (1.0 - 1e-9),
+        "{peer} at {peer_mops} Mops is not the fastest GET row ({fastest})"
+    );
+    let vs_peer = read8["ratio_vs_best_peer"]
+        .as_f64()
+        .expect("ratio_vs_best_peer");
+    assert!((vs_peer - mops / peer_mops).abs() < 1e-9 * vs_peer.max(1.0));
+    let ceiling = row("ceiling read 8B uniform")["mops"]
+        .as_f64()
+        .expect("ceiling");
+    let frac = read8["fraction_of_ceiling"]
+        .as_f64()
+        .expect("fraction_of_ceiling");
+    assert!(
+        (frac - mops / ceiling).abs() < 1e-9 * frac.max(1.0),
+        "{read8}"
+    );
+    assert_eq!(read8["working_set_bytes"], 4096 * 8);
     assert!(
         read8["meets_target"].is_boolean(),
-        "8 B read carries the 10x target"
+        "8 B read carries the best-peer and ceiling targets"
     );
     assert_eq!(read8["c"], 1);
     assert_eq!(read8["b"], 1024);
@@ -62,7 +102,7 @@ fn bench_io_writes_rows_with_ratios() {
 
     let big = row("farcache read 4096B uniform");
     assert!(
-        big["bandwidth_ratio_vs_sockperf"]
+        big["bandwidth_ratio_vs_stream"]
             .as_f64()
             .is_some_and(|v| v > 0.0),
         "{big}"

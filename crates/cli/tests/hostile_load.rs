@@ -48,7 +48,7 @@ fn read_rate(cache: &Cache, img: &[u8], window: Duration) -> f64 {
         let r = b.submit().wait();
         for (addr, id) in ids {
             let got = r.data(id).expect("legitimate read during the attack");
-            assert_eq!(&got[..], &img[addr as usize..addr as usize + 8]);
+            assert_eq!(got, &img[addr as usize..addr as usize + 8]);
         }
         ops += 256;
     }

@@ -680,7 +680,7 @@ fn op_count(stats: &farcache_proto::control::ServerStats, op: &str) -> u64 {
 }
 
 fn result_at(r: &farcache_client::BatchResults, i: usize) -> OpResult {
-    r.get(i).cloned().expect("result index")
+    r.get(i).expect("result index")
 }
 
 #[test]
@@ -760,10 +760,10 @@ fn out_of_range_and_misaligned_ops_fail_and_change_nothing() {
     let r1 = b.read(REGION - 2, 4);
     let fa = b.fetch_add(2 * REGION, 5);
     let r = b.run();
-    assert_eq!(r.get(w), Some(&Ok(OpOutput::Done)));
-    assert_eq!(r.get(bad_read), Some(&Err(oor(CAPACITY - 1, 2))));
-    assert_eq!(r.get(bad_cas), Some(&Err(OpError::Misaligned(REGION + 3))));
-    assert_eq!(r.get(bad_write), Some(&Err(oor(CAPACITY, 1))));
+    assert_eq!(r.get(w), Some(Ok(OpOutput::Done)));
+    assert_eq!(r.get(bad_read), Some(Err(oor(CAPACITY - 1, 2))));
+    assert_eq!(r.get(bad_cas), Some(Err(OpError::Misaligned(REGION + 3))));
+    assert_eq!(r.get(bad_write), Some(Err(oor(CAPACITY, 1))));
     assert_eq!(r.data(r1).unwrap(), &Bytes::from_static(b"abcd"));
     let old = u64::from_le_bytes(image[2 * REGION as usize..][..8].try_into().unwrap());
     assert_eq!(r.value(fa).unwrap(), old);

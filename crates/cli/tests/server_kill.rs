@@ -185,14 +185,14 @@ fn killed_server_fails_fast_and_the_rest_keeps_working() {
         let res = results.get(r as usize).unwrap();
         if dead_regions.contains(&r) {
             assert!(
-                matches!(res, Err(e) if is_unavailable(e, victim)),
+                matches!(&res, Err(e) if is_unavailable(e, victim)),
                 "region {r}: {res:?}"
             );
         } else {
             let a = (r * REGION) as usize;
             assert_eq!(
                 res,
-                &Ok(OpOutput::Data(
+                Ok(OpOutput::Data(
                     image[a..a + REGION as usize].to_vec().into()
                 )),
                 "region {r}"

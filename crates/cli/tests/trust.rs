@@ -232,7 +232,7 @@ fn tls_clients_work_and_plaintext_clients_are_refused() {
     let results = batch.submit().wait();
     for (i, id) in ids.into_iter().enumerate() {
         let got = results.data(id).expect("batched read over TLS");
-        assert_eq!(&got[..], &img[i * 4096..i * 4096 + 64]);
+        assert_eq!(got, &img[i * 4096..i * 4096 + 64]);
     }
     let sum = cache
         .execute(Aggregate::NAME, 0, &Aggregate::call(AggFn::Count, 16, 8))

@@ -2,10 +2,8 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
-
 use crate::cache::CacheShared;
-use crate::error::{ClientError, OpError};
+use crate::results::BatchResults;
 use crate::ticket::Ticket;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,19 +71,6 @@ impl BatchOp {
         }
     }
 }
-
-/// The outcome of one op.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum OpOutput {
-    /// Bytes read.
-    Data(Bytes),
-    /// A write completed.
-    Done,
-    /// The old value returned by CAS / FETCH_ADD.
-    Value(u64),
-}
-
-pub type OpResult = Result<OpOutput, OpError>;
 
 /// A group of ops submitted together; results come back in the order ops were added.
 /// Ops in a batch (and across batches of one thread) execute in program order on each
@@ -204,60 +189,5 @@ impl Batch {
     /// Submits and waits.
     pub fn run(self) -> BatchResults {
         self.submit().wait()
-    }
-}
-
-/// Results of a batch, index-aligned with the ops added.
-#[derive(Debug, Clone)]
-pub struct BatchResults {
-    pub(crate) results: Vec<OpResult>,
-}
-
-impl BatchResults {
-    pub fn len(&self) -> usize {
-        self.results.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.results.is_empty()
-    }
-
-    pub fn get(&self, i: usize) -> Option<&OpResult> {
-        self.results.get(i)
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = &OpResult> {
-        self.results.iter()
-    }
-
-    pub fn into_vec(self) -> Vec<OpResult> {
-        self.results
-    }
-
-    /// The first failed op, if any.
-    pub fn first_error(&self) -> Option<&OpError> {
-        self.results.iter().find_map(|r| r.as_ref().err())
-    }
-
-    /// Bytes read by op `i`.
-    pub fn data(&self, i: usize) -> Result<&Bytes, ClientError> {
-        match self.results.get(i) {
-            Some(Ok(OpOutput::Data(b))) => Ok(b),
-            Some(Err(e)) => Err(e.clone().into()),
-            _ => Err(ClientError::InvalidArgument(format!(
-                "op {i} is not a read"
-            ))),
-        }
-    }
-
-    /// Old value returned by CAS / FETCH_ADD op `i`.
-    pub fn value(&self, i: usize) -> Result<u64, ClientError> {
-        match self.results.get(i) {
-            Some(Ok(OpOutput::Value(v))) => Ok(*v),
-            Some(Err(e)) => Err(e.clone().into()),
-            _ => Err(ClientError::InvalidArgument(format!(
-                "op {i} is not an atomic"
-            ))),
-        }
     }
 }

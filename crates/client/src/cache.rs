@@ -7,9 +7,10 @@ use farcache_proto::CacheId;
 use farcache_proto::control::{CacheInfo, CacheTokens, ControlRequest, ControlResponse};
 use parking_lot::RwLock;
 
-use crate::batch::{Batch, BatchResults};
+use crate::batch::Batch;
 use crate::client::ClientShared;
 use crate::error::ClientError;
+use crate::results::BatchResults;
 use crate::ticket::OpFuture;
 
 pub(crate) struct CacheShared {
@@ -94,8 +95,8 @@ pub struct Cache {
     shared: Arc<CacheShared>,
 }
 
-fn one(r: BatchResults) -> Result<crate::batch::OpOutput, ClientError> {
-    match r.into_vec().pop() {
+fn one(r: BatchResults) -> Result<crate::OpOutput, ClientError> {
+    match r.get(0) {
         Some(r) => r.map_err(ClientError::from),
         None => Err(ClientError::InvalidArgument("empty result".into())),
     }

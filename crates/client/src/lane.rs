@@ -15,12 +15,13 @@ use mio::{Events, Poll, Token};
 use parking_lot::Mutex;
 use slab::Slab;
 
-use crate::batch::{Batch, BatchOp, Kind, OpOutput, OpResult};
+use crate::batch::{Batch, BatchOp, Kind};
 use crate::cache::CacheShared;
 use crate::config::ClientConfig;
 use crate::conn::{Append, Dial, InFlight, ServerConn};
 use crate::error::OpError;
 use crate::idmap::{ConnTable, IdMap};
+use crate::results::{BatchResults, Cell, Store};
 use crate::routing::{Part, split};
 use crate::ticket::Ticket;
 use farcache_proto::reply::{self, ExecReply, MAX_HOPS};
@@ -68,6 +69,8 @@ pub(crate) struct PartRef {
     pub redirects: u8,
     /// `paused` answers in a row, for the backoff (fits the struct's padding).
     pub pauses: u8,
+    /// The op's kind, so an answer is matched without reading the batch's ops.
+    pub kind: Kind,
 }
 
 /// A part a server answered `paused`: sent again, re-routed, at `due`.
@@ -92,19 +95,15 @@ impl Parking {
     }
 }
 
-#[derive(Default)]
-struct Slot {
-    pending: u32,
-    result: Option<OpResult>,
-}
-
 pub(crate) struct TicketState {
     id: u64,
     cache: Arc<CacheShared>,
     ops: Vec<BatchOp>,
     data: Vec<u8>,
     names: String,
-    slots: Vec<Slot>,
+    /// Parts still unanswered, per op.
+    pending: Vec<u32>,
+    results: Store,
     /// Assembly buffers of reads split into several parts, by op index (rare, so kept
     /// out of the per-op slot).
     assembly: IdMap<Vec<u8>>,
@@ -185,12 +184,6 @@ pub(crate) fn submit(batch: Batch) -> Ticket {
     Ticket::new(client, lane, key, id)
 }
 
-fn op_error(slot: &mut Slot, e: OpError) {
-    if !matches!(slot.result, Some(Err(_))) {
-        slot.result = Some(Err(e));
-    }
-}
-
 impl LaneInner {
     fn submit(&mut self, batch: Batch) -> (usize, u64) {
         let Batch {
@@ -204,15 +197,14 @@ impl LaneInner {
         let n = ops.len();
         let id = self.next_id;
         self.next_id += 1;
-        let mut slots = Vec::with_capacity(n);
-        slots.resize_with(n, Slot::default);
         let key = self.tickets.insert(TicketState {
             id,
             cache,
             ops,
             data,
             names,
-            slots,
+            pending: vec![0; n],
+            results: Store::new(n),
             assembly: IdMap::default(),
             continuations: IdMap::default(),
             paused_since: IdMap::default(),
@@ -220,7 +212,17 @@ impl LaneInner {
             waker: None,
             abandoned: false,
         });
-        for i in 0..n {
+        let mut next = 0;
+        while next < n {
+            // Runs of plain ops to one server take the short road; the rest, one op
+            // at a time, the general one below.
+            let after = self.submit_run(key, next, &info);
+            if after > next {
+                next = after;
+                continue;
+            }
+            let i = next;
+            next += 1;
             let op = self.tickets[key].ops[i];
             if op.kind == Kind::Execute {
                 self.submit_execute(key, i, op, &info);
@@ -245,8 +247,7 @@ impl LaneInner {
             }
             if op.len == 0 {
                 // An empty range inside the cache: nothing to ask any server.
-                let slot = &mut self.tickets[key].slots[i];
-                slot.pending = 1;
+                self.tickets[key].pending[i] = 1;
                 part_done(&mut self.tickets, key, i);
                 continue;
             }
@@ -254,7 +255,7 @@ impl LaneInner {
             let region_end = (region as u64 + 1) * info.region_size;
             if op.len > 0 && op.addr + op.len <= region_end && op.len <= u64::from(MAX_OP_BYTES) {
                 // Common case: the op lies in one region and needs no splitting.
-                self.tickets[key].slots[i].pending = 1;
+                self.tickets[key].pending[i] = 1;
                 let part = PartRef {
                     key: key as u32,
                     op: i as u32,
@@ -263,16 +264,19 @@ impl LaneInner {
                     len: op.len as u32,
                     redirects: 0,
                     pauses: 0,
+                    kind: op.kind,
                 };
                 let server = info.regions.get(region).copied().unwrap_or(0);
-                self.route(part, server, &info);
+                if !self.append_checked(part, server, &info, &op) {
+                    self.route(part, server, &info);
+                }
                 continue;
             }
             let mut parts = std::mem::take(&mut self.scratch);
             parts.clear();
             split(&info, op.addr, op.len, |p| parts.push(p));
             let t = &mut self.tickets[key];
-            t.slots[i].pending = parts.len() as u32;
+            t.pending[i] = parts.len() as u32;
             if op.kind == Kind::Read && parts.len() > 1 {
                 t.assembly.insert(i as u32, vec![0; op.len as usize]);
             }
@@ -285,6 +289,7 @@ impl LaneInner {
                     len: p.len,
                     redirects: 0,
                     pauses: 0,
+                    kind: op.kind,
                 };
                 self.route(part, p.server, &info);
             }
@@ -293,6 +298,122 @@ impl LaneInner {
         // The batch is complete: send what is open now rather than wait for more.
         self.seal_and_flush();
         (key, id)
+    }
+
+    /// Appends ops `from..` of ticket `key` while they are one-part READs or WRITEs to
+    /// the server holding op `from`, whose connection is checked against this table,
+    /// and its open batch has room. Returns the first op not appended.
+    fn submit_run(&mut self, key: usize, from: usize, info: &Arc<CacheInfo>) -> usize {
+        let Self {
+            conns,
+            tickets,
+            cfg,
+            ..
+        } = self;
+        let t = &mut tickets[key];
+        let (b, q, cache) = (cfg.batch_size, cfg.queue_depth, info.id);
+        // A one-region op's owner, or None for ops the general road must take.
+        let owner = |op: &BatchOp| {
+            if !matches!(op.kind, Kind::Read | Kind::Write)
+                || op.len == 0
+                || op.len > u64::from(MAX_OP_BYTES)
+                || op
+                    .addr
+                    .checked_add(op.len)
+                    .is_none_or(|e| e > info.capacity)
+            {
+                return None;
+            }
+            let region = info.region_of(op.addr);
+            if op.addr + op.len > (region as u64 + 1) * info.region_size {
+                return None;
+            }
+            info.regions.get(region).copied()
+        };
+        let Some(server) = t.ops.get(from).and_then(owner) else {
+            return from;
+        };
+        let Some(c) = conns.get_mut(&server) else {
+            return from;
+        };
+        if !c.checked.as_ref().is_some_and(|x| Arc::ptr_eq(x, info)) {
+            return from;
+        }
+        let mut i = from;
+        while let Some(op) = t.ops.get(i).copied() {
+            if owner(&op) != Some(server) {
+                break;
+            }
+            let part = PartRef {
+                key: key as u32,
+                op: i as u32,
+                op_off: 0,
+                addr: op.addr,
+                len: op.len as u32,
+                redirects: 0,
+                pauses: 0,
+                kind: op.kind,
+            };
+            let (addr, len) = (op.addr, op.len as u32);
+            let appended = if op.kind == Kind::Read {
+                c.append(part, &Op::Read { cache, addr, len }, len as usize + 6, b, q)
+            } else {
+                let Some(data) = t.data.get(op.data_off..op.data_off + len as usize) else {
+                    break;
+                };
+                c.append(part, &Op::Write { cache, addr, data }, 2, b, q)
+            };
+            if matches!(appended, Append::Full) {
+                break;
+            }
+            t.pending[i] = 1;
+            i += 1;
+        }
+        i
+    }
+
+    /// Appends a one-part READ or WRITE to `server`'s open batch when the connection is
+    /// already checked against this table and the batch has room: the common case,
+    /// without `route`'s general road. False when `route` must take the part.
+    #[inline]
+    fn append_checked(
+        &mut self,
+        part: PartRef,
+        server: ServerId,
+        info: &Arc<CacheInfo>,
+        op: &BatchOp,
+    ) -> bool {
+        let Self {
+            conns,
+            tickets,
+            cfg,
+            ..
+        } = self;
+        let Some(conn) = conns.get_mut(&server) else {
+            return false;
+        };
+        if !conn.checked.as_ref().is_some_and(|i| Arc::ptr_eq(i, info)) {
+            return false;
+        }
+        let (b, q, cache, addr) = (cfg.batch_size, cfg.queue_depth, info.id, part.addr);
+        let appended = match op.kind {
+            Kind::Read => {
+                let len = part.len;
+                conn.append(part, &Op::Read { cache, addr, len }, len as usize + 6, b, q)
+            }
+            Kind::Write => {
+                let at = op.data_off;
+                let Some(data) = tickets[part.key as usize]
+                    .data
+                    .get(at..at + part.len as usize)
+                else {
+                    return false;
+                };
+                conn.append(part, &Op::Write { cache, addr, data }, 2, b, q)
+            }
+            _ => return false,
+        };
+        matches!(appended, Append::Queued)
     }
 
     #[inline]
@@ -312,7 +433,7 @@ impl LaneInner {
             };
             return self.fail_op(key, i, e);
         }
-        self.tickets[key].slots[i].pending = 1;
+        self.tickets[key].pending[i] = 1;
         let part = PartRef {
             key: key as u32,
             op: i as u32,
@@ -321,6 +442,7 @@ impl LaneInner {
             len: 0,
             redirects: 0,
             pauses: 0,
+            kind: Kind::Execute,
         };
         let server = info
             .regions
@@ -754,14 +876,14 @@ impl LaneInner {
 
     fn fail_op(&mut self, key: usize, op: usize, e: OpError) {
         let t = &mut self.tickets[key];
-        t.slots[op].result = Some(Err(e));
-        t.slots[op].pending = 1;
+        t.results.fail_over(op, e);
+        t.pending[op] = 1;
         part_done(&mut self.tickets, key, op);
     }
 
     fn fail_part(&mut self, part: PartRef, e: OpError) {
         if let Some(t) = self.tickets.get_mut(part.key as usize) {
-            op_error(&mut t.slots[part.op as usize], e);
+            t.results.fail(part.op as usize, e);
             part_done(&mut self.tickets, part.key as usize, part.op as usize);
         }
     }
@@ -777,16 +899,12 @@ impl LaneInner {
     }
 
     /// Takes a finished ticket's results.
-    pub fn take(&mut self, key: usize, id: u64) -> Vec<OpResult> {
+    pub fn take(&mut self, key: usize, id: u64) -> BatchResults {
         match self.tickets.get(key) {
             Some(t) if t.id == id && t.remaining == 0 => {}
-            _ => return Vec::new(),
+            _ => return BatchResults::default(),
         }
-        let t = self.tickets.remove(key);
-        t.slots
-            .into_iter()
-            .map(|s| s.result.unwrap_or(Ok(OpOutput::Done)))
-            .collect()
+        BatchResults::from_store(self.tickets.remove(key).results)
     }
 
     /// Stores a waker; returns true if the ticket had none (a new async waiter).
@@ -840,17 +958,17 @@ impl LaneInner {
         if t.id != id {
             return;
         }
-        for i in 0..t.slots.len() {
-            if self.tickets[key].slots[i].pending > 0 {
-                let slot = &mut self.tickets[key].slots[i];
-                op_error(
-                    slot,
+        for i in 0..t.pending.len() {
+            let t = &mut self.tickets[key];
+            if t.pending[i] > 0 {
+                t.results.fail(
+                    i,
                     OpError::Protocol {
                         server: 0,
                         reason: "op lost by the transport".into(),
                     },
                 );
-                slot.pending = 1;
+                t.pending[i] = 1;
                 part_done(&mut self.tickets, key, i);
             }
         }
@@ -906,10 +1024,10 @@ fn complete_frame(
         let Some(t) = tickets.get_mut(key) else {
             continue;
         };
-        let kind = t.ops[part.op as usize].kind;
-        let slot = &mut t.slots[part.op as usize];
+        let i = part.op as usize;
+        let kind = part.kind;
         // The common replies, a read's bytes or a finished procedure's result, share
-        // one road to the slot.
+        // one road to the cell: a view into this frame.
         let bytes = match (reply.status, kind, reply.body) {
             (Status::Ok, Kind::Execute, ReplyBody::Data([reply::TAG_DONE, r @ ..])) => Some(r),
             (Status::Ok, Kind::Read, ReplyBody::Data(d))
@@ -921,30 +1039,27 @@ fn complete_frame(
             _ => None,
         };
         if let Some(d) = bytes {
-            // `d` lies in `payload`: its offset there, for `slice` (generic, so inlined
-            // here, unlike `slice_ref`).
-            let off = d.as_ptr() as usize - payload.as_ptr() as usize;
-            slot.result = Some(Ok(OpOutput::Data(payload.slice(off..off + d.len()))));
-            part_done(tickets, key, part.op as usize);
+            if t.results.is_pending(i) {
+                t.results.set_view(i, &payload, d);
+            }
+            part_done(tickets, key, i);
             continue;
         }
+        let res = &mut t.results;
         match (reply.status, kind, reply.body) {
             (Status::Ok, Kind::Read, ReplyBody::Data(d)) if d.len() == part.len as usize => {
-                match t.assembly.get_mut(&part.op) {
-                    Some(buf) => buf[part.op_off as usize..][..d.len()].copy_from_slice(d),
-                    None => slot.result = Some(Ok(OpOutput::Data(payload.slice_ref(d)))),
+                if let Some(buf) = t.assembly.get_mut(&part.op) {
+                    buf[part.op_off as usize..][..d.len()].copy_from_slice(d);
                 }
             }
             (Status::Ok, Kind::Write, ReplyBody::None) => {}
-            // A finished procedure, the common case: its result follows the tag.
-            (Status::Ok, Kind::Execute, ReplyBody::Data([reply::TAG_DONE, r @ ..])) => {
-                slot.result = Some(Ok(OpOutput::Data(payload.slice_ref(r))));
-            }
             (Status::Ok, Kind::Execute, ReplyBody::Data(d)) => match reply::decode(d) {
                 Ok(ExecReply::Done(r)) => {
-                    slot.result = Some(Ok(OpOutput::Data(payload.slice_ref(r))));
+                    if res.is_pending(i) {
+                        res.set_view(i, &payload, r);
+                    }
                 }
-                Ok(ExecReply::Failed(m)) => op_error(slot, OpError::Procedure(m.into())),
+                Ok(ExecReply::Failed(m)) => res.fail(i, OpError::Procedure(m.into())),
                 Ok(ExecReply::Continue { addr, state }) => {
                     let entry = t.continuations.entry(part.op).or_insert((Vec::new(), 0));
                     if entry.1 < MAX_HOPS {
@@ -958,10 +1073,10 @@ fn complete_frame(
                         hops.push(next);
                         continue;
                     }
-                    op_error(slot, OpError::Hops(entry.1));
+                    res.fail(i, OpError::Hops(entry.1));
                 }
-                Err(e) => op_error(
-                    slot,
+                Err(e) => res.fail(
+                    i,
                     OpError::Protocol {
                         server: conn.server,
                         reason: e.to_string(),
@@ -969,7 +1084,9 @@ fn complete_frame(
                 ),
             },
             (Status::Ok, Kind::Cas | Kind::FetchAdd, ReplyBody::Value(v)) => {
-                slot.result = Some(Ok(OpOutput::Value(v)))
+                if res.is_pending(i) {
+                    res.set(i, Cell::Value(v));
+                }
             }
             (Status::WrongServer, _, body) => {
                 let hint = match body {
@@ -998,7 +1115,7 @@ fn complete_frame(
                     });
                     continue;
                 }
-                op_error(slot, OpError::Status(Status::Paused));
+                res.fail(i, OpError::Status(Status::Paused));
             }
             (Status::DataLost, kind, _) => {
                 let (addr, len) = if kind == Kind::Execute {
@@ -1009,40 +1126,40 @@ fn complete_frame(
                 } else {
                     (part.addr, u64::from(part.len))
                 };
-                op_error(slot, OpError::DataLost { addr, len });
+                res.fail(i, OpError::DataLost { addr, len });
             }
-            (Status::Ok, ..) => op_error(
-                slot,
+            (Status::Ok, ..) => res.fail(
+                i,
                 OpError::Protocol {
                     server: conn.server,
                     reason: format!("reply {:?} does not match a {kind:?}", reply.op),
                 },
             ),
-            (s, ..) => op_error(slot, OpError::Status(s)),
+            (s, ..) => res.fail(i, OpError::Status(s)),
         }
-        part_done(tickets, key, part.op as usize);
+        part_done(tickets, key, i);
     }
     dec.finish().map_err(|e| protocol(e.to_string()))
 }
 
 fn part_done(tickets: &mut Slab<TicketState>, key: usize, op: usize) {
     let t = &mut tickets[key];
-    let slot = &mut t.slots[op];
-    slot.pending = slot.pending.saturating_sub(1);
-    if slot.pending > 0 {
+    let pending = &mut t.pending[op];
+    *pending = pending.saturating_sub(1);
+    if *pending > 0 {
         return;
     }
-    if slot.result.is_none() {
+    if t.results.is_pending(op) {
         let assembled = if t.assembly.is_empty() {
             None
         } else {
             t.assembly.remove(&(op as u32))
         };
-        slot.result = Some(Ok(match (t.ops[op].kind, assembled) {
-            (Kind::Read, Some(buf)) => OpOutput::Data(Bytes::from(buf)),
-            (Kind::Read, None) => OpOutput::Data(Bytes::new()),
-            _ => OpOutput::Done,
-        }));
+        match (t.ops[op].kind, assembled) {
+            (Kind::Read, Some(buf)) => t.results.set_owned(op, Bytes::from(buf)),
+            (Kind::Read, None) => t.results.set_owned(op, Bytes::new()),
+            _ => t.results.set(op, Cell::Done),
+        }
     }
     t.remaining -= 1;
     if t.remaining == 0 {

@@ -35,10 +35,11 @@ pub mod error;
 mod idmap;
 mod lane;
 mod manager_link;
+mod results;
 mod routing;
 mod ticket;
 
-pub use batch::{Batch, BatchResults, OpOutput, OpResult};
+pub use batch::Batch;
 pub use bytes::Bytes;
 pub use cache::Cache;
 pub use client::{Client, CreateOptions};
@@ -50,4 +51,5 @@ pub use farcache_proto::control::{
     ServerState,
 };
 pub use farcache_proto::{CacheId, CacheToken, ClusterSecret, Rights, ServerId, Status};
+pub use results::{BatchResults, OpOutput, OpResult};
 pub use ticket::{OpFuture, Ticket};

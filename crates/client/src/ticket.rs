@@ -7,9 +7,9 @@ use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use crate::batch::BatchResults;
 use crate::client::ClientShared;
 use crate::error::ClientError;
+use crate::results::BatchResults;
 
 /// A submitted batch. `wait()` blocks (driving the connections on this thread);
 /// awaiting it works on any executor.
@@ -63,9 +63,7 @@ impl Ticket {
             }
         }
         self.taken = true;
-        BatchResults {
-            results: g.take(self.key, self.id),
-        }
+        g.take(self.key, self.id)
     }
 
     /// True once all results are in (does not drive I/O).
@@ -90,7 +88,7 @@ impl Future for Ticket {
             let results = g.take(self.key, self.id);
             drop(g);
             self.taken = true;
-            return Poll::Ready(BatchResults { results });
+            return Poll::Ready(results);
         }
         g.set_waker(self.key, self.id, cx.waker());
         drop(g);

@@ -94,6 +94,19 @@ impl ResponseEncoder {
         self.count += 1;
     }
 
+    /// The head of a data reply of exactly `len` bytes, which the caller appends to
+    /// `out` right after (bytes the encoder cannot borrow as a slice, such as memory
+    /// other threads may write: no zeroed placeholder is written first). Room for the
+    /// head and `len` bytes is reserved. To take the reply back, as for any reply:
+    /// [`ResponseEncoder::abandon_last`] with `out.len()` from before this call.
+    #[inline]
+    pub fn data_head(&mut self, out: &mut Vec<u8>, op: OpCode, len: usize) {
+        out.reserve(6 + len);
+        out.extend_from_slice(&[op as u8, Status::Ok as u8]);
+        out.extend_from_slice(&(len as u32).to_le_bytes());
+        self.count += 1;
+    }
+
     /// Starts a data reply whose length is not known yet: append the bytes to `out`,
     /// then call [`ResponseEncoder::close_data`] with the returned mark.
     pub fn open_data(&mut self, out: &mut Vec<u8>, op: OpCode) -> usize {
@@ -284,6 +297,11 @@ mod tests {
         enc.wrong_server(&mut out, OpCode::Read, Some("127.0.0.1:7"));
         enc.wrong_server(&mut out, OpCode::Write, None);
         enc.status(&mut out, OpCode::Read, Status::OutOfRange);
+        enc.data_head(&mut out, OpCode::Read, 4);
+        out.extend_from_slice(b"wxyz");
+        let at = out.len();
+        enc.data_head(&mut out, OpCode::Execute, 2);
+        enc.abandon_last(&mut out, at);
         enc.finish(&mut out);
         let hdr = FrameHeader::decode(&out, u32::MAX).unwrap().unwrap();
         assert_eq!((hdr.kind, hdr.seq), (FrameKind::Response, 9));
@@ -296,5 +314,7 @@ mod tests {
         assert_eq!(got[3].body, ReplyBody::Owner(Some("127.0.0.1:7")));
         assert_eq!(got[4].body, ReplyBody::Owner(None));
         assert_eq!(got[5].status, Status::OutOfRange);
+        assert_eq!(got[6].body, ReplyBody::Data(b"wxyz"));
+        assert_eq!(got.len(), 7);
     }
 }

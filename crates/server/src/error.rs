@@ -15,6 +15,8 @@ pub enum ServerError {
     Manager(String),
     #[error("identity file {path}: {reason}")]
     Identity { path: String, reason: String },
+    #[error("region store: {0}")]
+    Store(#[from] StoreError),
 }
 
 /// Why a region cannot be placed (reported to the manager as a control error).

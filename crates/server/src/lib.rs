@@ -8,7 +8,8 @@
 //! answers control requests on a small pool; `manager_link` registers and heartbeats;
 //! [`metrics`] counts ops and `metrics_http` serves them to Prometheus; `flow`
 //! carries stored procedures across servers (FFlow hand-offs, DFlow pulls, sessions
-//! between servers).
+//! between servers). [`inproc`] runs batches through `exec` in this process, without
+//! sockets (the benchmark's ceiling).
 //!
 //! Every connection proves its role first (cluster secret or cache token, see
 //! `farcache_proto::auth`); a cache token reaches its own cache only.
@@ -21,6 +22,7 @@ pub mod error;
 mod exec;
 mod flow;
 mod identity;
+pub mod inproc;
 mod lost;
 mod manager_link;
 pub mod metrics;

@@ -1,8 +1,16 @@
-//! Baselines measured with stock tools on the same machine: Redis
-//! (`redis-server` + `redis-benchmark`) and raw TCP (`sockperf`).
+//! Baselines measured on the same machine: Redis with its stock load
+//! generator (`redis-server` + `redis-benchmark`), raw TCP with `sockperf`,
+//! and the peers at their best: Redis and memcached driven by our spinning
+//! closed-loop drivers, and a spinning raw-TCP floor.
 
+pub mod driver;
+pub mod memcached;
+pub mod peers;
+pub mod rawtcp;
+pub mod rdb;
 pub mod redis;
 pub mod redis_eval;
+pub mod resp;
 pub mod sockperf;
 
 use std::fs::File;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::rdb::write_rdb;
 use super::{ChildServer, free_port, run_checked};
 use crate::error::{BenchError, Result, parse_err};
 use crate::report::{BenchRow, nan_as_null};
@@ -25,6 +26,14 @@ pub struct RedisOpts {
     pub requests: u64,
     /// Number of distinct random keys (`-r`).
     pub keyspace: u64,
+    /// redis-benchmark client threads (`--threads`); 1 runs its classic
+    /// single-threaded event loop (no flag).
+    #[serde(default = "one")]
+    pub threads: usize,
+}
+
+fn one() -> usize {
+    1
 }
 
 impl Default for RedisOpts {
@@ -35,6 +44,7 @@ impl Default for RedisOpts {
             pipeline: 1,
             requests: 20_000,
             keyspace: 100_000,
+            threads: 1,
         }
     }
 }
@@ -51,6 +61,9 @@ pub struct RedisResult {
     pub value_size: usize,
     pub pipeline: usize,
     pub clients: usize,
+    /// redis-benchmark client threads (`--threads`, 1 = flag omitted).
+    #[serde(default = "one")]
+    pub threads: usize,
     pub ops_per_sec: f64,
     #[serde(deserialize_with = "nan_as_null::deserialize")]
     pub p50_us: f64,
@@ -66,9 +79,14 @@ impl RedisResult {
         self.ops_per_sec / 1e6
     }
 
-    /// Short description, e.g. `redis GET P=64 c=4`.
+    /// Short description, e.g. `redis GET P=64 c=4` or, with client
+    /// threads, `redis GET P=64 c=4 threads=2`.
     pub fn label(&self) -> String {
-        format!("redis {} P={} c={}", self.test, self.pipeline, self.clients)
+        let mut s = format!("redis {} P={} c={}", self.test, self.pipeline, self.clients);
+        if self.threads > 1 {
+            s.push_str(&format!(" threads={}", self.threads));
+        }
+        s
     }
 
     /// This result as a report row (system "redis").
@@ -101,6 +119,41 @@ impl RedisServer {
     /// `redis-server --save "" --appendonly no --port P --daemonize no` and
     /// waits until it answers `PING`.
     pub fn start() -> Result<Self> {
+        Self::start_with(&[], Duration::from_secs(10))
+    }
+
+    /// Like [`RedisServer::start`], but the server loads a snapshot of
+    /// `key:%012d` → [`value_bytes`](super::driver::value_bytes)`(value_size)`
+    /// for every key in `0..keys` at startup (see [`super::rdb`] for why
+    /// that beats filling it with commands). The snapshot is written to a
+    /// temp dir, removed once loaded, and the key count checked with `DBSIZE`.
+    pub fn start_preloaded(keys: u64, value_size: usize) -> Result<Self> {
+        ensure_tools(&[Tool::RedisServer, Tool::RedisBenchmark])?;
+        let t0 = std::time::Instant::now();
+        let dir = TempDir::new("rdb")?;
+        let file = dir.0.join("dump.rdb");
+        let bytes = write_rdb(&file, keys, value_size)?;
+        let dir_arg = dir.0.to_string_lossy().into_owned();
+        // Loading runs ~1-2 M keys/s on a small VM; be generous.
+        let timeout = Duration::from_secs(30 + keys / 200_000);
+        let server = Self::start_with(&["--dir", &dir_arg, "--dbfilename", "dump.rdb"], timeout)?;
+        drop(dir);
+        let loaded = super::resp::dbsize(server.port())?;
+        if loaded != keys {
+            return Err(parse_err(
+                "redis-server",
+                format!("loaded {loaded} keys from the snapshot, expected {keys}"),
+            ));
+        }
+        eprintln!(
+            "[farcache-bench] redis: preloaded {keys} keys of {value_size} B ({} MiB snapshot) in {:.2} s",
+            bytes >> 20,
+            t0.elapsed().as_secs_f64()
+        );
+        Ok(server)
+    }
+
+    fn start_with(extra: &[&str], timeout: Duration) -> Result<Self> {
         ensure_tools(&[Tool::RedisServer, Tool::RedisBenchmark])?;
         let mut last_err = None;
         // The port is free when picked but may be grabbed before redis binds
@@ -110,8 +163,9 @@ impl RedisServer {
             let mut cmd = Command::new("redis-server");
             cmd.args(["--save", "", "--appendonly", "no", "--port"])
                 .arg(port.to_string())
-                .args(["--daemonize", "no", "--bind", "127.0.0.1"]);
-            match ChildServer::spawn("redis-server", cmd, port, Duration::from_secs(10), ping) {
+                .args(["--daemonize", "no", "--bind", "127.0.0.1"])
+                .args(extra);
+            match ChildServer::spawn("redis-server", cmd, port, timeout, ping) {
                 Ok(inner) => return Ok(RedisServer { inner }),
                 Err(e) => {
                     eprintln!("[farcache-bench] redis-server failed to start: {e}");
@@ -146,8 +200,34 @@ impl RedisServer {
             pipeline: 64,
             requests: keyspace.saturating_mul(3).max(64),
             keyspace,
+            threads: 1,
         };
         run_benchmark(self.port(), &opts, "set").map(|_| ())
+    }
+}
+
+/// A fresh directory under the system temp dir, removed (with its
+/// contents) on drop.
+#[derive(Debug)]
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    fn new(what: &str) -> Result<Self> {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "farcache-bench-{what}-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir)?;
+        Ok(TempDir(dir))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -168,7 +248,12 @@ fn ping(port: u16) -> bool {
 }
 
 fn run_benchmark(port: u16, opts: &RedisOpts, tests: &str) -> Result<Vec<RedisResult>> {
-    if opts.clients == 0 || opts.pipeline == 0 || opts.requests == 0 || opts.keyspace == 0 {
+    if opts.clients == 0
+        || opts.pipeline == 0
+        || opts.requests == 0
+        || opts.keyspace == 0
+        || opts.threads == 0
+    {
         return Err(BenchError::InvalidArgument(format!(
             "redis-benchmark options must be non-zero: {opts:?}"
         )));
@@ -187,6 +272,9 @@ fn run_benchmark(port: u16, opts: &RedisOpts, tests: &str) -> Result<Vec<RedisRe
         .arg("-r")
         .arg(opts.keyspace.to_string())
         .arg("--csv");
+    if opts.threads > 1 {
+        cmd.arg("--threads").arg(opts.threads.to_string());
+    }
     let out = run_checked(cmd)?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     parse_redis_csv(&stdout, opts)
@@ -257,6 +345,7 @@ pub fn parse_redis_csv(out: &str, opts: &RedisOpts) -> Result<Vec<RedisResult>> 
             value_size: opts.value_size,
             pipeline: opts.pipeline,
             clients: opts.clients,
+            threads: opts.threads,
             ops_per_sec,
             p50_us: get("p50_latency_ms", None)? * 1000.0,
             p99_us: get("p99_latency_ms", None)? * 1000.0,
@@ -285,12 +374,23 @@ pub struct RedisBaselineOpts {
     /// Requests per unpipelined run and connection.
     pub unpipelined_requests: u64,
     pub keyspace: u64,
+    /// redis-benchmark client thread counts (`--threads`) tried. Counts
+    /// above 1 are extra configurations, run only where a single-threaded
+    /// redis-benchmark can be the bottleneck: pipelined (P > 1) with at
+    /// least as many connections as threads.
+    #[serde(default = "default_bench_threads")]
+    pub bench_threads: Vec<usize>,
+}
+
+fn default_bench_threads() -> Vec<usize> {
+    vec![1, 2]
 }
 
 impl RedisBaselineOpts {
-    /// Default sweep: P in [1, 16, 64, 128], c in [1, 4], 200k pipelined /
-    /// 20k unpipelined requests, 100k keys. `quick` halves request counts
-    /// and the keyspace.
+    /// Default sweep: P in [1, 16, 64, 128], c in [1, 4], single-threaded
+    /// redis-benchmark plus `--threads 2` for the pipelined c=4 runs, 200k
+    /// pipelined / 20k unpipelined requests, 100k keys. `quick` halves
+    /// request counts and the keyspace.
     pub fn new(value_size: usize, quick: bool) -> Self {
         let o = RedisBaselineOpts {
             value_size,
@@ -299,6 +399,7 @@ impl RedisBaselineOpts {
             pipelined_requests: 200_000,
             unpipelined_requests: 20_000,
             keyspace: 100_000,
+            bench_threads: default_bench_threads(),
         };
         if quick { o.scaled(0.5) } else { o }
     }
@@ -324,7 +425,43 @@ impl RedisBaselineOpts {
             pipeline,
             requests: requests.max((pipeline * clients) as u64),
             keyspace: self.keyspace,
+            threads: 1,
         }
+    }
+
+    /// Every run of the sweep: each (pipeline, clients) pair single-threaded
+    /// (plus P=1 c=1 if missing), then the multi-threaded extras (see
+    /// [`Self::bench_threads`]).
+    fn sweep(&self) -> Vec<RedisOpts> {
+        let mut combos: Vec<(usize, usize)> = Vec::new();
+        for &p in &self.pipelines {
+            for &c in &self.clients {
+                combos.push((p, c));
+            }
+        }
+        if !combos.contains(&(1, 1)) {
+            combos.push((1, 1));
+        }
+        let mut threads: Vec<usize> = self
+            .bench_threads
+            .iter()
+            .copied()
+            .filter(|&t| t > 1)
+            .collect();
+        threads.sort_unstable();
+        threads.dedup();
+        let mut runs: Vec<RedisOpts> = combos.iter().map(|&(p, c)| self.run_opts(p, c)).collect();
+        for t in threads {
+            for &(p, c) in &combos {
+                if p > 1 && c >= t {
+                    runs.push(RedisOpts {
+                        threads: t,
+                        ..self.run_opts(p, c)
+                    });
+                }
+            }
+        }
+        runs
     }
 }
 
@@ -332,6 +469,9 @@ impl RedisBaselineOpts {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RedisBaseline {
     pub value_size: usize,
+    /// Keys the sweep addressed (`-r`).
+    #[serde(default)]
+    pub keyspace: u64,
     /// Highest-throughput GET over all (pipeline, clients) combinations.
     pub best_get: RedisResult,
     /// Highest-throughput SET over all (pipeline, clients) combinations.
@@ -369,7 +509,8 @@ impl RedisBaseline {
 }
 
 /// Runs the Redis baseline sweep on one private server: populate, then every
-/// (pipeline, clients) combination; reports the best pipelined GET/SET and the
+/// (pipeline, clients) combination, and the `--threads` extras; reports the
+/// best GET/SET over all of them (threaded runs included) and the
 /// unpipelined single-connection GET/SET.
 pub fn redis_baseline(opts: &RedisBaselineOpts) -> Result<RedisBaseline> {
     if opts.pipelines.is_empty() || opts.clients.is_empty() {
@@ -384,17 +525,8 @@ pub fn redis_baseline(opts: &RedisBaselineOpts) -> Result<RedisBaseline> {
     );
     server.populate(opts.keyspace, opts.value_size)?;
     let mut runs = Vec::new();
-    let mut combos: Vec<(usize, usize)> = Vec::new();
-    for &p in &opts.pipelines {
-        for &c in &opts.clients {
-            combos.push((p, c));
-        }
-    }
-    if !combos.contains(&(1, 1)) {
-        combos.push((1, 1));
-    }
-    for (p, c) in combos {
-        runs.extend(server.benchmark(&opts.run_opts(p, c))?);
+    for run in opts.sweep() {
+        runs.extend(server.benchmark(&run)?);
     }
     let pick = |test: &str, filter: &dyn Fn(&RedisResult) -> bool| -> Result<RedisResult> {
         runs.iter()
@@ -403,9 +535,10 @@ pub fn redis_baseline(opts: &RedisBaselineOpts) -> Result<RedisBaseline> {
             .cloned()
             .ok_or_else(|| parse_err("redis-benchmark", format!("no {test} result in sweep")))
     };
-    let unpiped = |r: &RedisResult| r.pipeline == 1 && r.clients == 1;
+    let unpiped = |r: &RedisResult| r.pipeline == 1 && r.clients == 1 && r.threads == 1;
     Ok(RedisBaseline {
         value_size: opts.value_size,
+        keyspace: opts.keyspace,
         best_get: pick("GET", &|_| true)?,
         best_set: pick("SET", &|_| true)?,
         unpipelined_get: pick("GET", &unpiped)?,
@@ -435,6 +568,7 @@ mod tests {
             pipeline: 64,
             requests: 100_000,
             keyspace: 1000,
+            threads: 1,
         }
     }
 
@@ -478,12 +612,56 @@ mod tests {
     }
 
     #[test]
+    fn sweep_adds_threaded_pipelined_runs() {
+        let o = RedisBaselineOpts::new(64, true);
+        let runs = o.sweep();
+        // 4 pipelines x 2 client counts, then threads=2 for P>1 with c=4.
+        assert_eq!(runs.len(), 8 + 3);
+        let threaded: Vec<(usize, usize)> = runs
+            .iter()
+            .filter(|r| r.threads == 2)
+            .map(|r| (r.pipeline, r.clients))
+            .collect();
+        assert_eq!(threaded, vec![(16, 4), (64, 4), (128, 4)]);
+        let only_single = RedisBaselineOpts {
+            bench_threads: vec![1],
+            ..o.clone()
+        };
+        assert_eq!(only_single.sweep().len(), 8);
+        // Old JSON without the new fields still parses.
+        let mut v = serde_json::to_value(&o).expect("json");
+        v.as_object_mut().map(|m| m.remove("bench_threads"));
+        let back: RedisBaselineOpts = serde_json::from_value(v).expect("parse");
+        assert_eq!(back.bench_threads, vec![1, 2]);
+    }
+
+    #[test]
+    fn threaded_label_and_default() {
+        let mut r = parse_redis_csv(REDIS7_CSV, &opts())
+            .expect("parse")
+            .remove(1);
+        assert_eq!(r.label(), "redis GET P=64 c=1");
+        r.threads = 2;
+        assert_eq!(r.label(), "redis GET P=64 c=1 threads=2");
+        let mut v = serde_json::to_value(&r).expect("json");
+        v.as_object_mut().map(|m| m.remove("threads"));
+        let back: RedisResult = serde_json::from_value(v).expect("parse");
+        assert_eq!(back.threads, 1);
+    }
+
+    #[test]
     #[ignore = "runs redis-server and redis-benchmark (several seconds)"]
     fn live_redis_baseline() {
         let mut o = RedisBaselineOpts::new(64, true).scaled(0.2);
         o.pipelines = vec![1, 64];
-        o.clients = vec![1];
+        o.clients = vec![1, 2];
         let b = redis_baseline(&o).expect("redis baseline");
+        assert!(
+            b.runs
+                .iter()
+                .any(|r| r.threads == 2 && r.label() == "redis GET P=64 c=2 threads=2"),
+            "{b:?}"
+        );
         assert!(b.best_get_mops() > 0.01, "{b:?}");
         assert!(b.best_get.ops_per_sec >= b.unpipelined_get.ops_per_sec);
         assert!(b.unpipelined_get_p50_us() > 0.0);

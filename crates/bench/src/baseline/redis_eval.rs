@@ -108,6 +108,7 @@ impl RedisEvalOpts {
             pipeline,
             requests: requests.max((pipeline * clients) as u64),
             keyspace: self.keyspace,
+            threads: 1,
         }
     }
 }

@@ -115,7 +115,7 @@ pub fn verify(cache: &Cache, size: u64, slots: &[Slot], pb: &ProgressBar) -> Ver
             out.bytes += len;
             match r {
                 Ok(OpOutput::Data(got)) if got.len() as u64 == len => {
-                    compare(got, addr, &mut expected[..len as usize], slots, out);
+                    compare(&got, addr, &mut expected[..len as usize], slots, out);
                 }
                 other => {
                     out.unreadable_bytes += len;

@@ -27,7 +27,7 @@ pub struct LoadTimeline {
 impl LoadTimeline {
     fn complete(&mut self, t: Ticket, t0: Instant, bucket: Duration) {
         let r = t.wait();
-        let bad = r.iter().filter(|x| x.is_err()).count() as u64;
+        let bad = r.failed() as u64;
         if bad > 0 && self.first_error.is_none() {
             self.first_error = r.first_error().map(ToString::to_string);
         }

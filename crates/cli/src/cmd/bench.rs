@@ -197,16 +197,25 @@ pub struct IoArgs {
     /// Server processes.
     #[arg(long, default_value_t = 1)]
     servers: usize,
-    /// Records addressed per run (default: the Redis baseline's keyspace).
+    /// Records addressed per run; overrides --working-sets (one set of this many
+    /// records).
     #[arg(long)]
     records: Option<u64>,
+    /// Working sets in bytes: each size runs over bytes/size records (at most 16 M,
+    /// 8 M with --quick), peers on as many keys. Default: 1MiB (fits the CPU caches)
+    /// and 1GiB (256MiB with --quick).
+    #[arg(long, value_delimiter = ',')]
+    working_sets: Vec<String>,
+    /// Skip the in-process ceiling rows.
+    #[arg(long)]
+    no_ceiling: bool,
     /// Seconds per throughput run (default 3, 1 with --quick).
     #[arg(long)]
     seconds: Option<f64>,
     /// Shorter runs and baselines.
     #[arg(long)]
     quick: bool,
-    /// Skip Redis and sockperf (no ratios).
+    /// Skip Redis, memcached, raw TCP and sockperf (no peer ratios).
     #[arg(long)]
     no_baselines: bool,
     /// Clients talk to the cluster over TLS (a self-signed certificate), to measure
@@ -379,6 +388,14 @@ fn io(a: IoArgs) -> Result<()> {
     o.q = a.queue_depth;
     o.servers = a.servers;
     o.records = a.records;
+    if !a.working_sets.is_empty() {
+        o.working_sets = a
+            .working_sets
+            .iter()
+            .map(|s| parse_size(s).map_err(anyhow::Error::msg))
+            .collect::<Result<_>>()?;
+    }
+    o.ceiling = !a.no_ceiling;
     if let Some(d) = seconds(a.seconds)? {
         o.duration = d;
     }

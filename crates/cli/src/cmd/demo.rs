@@ -365,7 +365,7 @@ fn check_mixed(res: &BatchResults, expect: Vec<Expect>, model: &mut Model) -> Re
         let current = model.current(rec);
         let got = match res.get(op) {
             Some(Ok(OpOutput::Data(d))) => u64::from_le_bytes(d[..8].try_into()?),
-            Some(Ok(OpOutput::Value(v))) => *v,
+            Some(Ok(OpOutput::Value(v))) => v,
             other => bail!("op failed: {other:?}"),
         };
         ensure!(

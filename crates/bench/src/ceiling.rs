@@ -1,0 +1,337 @@
+//! The executor's ceiling for `bench io`: the same request batches the client sends,
+//! run in this process by the server's batch executor (`farcache_server::inproc`), with
+//! no sockets, no client and no response decoding. What one server thread could
+//! answer if the network and the client cost nothing.
+
+use std::time::{Duration, Instant};
+
+use farcache_proto::{HEADER_LEN, Op, RequestEncoder};
+use farcache_server::inproc::InProcess;
+
+use crate::error::{BenchError, Result};
+use crate::io::IoOp;
+use crate::workload::{KeyDistribution, KeyGen};
+
+/// Region size of the in-process cache (the one `bench io` asks its cluster for).
+const REGION: u64 = 64 << 20;
+/// At most this many request bytes are pre-encoded: enough for every address a client
+/// replays when the records are small, and for more distinct records than the L3 holds
+/// when they are large.
+const RING_BYTES: usize = 64 << 20;
+/// Bytes of a READ or WRITE op's head in a request batch.
+const OP_HEAD: usize = 17;
+/// Seed of the first client thread in `crate::io` (same addresses).
+const SEED: u64 = 42;
+/// Filled into every byte by the prefill (reads return it).
+pub const PREFILL_BYTE: u8 = 0x11;
+/// Every WRITE carries this byte (as `crate::io`'s writes do).
+pub const WRITE_BYTE: u8 = 0xA5;
+
+#[derive(Debug, Clone)]
+pub struct CeilingSpec {
+    pub op: IoOp,
+    pub record_size: usize,
+    pub dist: KeyDistribution,
+    /// Records in the address space; the cache holds `records * record_size` bytes.
+    pub records: u64,
+    /// Ops per batch.
+    pub batch: usize,
+    /// Measured time, after a 100 ms warm-up.
+    pub duration: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct CeilingOutcome {
+    pub ops: u64,
+    pub secs: f64,
+    pub mops: f64,
+    pub ns_per_op: f64,
+}
+
+/// A prefilled in-process cache and the request payloads to replay against it.
+pub(crate) struct Prepared {
+    pub(crate) cache: InProcess,
+    /// Payloads (what follows the frame header), each `batch` ops.
+    pub(crate) ring: Vec<Vec<u8>>,
+}
+
+pub(crate) fn prepare(spec: &CeilingSpec) -> Result<Prepared> {
+    if spec.batch == 0 || spec.record_size == 0 {
+        return Err(BenchError::InvalidArgument(
+            "the ceiling needs a batch and a record size of at least 1".into(),
+        ));
+    }
+    let bytes = spec
+        .records
+        .checked_mul(spec.record_size as u64)
+        .ok_or_else(|| BenchError::InvalidArgument("records * record_size overflows".into()))?;
+    let capacity = bytes.div_ceil(REGION).max(1) * REGION;
+    let mut cache =
+        InProcess::new(capacity, REGION).map_err(|e| BenchError::Cluster(e.to_string()))?;
+    prefill(&mut cache, capacity)?;
+
+    // The client's addresses: drawn up front, replayed cyclically.
+    let mut g = KeyGen::new(spec.dist, spec.records, spec.record_size, SEED)?;
+    let n = (spec.records as usize).clamp(1024, 1 << 20);
+    let addrs: Vec<u64> = (0..n).map(|_| g.next_offset()).collect();
+    let op_bytes = OP_HEAD
+        + match spec.op {
+            IoOp::Read => 0,
+            IoOp::Write => spec.record_size,
+        };
+    let batch_bytes = op_bytes * spec.batch;
+    let batches = n
+        .div_ceil(spec.batch)
+        .min((RING_BYTES / batch_bytes).max(1));
+    let data = vec![WRITE_BYTE; spec.record_size];
+    let id = cache.cache_id();
+    let mut next = 0;
+    let mut ring = Vec::with_capacity(batches);
+    for _ in 0..batches {
+        let mut req = Vec::with_capacity(HEADER_LEN + 4 + batch_bytes);
+        let mut e = RequestEncoder::begin(&mut req, 0);
+        for _ in 0..spec.batch {
+            let addr = addrs[next];
+            next = if next + 1 == addrs.len() { 0 } else { next + 1 };
+            let op = match spec.op {
+                IoOp::Read => Op::Read {
+                    cache: id,
+                    addr,
+                    len: spec.record_size as u32,
+                },
+                IoOp::Write => Op::Write {
+                    cache: id,
+                    addr,
+                    data: &data,
+                },
+            };
+            e.push(&mut req, &op);
+        }
+        e.finish(&mut req);
+        ring.push(req.split_off(HEADER_LEN));
+    }
+    Ok(Prepared { cache, ring })
+}
+
+/// Writes every byte once (1 MiB writes, 16 to a batch), so no page faults are timed.
+fn prefill(cache: &mut InProcess, capacity: u64) -> Result<()> {
+    const CHUNK: u64 = 1 << 20;
+    let buf = vec![PREFILL_BYTE; CHUNK as usize];
+    let id = cache.cache_id();
+    let mut out = Vec::new();
+    let mut addr = 0;
+    while addr < capacity {
+        let mut req = Vec::new();
+        let mut e = RequestEncoder::begin(&mut req, 0);
+        let mut ops = 0;
+        while ops < 16 && addr < capacity {
+            let n = CHUNK.min(capacity - addr);
+            e.push(
+                &mut req,
+                &Op::Write {
+                    cache: id,
+                    addr,
+                    data: &buf[..n as usize],
+                },
+            );
+            addr += n;
+            ops += 1;
+        }
+        e.finish(&mut req);
+        out.clear();
+        cache
+            .execute(&req[HEADER_LEN..], 0, &mut out)
+            .map_err(|e| BenchError::Cluster(format!("prefill: {e}")))?;
+    }
+    if cache.errors() != 0 {
+        return Err(BenchError::Cluster(format!(
+            "prefill: {} writes failed",
+            cache.errors()
+        )));
+    }
+    Ok(())
+}
+
+/// Replays the batches the client would send for `spec` through the server's executor
+/// in this thread for `spec.duration` (after a 100 ms warm-up), discarding responses.
+pub fn run_ceiling(spec: &CeilingSpec) -> Result<CeilingOutcome> {
+    measure(spec).map(|(o, _)| o)
+}
+
+/// Nanoseconds this thread has run on a CPU (Linux; `None` elsewhere): unlike the wall
+/// clock, not inflated by other processes taking turns on the same core.
+fn thread_cpu_ns() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    s.split_whitespace().next()?.parse().ok()
+}
+
+/// [`run_ceiling`], plus the CPU time the measured loop took in this thread (seconds).
+fn measure(spec: &CeilingSpec) -> Result<(CeilingOutcome, Option<f64>)> {
+    let Prepared { mut cache, ring } = prepare(spec)?;
+    let mut out = Vec::with_capacity(64 << 10);
+    let mut seq = 0u64;
+    let mut at = 0;
+    let mut run = |cache: &mut InProcess, out: &mut Vec<u8>| -> Result<u64> {
+        out.clear();
+        seq += 1;
+        let n = cache
+            .execute(&ring[at], seq, out)
+            .map_err(|e| BenchError::Cluster(format!("batch rejected: {e}")))?;
+        at = if at + 1 == ring.len() { 0 } else { at + 1 };
+        Ok(u64::from(n))
+    };
+    let warm = Instant::now() + Duration::from_millis(100);
+    while Instant::now() < warm {
+        run(&mut cache, &mut out)?;
+    }
+    let cpu0 = thread_cpu_ns();
+    let start = Instant::now();
+    let end = start + spec.duration;
+    let mut ops = 0;
+    loop {
+        ops += run(&mut cache, &mut out)?;
+        if Instant::now() >= end {
+            break;
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let cpu = cpu0
+        .zip(thread_cpu_ns())
+        .map(|(a, b)| b.saturating_sub(a) as f64 / 1e9);
+    // The prefill checked for none: any now came from the replayed batches.
+    if cache.errors() != 0 {
+        return Err(BenchError::Cluster(format!(
+            "{} ops failed",
+            cache.errors()
+        )));
+    }
+    let out = CeilingOutcome {
+        ops,
+        secs,
+        mops: ops as f64 / secs / 1e6,
+        ns_per_op: secs * 1e9 / ops as f64,
+    };
+    Ok((out, cpu))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use farcache_proto::{OpCode, ReplyBody, ResponseDecoder, Status};
+
+    fn spec(op: IoOp, record_size: usize, records: u64, duration: Duration) -> CeilingSpec {
+        CeilingSpec {
+            op,
+            record_size,
+            dist: KeyDistribution::Uniform,
+            records,
+            batch: 64,
+            duration,
+        }
+    }
+
+    #[test]
+    fn replays_batches_the_executor_answers() {
+        for op in [IoOp::Read, IoOp::Write] {
+            let out = run_ceiling(&spec(op, 8, 10_000, Duration::from_millis(50))).unwrap();
+            assert!(out.mops > 0.0 && out.ops > 0, "{op:?}: {out:?}");
+            assert!(out.secs >= 0.05);
+        }
+    }
+
+    #[test]
+    fn one_batch_answers_every_op_with_the_right_bytes() {
+        let s = spec(IoOp::Read, 24, 5_000, Duration::ZERO);
+        let Prepared { mut cache, ring } = prepare(&s).unwrap();
+        assert_eq!(ring.len(), 5_000usize.div_ceil(s.batch));
+        let mut out = Vec::new();
+        assert_eq!(cache.execute(&ring[0], 7, &mut out).unwrap(), 64);
+        let mut d = ResponseDecoder::new(&out[HEADER_LEN..]).unwrap();
+        let mut n = 0;
+        for r in d.by_ref() {
+            let r = r.unwrap();
+            assert_eq!((r.op, r.status), (OpCode::Read, Status::Ok));
+            assert_eq!(r.body, ReplyBody::Data(&[PREFILL_BYTE; 24]));
+            n += 1;
+        }
+        d.finish().unwrap();
+        assert_eq!(n, s.batch);
+
+        // Writes: every op OK, and the bytes are there afterwards.
+        let s = spec(IoOp::Write, 16, 5_000, Duration::ZERO);
+        let Prepared { mut cache, ring } = prepare(&s).unwrap();
+        out.clear();
+        assert_eq!(cache.execute(&ring[0], 8, &mut out).unwrap(), 64);
+        let replies: Vec<_> = ResponseDecoder::new(&out[HEADER_LEN..])
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(replies.len(), 64);
+        assert!(
+            replies
+                .iter()
+                .all(|r| (r.op, r.status) == (OpCode::Write, Status::Ok))
+        );
+        let Some(Ok(Op::Write { addr, .. })) = farcache_proto::RequestDecoder::new(&ring[0])
+            .unwrap()
+            .next()
+        else {
+            panic!("the ring starts with a write");
+        };
+        let mut req = Vec::new();
+        let mut e = RequestEncoder::begin(&mut req, 9);
+        e.push(
+            &mut req,
+            &Op::Read {
+                cache: cache.cache_id(),
+                addr,
+                len: 16,
+            },
+        );
+        e.finish(&mut req);
+        out.clear();
+        cache.execute(&req[HEADER_LEN..], 9, &mut out).unwrap();
+        let r = ResponseDecoder::new(&out[HEADER_LEN..])
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.body, ReplyBody::Data(&[WRITE_BYTE; 16]));
+    }
+
+    /// Prints the ceiling for 8 B ops, b = 1024, uniform, in and beyond the L3:
+    /// `cargo test --release -p farcache-bench ceiling::tests::print -- --ignored --nocapture`
+    /// (`FARCACHE_CEILING_SECS` sets the measured time, 2 s by default; see below to
+    /// pick rows).
+    #[test]
+    #[ignore = "a measurement, run by hand in release"]
+    fn print_ceiling_8b() {
+        let secs: f64 = std::env::var("FARCACHE_CEILING_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(2.0);
+        // `FARCACHE_CEILING_ONLY=read` (or `write`, `100000`, `read16000000`...) picks
+        // rows by substring of `{op}{records}`.
+        let only = std::env::var("FARCACHE_CEILING_ONLY").unwrap_or_default();
+        for records in [100_000u64, 16_000_000] {
+            for op in [IoOp::Read, IoOp::Write] {
+                if !format!("{}{records}", op.name()).contains(&only) {
+                    continue;
+                }
+                let s = CeilingSpec {
+                    batch: 1024,
+                    ..spec(op, 8, records, Duration::from_secs_f64(secs))
+                };
+                let (o, cpu) = measure(&s).unwrap();
+                // On a shared machine the CPU-time rate is the steadier number.
+                let cpu_mops = cpu.map_or(f64::NAN, |c| o.ops as f64 / c / 1e6);
+                println!(
+                    "ceiling {:5} 8B uniform records={records:>10} b=1024: {:6.2} Mops {:6.1} ns/op (per CPU second: {cpu_mops:6.2} Mops)",
+                    op.name(),
+                    o.mops,
+                    o.ns_per_op
+                );
+            }
+        }
+    }
+}
