@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds everything and runs the whole test suite (unit, property, multi-process cluster,
 # fault-injection, hostile-load and benchmark smoke tests), then the decoders' fuzz run.
-# Installs redis/sockperf via apt if missing.
+# The benchmark tests install redis, memcached and sockperf via apt if missing (as root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh

@@ -446,7 +446,8 @@ fn fmt_ratios(r: &BenchRow) -> String {
     if let Some(x) = r.fraction_of_ceiling {
         parts.push(format!("{:.0}% of ceiling", x * 100.0));
     }
-    if let Some(x) = r.ratio_vs_redis {
+    // The Redis ratio is shown unless the best peer is that same Redis run.
+    if let Some(x) = r.ratio_vs_redis.filter(|_| r.best_peer != r.baseline) {
         parts.push(format!("{x:.2}x redis"));
     }
     if let Some(x) = r.latency_ratio_vs_raw_tcp {

@@ -784,6 +784,28 @@ pub(crate) fn parse(what: &'static str, detail: impl Into<String>) -> BenchError
     crate::error::parse_err(what, detail)
 }
 
+/// Feeds `reply` to `codec` in pieces of `step` bytes, the way replies arrive split
+/// across reads; returns the batch's failed-key count (codec tests of both peers).
+#[cfg(test)]
+pub(crate) fn feed_split(
+    mut codec: impl Codec,
+    n: usize,
+    reply: &[u8],
+    step: usize,
+) -> Result<u64> {
+    let mut pending: Vec<u8> = Vec::new();
+    for piece in reply.chunks(step) {
+        pending.extend_from_slice(piece);
+        let d = codec.decode(&pending, n)?;
+        pending.drain(..d.consumed);
+        if let Some(e) = d.done {
+            assert!(pending.is_empty(), "left over: {pending:?}");
+            return Ok(e);
+        }
+    }
+    panic!("batch never completed (step {step})");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -531,18 +531,7 @@ mod tests {
     }
 
     fn feed(mode: McMode, vs: usize, n: usize, reply: &[u8], step: usize) -> Result<u64> {
-        let mut c = McCodec::new(mode, vs);
-        let mut pending: Vec<u8> = Vec::new();
-        for piece in reply.chunks(step) {
-            pending.extend_from_slice(piece);
-            let d = c.decode(&pending, n)?;
-            pending.drain(..d.consumed);
-            if let Some(e) = d.done {
-                assert!(pending.is_empty(), "left over: {pending:?}");
-                return Ok(e);
-            }
-        }
-        panic!("batch never completed ({mode:?}, step {step})");
+        super::super::driver::feed_split(McCodec::new(mode, vs), n, reply, step)
     }
 
     #[test]
