@@ -300,9 +300,9 @@ impl LaneInner {
         (key, id)
     }
 
-    /// Appends ops `from..` of ticket `key` while they are one-part READs or WRITEs to
-    /// the server holding op `from`, whose connection is checked against this table,
-    /// and its open batch has room. Returns the first op not appended.
+    /// Appends ops `from..` of ticket `key` while they are one-part READs or WRITEs, or
+    /// EXECUTEs, to the server holding op `from`, whose connection is checked against
+    /// this table, and its open batch has room. Returns the first op not appended.
     fn submit_run(&mut self, key: usize, from: usize, info: &Arc<CacheInfo>) -> usize {
         let Self {
             conns,
@@ -314,6 +314,13 @@ impl LaneInner {
         let (b, q, cache) = (cfg.batch_size, cfg.queue_depth, info.id);
         // A one-region op's owner, or None for ops the general road must take.
         let owner = |op: &BatchOp| {
+            if op.kind == Kind::Execute {
+                let named =
+                    (1..=farcache_proto::op::MAX_PROC_NAME).contains(&usize::from(op.name_len));
+                return (named && op.addr < info.capacity)
+                    .then(|| info.regions.get(info.region_of(op.addr)).copied())
+                    .flatten();
+            }
             if !matches!(op.kind, Kind::Read | Kind::Write)
                 || op.len == 0
                 || op.len > u64::from(MAX_OP_BYTES)
@@ -344,18 +351,27 @@ impl LaneInner {
             if owner(&op) != Some(server) {
                 break;
             }
+            let execute = op.kind == Kind::Execute;
             let part = PartRef {
                 key: key as u32,
                 op: i as u32,
                 op_off: 0,
                 addr: op.addr,
-                len: op.len as u32,
+                // A procedure's part names no range.
+                len: if execute { 0 } else { op.len as u32 },
                 redirects: 0,
                 pauses: 0,
                 kind: op.kind,
             };
             let (addr, len) = (op.addr, op.len as u32);
-            let appended = if op.kind == Kind::Read {
+            let appended = if execute {
+                let name_end = op.data_off + usize::from(op.name_len);
+                let Some(name) = t.names.get(op.data_off..name_end) else {
+                    break;
+                };
+                let args = op.args(&t.data);
+                c.append_execute(part, cache, addr, name, args, EXECUTE_REPLY_GUESS, (b, q))
+            } else if op.kind == Kind::Read {
                 c.append(part, &Op::Read { cache, addr, len }, len as usize + 6, b, q)
             } else {
                 let Some(data) = t.data.get(op.data_off..op.data_off + len as usize) else {
