@@ -123,6 +123,9 @@ fn bench_io_rejects_bad_arguments() {
         &["bench", "io", "--ops", "delete"],
         &["bench", "io", "--dist", "pareto"],
         &["bench", "io", "-b", "0", "--no-baselines"],
+        &["bench", "io", "--working-sets", "0", "--no-baselines"],
+        &["bench", "io", "--working-sets", "lots", "--no-baselines"],
+        &["bench", "io", "--records", "0", "--no-baselines"],
     ] {
         common::assert_refused(args);
     }
