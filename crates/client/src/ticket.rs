@@ -66,6 +66,30 @@ impl Ticket {
         g.take(self.key, self.id)
     }
 
+    /// Drives this lane's connections once, without blocking, and returns the
+    /// results if every op has one (the ticket is then spent and later calls return
+    /// `None`). For waiting on several tickets at once, e.g. the first `d` of `d + p`.
+    pub fn try_take(&mut self) -> Option<BatchResults> {
+        if self.taken {
+            return None;
+        }
+        let lane = &self.client.lanes[self.lane];
+        let mut g = lane.inner.lock();
+        if !g.is_done(self.key, self.id) {
+            g.drive_once(Some(Duration::ZERO));
+            if !g.is_done(self.key, self.id) && g.stuck() {
+                // Nothing in flight anywhere: these ops can never complete.
+                g.fail_pending(self.key, self.id);
+            }
+        }
+        if g.is_done(self.key, self.id) {
+            self.taken = true;
+            Some(g.take(self.key, self.id))
+        } else {
+            None
+        }
+    }
+
     /// True once all results are in (does not drive I/O).
     pub fn is_ready(&self) -> bool {
         self.client.lanes[self.lane]

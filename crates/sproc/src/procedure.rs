@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use crate::{Memory, Outcome, SprocError};
 
-/// Largest result or state a procedure may produce (it travels in one reply).
-pub const MAX_OUTPUT: usize = 1 << 20;
+/// Largest result or state a built-in procedure may produce (it travels in one
+/// reply; a keyed store's largest small value plus its key fits).
+pub const MAX_OUTPUT: usize = 2 << 20;
 
 pub trait Procedure: Send + Sync {
     fn name(&self) -> &str;

@@ -35,7 +35,8 @@ use wasmtime::{
     PoolingAllocationConfig, Store, StoreLimits, StoreLimitsBuilder, Trap, TypedFunc,
 };
 
-use crate::procedure::MAX_OUTPUT;
+/// Largest output a sandboxed procedure may return (the SDK's `HOST_MAX_OUTPUT`).
+const MAX_OUTPUT: usize = 1 << 20;
 use crate::{Memory, Miss, Outcome, Procedure, SprocError};
 
 /// Limits every invocation runs under.

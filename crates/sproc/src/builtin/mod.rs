@@ -1,9 +1,11 @@
-//! Procedures compiled into every server, one file each.
+//! Procedures compiled into every server, one file each (`kv` holds the keyed
+//! store's lookups).
 
 mod aggregate;
 mod chase;
 mod gather;
 mod khop;
+mod kv;
 mod scan;
 
 use std::sync::Arc;
@@ -12,6 +14,7 @@ pub use aggregate::{AggFn, Aggregate};
 pub use chase::{Chase, NULL};
 pub use gather::Gather;
 pub use khop::KHop;
+pub use kv::{KvFind, KvGet, KvScan, KvStats};
 pub use scan::{Cmp, Scan};
 
 use crate::memory::Miss;
@@ -50,6 +53,10 @@ pub fn by_name(name: &str) -> Option<&'static dyn Procedure> {
         Chase::NAME => &Chase,
         Scan::NAME => &Scan,
         KHop::NAME => &KHop,
+        KvGet::NAME => &KvGet,
+        KvFind::NAME => &KvFind,
+        KvStats::NAME => &KvStats,
+        KvScan::NAME => &KvScan,
         _ => return None,
     })
 }
@@ -61,6 +68,10 @@ pub fn all() -> Vec<Arc<dyn Procedure>> {
         Arc::new(Chase),
         Arc::new(Scan),
         Arc::new(KHop),
+        Arc::new(KvGet),
+        Arc::new(KvFind),
+        Arc::new(KvStats),
+        Arc::new(KvScan),
     ]
 }
 

@@ -1,0 +1,299 @@
+//! The keyed store on real server processes under failure: with two copies of every
+//! region, a server killed with SIGKILL while clients put and get loses no
+//! acknowledged put; a reclaimed server's shards move live under the same load.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use common::{client, cluster, eventually, server_index};
+use farcache_proto::control::MigrationMode;
+use farcache_store::{Store, StoreExt, StoreOptions};
+
+const REGION: u64 = 1 << 20;
+
+fn value(key: u64, version: u64) -> Vec<u8> {
+    format!("{key}:{version}:")
+        .repeat(1 + (key % 9) as usize)
+        .into_bytes()
+}
+
+/// Puts versions of keys `[0, keys)` until `stop`; returns the last acknowledged
+/// version of each key. A put error during the fault is retried, never ignored.
+fn writer(store: Store, keys: u64, stop: Arc<AtomicBool>) -> HashMap<u64, u64> {
+    let mut acked = HashMap::new();
+    let mut version = 1;
+    while !stop.load(Ordering::Relaxed) {
+        let pairs: Vec<(Vec<u8>, Vec<u8>)> = (0..64)
+            .map(|i| {
+                let k = (version * 64 + i) % keys;
+                (format!("k{k}").into_bytes(), value(k, version))
+            })
+            .collect();
+        for (i, r) in store.mput(&pairs).into_iter().enumerate() {
+            if r.is_ok() {
+                acked.insert((version * 64 + i as u64) % keys, version);
+            }
+        }
+        version += 1;
+    }
+    acked
+}
+
+fn check(store: &Store, keys: u64, acked: &HashMap<u64, u64>, base: u64) {
+    let names: Vec<Vec<u8>> = (0..keys).map(|k| format!("k{k}").into_bytes()).collect();
+    for (ci, chunk) in names.chunks(256).enumerate() {
+        for (j, got) in store.mget(chunk).expect("mget").into_iter().enumerate() {
+            let k = (ci * 256 + j) as u64;
+            let got = got.unwrap_or_else(|e| panic!("k{k}: {e}"));
+            let want = acked.get(&k).copied().unwrap_or(base);
+            assert_eq!(
+                got.as_deref(),
+                Some(&value(k, want)[..]),
+                "k{k}: last acknowledged version {want}"
+            );
+        }
+    }
+}
+
+fn load(store: &Store, keys: u64) {
+    let pairs: Vec<(Vec<u8>, Vec<u8>)> = (0..keys)
+        .map(|k| (format!("k{k}").into_bytes(), value(k, 0)))
+        .collect();
+    for chunk in pairs.chunks(256) {
+        for r in store.mput(chunk) {
+            r.expect("load");
+        }
+    }
+}
+
+#[test]
+fn a_killed_server_loses_no_acknowledged_put() {
+    let mut c = cluster(4, REGION, 64 << 20);
+    let cl = client(&c);
+    let store = cl
+        .create_store(
+            "kv",
+            8 * REGION,
+            &StoreOptions {
+                replicas: 2,
+                avg_value_size: 40,
+                ..StoreOptions::default()
+            },
+        )
+        .expect("create store");
+    let keys = 5000;
+    load(&store, keys);
+    let stop = Arc::new(AtomicBool::new(false));
+    let w = {
+        let (s, stop) = (store.clone(), stop.clone());
+        std::thread::spawn(move || writer(s, keys, stop))
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let victim = store.cache().info().regions[3];
+    let i = server_index(&c, &cl, victim);
+    c.kill_server(i).expect("SIGKILL");
+    eventually(
+        "backups take over",
+        Duration::from_secs(20),
+        Duration::from_millis(20),
+        || {
+            let st = cl.status().ok()?;
+            st.promotions.iter().any(|p| p.from == victim).then_some(())
+        },
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, Ordering::Relaxed);
+    let acked = w.join().expect("writer");
+    assert!(
+        acked.len() as u64 > keys / 2,
+        "the load ran: {}",
+        acked.len()
+    );
+    assert!(cl.status().expect("status").lost.is_empty());
+    check(&store, keys, &acked, 0);
+    // A second handle (another client process would do the same) reads it all too.
+    let reopened = cl.open_store("kv").expect("open");
+    check(&reopened, keys, &acked, 0);
+}
+
+#[test]
+fn a_reclaimed_servers_shards_move_under_load() {
+    let c = cluster(3, REGION, 64 << 20);
+    let cl = client(&c);
+    let store = cl
+        .create_store("kv", 6 * REGION, &StoreOptions::default())
+        .expect("create store");
+    let keys = 4000;
+    load(&store, keys);
+    let stop = Arc::new(AtomicBool::new(false));
+    let w = {
+        let (s, stop) = (store.clone(), stop.clone());
+        std::thread::spawn(move || writer(s, keys, stop))
+    };
+    let victim = store.cache().info().regions[0];
+    cl.reclaim(
+        victim,
+        Duration::from_secs(20),
+        MigrationMode::DirtyTracking,
+    )
+    .expect("reclaim");
+    eventually(
+        "regions leave the reclaimed server",
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        || {
+            let i = store.cache().refresh().ok()?;
+            (!i.regions.contains(&victim)).then_some(())
+        },
+    );
+    stop.store(true, Ordering::Relaxed);
+    let acked = w.join().expect("writer");
+    check(&store, keys, &acked, 0);
+}
+
+fn coded_store(c: &farcache_testkit::ProcessCluster, name: &str, capacity: u64) -> Store {
+    client(c)
+        .create_store(
+            name,
+            capacity,
+            &StoreOptions {
+                large_threshold: 64 << 10,
+                ec_data: 2,
+                ec_parity: 1,
+                ..StoreOptions::default()
+            },
+        )
+        .expect("create store")
+}
+
+fn object(i: u64) -> Vec<u8> {
+    let len = 200_000 + (i as usize * 97_331) % 1_300_000;
+    (0..len).map(|j| (j as u64 * 31 + i * 7) as u8).collect()
+}
+
+/// The server holding shard `shard` of `store`.
+fn server_of(store: &Store, shard: u32) -> farcache_proto::ServerId {
+    let info = store.cache().info();
+    info.regions[(u64::from(shard) * store.descriptor().shard_size / info.region_size) as usize]
+}
+
+fn wait_regions_leave(store: &Store, victim: farcache_proto::ServerId) {
+    eventually(
+        "the dead server's regions are placed again",
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        || {
+            let i = store.cache().refresh().ok()?;
+            (!i.regions.contains(&victim)).then_some(())
+        },
+    );
+}
+
+/// RS(2+1), one copy of every region: kill a server (SIGKILL) and every object still
+/// reads back; a repair pass rebuilds the lost chunks on live servers, so a second
+/// server can die afterwards and still nothing is lost.
+#[test]
+fn erasure_coded_objects_survive_dead_servers_and_are_rebuilt() {
+    // Shards of 4 MiB: room for the pieces, so nothing is evicted.
+    let mut c = cluster(5, 4 * REGION, 128 << 20);
+    let cl = client(&c);
+    let store = coded_store(&c, "ec", 160 * REGION);
+    let n = 12;
+    for i in 0..n {
+        store
+            .put(format!("o{i}").as_bytes(), &object(i))
+            .expect("put");
+    }
+    for round in 0..2 {
+        // A server holding a data chunk of some object.
+        let m = store
+            .manifest(format!("o{round}").as_bytes())
+            .expect("manifest")
+            .expect("coded");
+        let victim = server_of(&store, m.shards[1][0]);
+        let i = server_index(&c, &cl, victim);
+        c.kill_server(i).expect("SIGKILL");
+        wait_regions_leave(&store, victim);
+        for i in 0..n {
+            let got = store
+                .get(format!("o{i}").as_bytes())
+                .unwrap_or_else(|e| panic!("o{i}: {e}"));
+            assert!(
+                got.as_deref() == Some(&object(i)[..]),
+                "round {round}: o{i} wrong or missing"
+            );
+        }
+        let r = store.repair().expect("repair");
+        assert!(r.shards_reset > 0, "{r:?}");
+        assert!(r.objects_rebuilt > 0 && r.unrecoverable == 0, "{r:?}");
+        // Rebuilt: every object has all chunks again, none on a dead server.
+        let again = store.repair().expect("repair");
+        assert_eq!(
+            (again.objects_rebuilt, again.unrecoverable),
+            (0, 0),
+            "{again:?}"
+        );
+    }
+    for i in 0..n {
+        let got = store.get(format!("o{i}").as_bytes()).expect("get");
+        assert!(
+            got.as_deref() == Some(&object(i)[..]),
+            "o{i} after two deaths"
+        );
+    }
+}
+
+/// A stopped server (SIGSTOP: alive to the network, silent) holds a data chunk: GETs
+/// decode from the first two chunks that arrive and do not wait for it.
+#[test]
+fn a_stopped_server_does_not_hold_up_coded_gets() {
+    let c = cluster(3, REGION, 96 << 20);
+    let store = coded_store(&c, "ec", 48 * REGION);
+    let n = 6;
+    for i in 0..n {
+        store
+            .put(format!("o{i}").as_bytes(), &object(i))
+            .expect("put");
+    }
+    // Stop the server of o0's second data chunk; read the objects whose key (home)
+    // is elsewhere.
+    let m = store.manifest(b"o0").expect("manifest").expect("coded");
+    let victim = server_of(&store, m.shards[1][0]);
+    let cl = client(&c);
+    let pid = c.server_pid(server_index(&c, &cl, victim)).expect("pid");
+    let readable: Vec<u64> = (0..n)
+        .filter(|i| {
+            let m = store
+                .manifest(format!("o{i}").as_bytes())
+                .expect("manifest")
+                .expect("coded");
+            server_of(&store, m.shards[0][0]) != victim
+        })
+        .collect();
+    assert!(!readable.is_empty());
+    // SAFETY: signalling a child process we started.
+    unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+    let started = std::time::Instant::now();
+    for &i in &readable {
+        let t = std::time::Instant::now();
+        let got = store.get(format!("o{i}").as_bytes()).expect("get");
+        assert!(got.as_deref() == Some(&object(i)[..]), "o{i}");
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "o{i} waited {:?}",
+            t.elapsed()
+        );
+    }
+    let took = started.elapsed();
+    // SAFETY: as above.
+    unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+    assert!(
+        took < Duration::from_secs(4),
+        "{} GETs took {took:?}",
+        readable.len()
+    );
+}

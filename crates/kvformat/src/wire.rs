@@ -1,0 +1,364 @@
+//! Arguments and replies of the store's built-in procedures (`kv_get`, `kv_find`,
+//! `kv_stats`). The client encodes what the server decodes; both sides use these.
+
+use crate::FormatError;
+use crate::layout::SLOTS;
+
+pub const KV_GET: &str = "kv_get";
+pub const KV_FIND: &str = "kv_find";
+pub const KV_STATS: &str = "kv_stats";
+pub const KV_SCAN: &str = "kv_scan";
+
+/// `kv_scan` arguments: items whose flags meet `mask`, from bucket `from`, until the
+/// reply holds about `max_bytes`. Invoked at a shard's first byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scan {
+    pub mask: u8,
+    pub from: u32,
+    pub max_bytes: u32,
+}
+
+/// `kv_scan` reply: `next` (the bucket to continue from, `u32::MAX` when done), then
+/// `[klen u32][vlen u32][key][value]` per item.
+pub const SCAN_DONE: u32 = u32::MAX;
+
+impl Scan {
+    pub fn encode(&self) -> [u8; 9] {
+        let mut b = [0u8; 9];
+        b[0] = self.mask;
+        b[1..5].copy_from_slice(&self.from.to_le_bytes());
+        b[5..9].copy_from_slice(&self.max_bytes.to_le_bytes());
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Self, FormatError> {
+        if b.len() != 9 {
+            return Err(FormatError::Malformed {
+                what: "kv_scan args",
+                reason: format!("{} bytes, want 9", b.len()),
+            });
+        }
+        Ok(Self {
+            mask: b[0],
+            from: u32::from_le_bytes([b[1], b[2], b[3], b[4]]),
+            max_bytes: u32::from_le_bytes([b[5], b[6], b[7], b[8]]),
+        })
+    }
+}
+
+/// Splits a `kv_scan` reply into `next` and its (key, value) pairs.
+#[allow(clippy::type_complexity)]
+pub fn scan_reply(b: &[u8]) -> Result<(u32, Vec<(&[u8], &[u8])>), FormatError> {
+    let bad = |r: &str| FormatError::Malformed {
+        what: "kv_scan reply",
+        reason: r.into(),
+    };
+    if b.len() < 4 {
+        return Err(bad("no head"));
+    }
+    let next = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    let mut rest = &b[4..];
+    let mut out = Vec::new();
+    while !rest.is_empty() {
+        if rest.len() < 8 {
+            return Err(bad("truncated entry head"));
+        }
+        let k = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+        let v = u32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]) as usize;
+        let end = 8usize
+            .checked_add(k)
+            .and_then(|e| e.checked_add(v))
+            .filter(|&e| e <= rest.len())
+            .ok_or_else(|| bad("entry runs past the reply"))?;
+        out.push((&rest[8..8 + k], &rest[8 + k..end]));
+        rest = &rest[end..];
+    }
+    Ok((next, out))
+}
+
+/// Bytes of [`Lookup`] before the key.
+pub const LOOKUP_HEAD: usize = 1 + 2 + 8 + 8 + 8;
+
+/// `kv_get` modes.
+pub const MODE_VALUE: u8 = 0;
+pub const MODE_EXISTS: u8 = 1;
+
+/// A lookup of one key, invoked at its bucket's address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lookup<'a> {
+    pub mode: u8,
+    pub tag: u16,
+    /// The caller's clock, for expiry (ms since the Unix epoch).
+    pub now_ms: u64,
+    pub shard_base: u64,
+    pub refs_addr: u64,
+    pub key: &'a [u8],
+}
+
+impl<'a> Lookup<'a> {
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        out.push(self.mode);
+        out.extend_from_slice(&self.tag.to_le_bytes());
+        out.extend_from_slice(&self.now_ms.to_le_bytes());
+        out.extend_from_slice(&self.shard_base.to_le_bytes());
+        out.extend_from_slice(&self.refs_addr.to_le_bytes());
+        out.extend_from_slice(self.key);
+    }
+
+    pub fn decode(b: &'a [u8]) -> Result<Self, FormatError> {
+        if b.len() < LOOKUP_HEAD {
+            return Err(FormatError::Malformed {
+                what: "kv lookup",
+                reason: format!("{} bytes, need at least {LOOKUP_HEAD}", b.len()),
+            });
+        }
+        let u64_at = |i: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&b[i..i + 8]);
+            u64::from_le_bytes(a)
+        };
+        Ok(Self {
+            mode: b[0],
+            tag: u16::from_le_bytes([b[1], b[2]]),
+            now_ms: u64_at(3),
+            shard_base: u64_at(11),
+            refs_addr: u64_at(19),
+            key: &b[LOOKUP_HEAD..],
+        })
+    }
+}
+
+/// Status byte leading every lookup reply.
+pub const HIT: u8 = 0;
+pub const MISS: u8 = 1;
+/// The bucket kept changing under the lookup (it retried): ask again.
+pub const BUSY: u8 = 2;
+
+/// `kv_get` reply head: `[status, slot, ref, item flags, 0 × 4]`, then the value on a
+/// hit.
+pub const GET_HEAD: usize = 8;
+
+pub fn get_head(status: u8, slot: u8, referenced: u8, flags: u8) -> [u8; GET_HEAD] {
+    [status, slot, referenced, flags, 0, 0, 0, 0]
+}
+
+/// A decoded `kv_get` reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GetReply<'a> {
+    pub status: u8,
+    pub slot: u8,
+    /// The slot's CLOCK byte when read (the client sets it after a hit if 0).
+    pub referenced: u8,
+    /// The item's flags (`item::FLAG_*`).
+    pub flags: u8,
+    pub value: &'a [u8],
+}
+
+impl<'a> GetReply<'a> {
+    pub fn decode(b: &'a [u8]) -> Result<Self, FormatError> {
+        if b.len() < GET_HEAD || b[0] > BUSY || (b[0] == HIT && b[1] as usize >= SLOTS) {
+            return Err(FormatError::Malformed {
+                what: "kv_get reply",
+                reason: format!("{} bytes, head {:?}", b.len(), &b[..b.len().min(GET_HEAD)]),
+            });
+        }
+        Ok(Self {
+            status: b[0],
+            slot: b[1],
+            referenced: b[2],
+            flags: b[3],
+            value: &b[GET_HEAD..],
+        })
+    }
+}
+
+/// `kv_find` reply: where the key is (if anywhere) and the bucket as read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FindReply {
+    pub status: u8,
+    /// The slot holding the key, if `status == HIT`.
+    pub slot: Option<u8>,
+    /// The key's item has expired (it still occupies its slot).
+    pub expired: bool,
+    /// The shard's generation (`layout::GENERATION`).
+    pub generation: u32,
+    /// The bucket's words: [`SLOTS`] slots, then the lock.
+    pub words: [u64; SLOTS + 1],
+    pub refs: [u8; 8],
+}
+
+pub const FIND_LEN: usize = 8 + (SLOTS + 1) * 8 + 8;
+
+impl FindReply {
+    pub fn encode(&self) -> [u8; FIND_LEN] {
+        let mut b = [0u8; FIND_LEN];
+        b[0] = self.status;
+        b[1] = self.slot.unwrap_or(u8::MAX);
+        b[2] = u8::from(self.expired);
+        b[4..8].copy_from_slice(&self.generation.to_le_bytes());
+        for (i, w) in self.words.iter().enumerate() {
+            b[8 + i * 8..16 + i * 8].copy_from_slice(&w.to_le_bytes());
+        }
+        b[FIND_LEN - 8..].copy_from_slice(&self.refs);
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Self, FormatError> {
+        let bad = || FormatError::Malformed {
+            what: "kv_find reply",
+            reason: format!("{} bytes", b.len()),
+        };
+        if b.len() != FIND_LEN || b[0] > BUSY {
+            return Err(bad());
+        }
+        let slot = match b[1] {
+            u8::MAX => None,
+            s if (s as usize) < SLOTS => Some(s),
+            _ => return Err(bad()),
+        };
+        let mut words = [0u64; SLOTS + 1];
+        for (i, w) in words.iter_mut().enumerate() {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&b[8 + i * 8..16 + i * 8]);
+            *w = u64::from_le_bytes(a);
+        }
+        let mut refs = [0u8; 8];
+        refs.copy_from_slice(&b[FIND_LEN - 8..]);
+        Ok(Self {
+            status: b[0],
+            slot,
+            expired: b[2] != 0,
+            generation: u32::from_le_bytes([b[4], b[5], b[6], b[7]]),
+            words,
+            refs,
+        })
+    }
+}
+
+/// `kv_stats` reply: one shard's census, from a scan of its index.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ShardStats {
+    pub live: u64,
+    pub expired: u64,
+    pub tombstones: u64,
+    pub empty: u64,
+    /// Bytes of the size classes live items occupy.
+    pub reserved: u64,
+    /// Bytes live items need (header, key, value).
+    pub requested: u64,
+    /// Heap bytes ever carved (the bump pointer, capped at the heap's end).
+    pub carved: u64,
+    pub heap: u64,
+    pub evictions: u64,
+}
+
+pub const STATS_LEN: usize = 9 * 8;
+
+impl ShardStats {
+    fn fields(&self) -> [u64; 9] {
+        [
+            self.live,
+            self.expired,
+            self.tombstones,
+            self.empty,
+            self.reserved,
+            self.requested,
+            self.carved,
+            self.heap,
+            self.evictions,
+        ]
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        self.fields().iter().flat_map(|v| v.to_le_bytes()).collect()
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Self, FormatError> {
+        if b.len() != STATS_LEN {
+            return Err(FormatError::Malformed {
+                what: "kv_stats reply",
+                reason: format!("{} bytes, want {STATS_LEN}", b.len()),
+            });
+        }
+        let mut f = [0u64; 9];
+        for (i, v) in f.iter_mut().enumerate() {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&b[i * 8..i * 8 + 8]);
+            *v = u64::from_le_bytes(a);
+        }
+        Ok(Self {
+            live: f[0],
+            expired: f[1],
+            tombstones: f[2],
+            empty: f[3],
+            reserved: f[4],
+            requested: f[5],
+            carved: f[6],
+            heap: f[7],
+            evictions: f[8],
+        })
+    }
+
+    pub fn add(&mut self, o: &ShardStats) {
+        self.live += o.live;
+        self.expired += o.expired;
+        self.tombstones += o.tombstones;
+        self.empty += o.empty;
+        self.reserved += o.reserved;
+        self.requested += o.requested;
+        self.carved += o.carved;
+        self.heap += o.heap;
+        self.evictions += o.evictions;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_round_trips() {
+        let l = Lookup {
+            mode: MODE_EXISTS,
+            tag: 0xabcd,
+            now_ms: 5,
+            shard_base: 1 << 20,
+            refs_addr: 99,
+            key: b"k\0y",
+        };
+        let mut b = Vec::new();
+        l.encode_into(&mut b);
+        assert_eq!(Lookup::decode(&b), Ok(l));
+        assert!(Lookup::decode(&b[..LOOKUP_HEAD - 1]).is_err());
+
+        let f = FindReply {
+            status: HIT,
+            slot: Some(3),
+            expired: true,
+            generation: 77,
+            words: [1, 2, 3, 4, 5, 6, 7, 8],
+            refs: [1, 0, 1, 0, 0, 0, 0, 0],
+        };
+        assert_eq!(FindReply::decode(&f.encode()), Ok(f));
+        let mut e = f.encode();
+        e[1] = 9;
+        assert!(FindReply::decode(&e).is_err());
+
+        let s = ShardStats {
+            live: 1,
+            evictions: 9,
+            ..Default::default()
+        };
+        assert_eq!(ShardStats::decode(&s.encode()), Ok(s));
+        assert!(ShardStats::decode(&[0; 3]).is_err());
+
+        let mut g = get_head(HIT, 2, 1, 0).to_vec();
+        g.extend_from_slice(b"val");
+        let r = GetReply::decode(&g).expect("reply");
+        assert_eq!(
+            (r.status, r.slot, r.referenced, r.value),
+            (HIT, 2, 1, &b"val"[..])
+        );
+        assert!(GetReply::decode(&[HIT, 7, 0, 0, 0, 0, 0, 0]).is_err());
+    }
+}

@@ -1,0 +1,531 @@
+//! The keyed store's lookups (`farcache-kvformat` describes the layout): a key's
+//! bucket and its item live in one shard on one server, so a GET is one run here.
+//!
+//! Items can be freed and reused while a lookup reads them, so a lookup trusts an
+//! item only if its slot still points at it afterwards (else it reads the bucket
+//! again, a few times, then answers `BUSY`) and its checksum holds (an item that
+//! fails it while its slot stays put is damaged, and never returned).
+
+use std::cell::RefCell;
+
+use farcache_kvformat::layout::{BUCKET_BYTES, SLOTS};
+use farcache_kvformat::wire::{self, FindReply, Lookup, ShardStats};
+use farcache_kvformat::{Descriptor, Layout, SlotWord, class, item, layout};
+
+use crate::memory::Miss;
+use crate::procedure::run_by_into;
+use crate::{Memory, Outcome, Procedure, SprocError};
+
+/// Times a lookup re-reads a bucket that changed under it before answering BUSY.
+const ATTEMPTS: usize = 8;
+/// Bytes read at once for an item before its header says how long it is.
+const FIRST_READ: usize = 256;
+
+thread_local! {
+    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+enum Found {
+    /// The key's slot and word; its item is in the scratch buffer at `[0, len)`.
+    Hit {
+        slot: usize,
+        item_len: usize,
+    },
+    Miss,
+    Busy,
+}
+
+/// A failed read as the lookup's outcome: continue where the bucket is, or an error.
+fn missed(
+    proc: &'static str,
+    mem: &dyn Memory,
+    m: Miss,
+    at: u64,
+    len: usize,
+    addr: u64,
+    args: &[u8],
+) -> Result<Outcome, SprocError> {
+    super::on_miss(proc, mem, m, at, len as u64, || args.to_vec()).map(|o| match o {
+        // Resume at the bucket (the item's region moved with it).
+        Outcome::Continue { state, .. } => Outcome::Continue { addr, state },
+        o => o,
+    })
+}
+
+fn read_words(mem: &dyn Memory, addr: u64) -> Result<[u64; SLOTS + 1], (Miss, u64, usize)> {
+    let mut raw = [0u8; BUCKET_BYTES as usize];
+    mem.read(addr, &mut raw)
+        .map_err(|m| (m, addr, BUCKET_BYTES as usize))?;
+    let mut w = [0u64; SLOTS + 1];
+    for (i, v) in w.iter_mut().enumerate() {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&raw[i * 8..i * 8 + 8]);
+        *v = u64::from_le_bytes(a);
+    }
+    Ok(w)
+}
+
+/// Reads the item at `at` of class `size` into `buf`; its length if its header is
+/// plausible, `None` if not (damaged, or being reused under us).
+fn read_item(
+    mem: &dyn Memory,
+    at: u64,
+    size: u32,
+    buf: &mut Vec<u8>,
+) -> Result<Option<usize>, (Miss, u64, usize)> {
+    let first = (size as usize).min(FIRST_READ);
+    buf.clear();
+    buf.resize(first, 0);
+    mem.read(at, buf).map_err(|m| (m, at, first))?;
+    let Some((k, v)) = item::lengths(buf) else {
+        return Ok(None);
+    };
+    let total = item::HEADER + k + v;
+    if total > size as usize {
+        return Ok(None);
+    }
+    if total > first {
+        buf.resize(total, 0);
+        mem.read(at + first as u64, &mut buf[first..])
+            .map_err(|m| (m, at, total))?;
+    }
+    Ok(Some(total))
+}
+
+/// Finds `l.key` in the bucket at `addr`. On a hit the item is left in `buf`.
+fn lookup(
+    mem: &dyn Memory,
+    addr: u64,
+    l: &Lookup<'_>,
+    buf: &mut Vec<u8>,
+    words_out: &mut [u64; SLOTS + 1],
+) -> Result<Found, (Miss, u64, usize)> {
+    'attempt: for _ in 0..ATTEMPTS {
+        let words = read_words(mem, addr)?;
+        *words_out = words;
+        for (i, &w) in words[..SLOTS].iter().enumerate() {
+            if !SlotWord::is_item(w) || SlotWord(w).tag() != l.tag {
+                continue;
+            }
+            let slot_at = addr + i as u64 * 8;
+            let sw = SlotWord(w);
+            let whole = match class::size(sw.class()) {
+                Some(size) => read_item(mem, l.shard_base + sw.offset(), size, buf)?,
+                None => None,
+            };
+            // Whatever was read counts only if the slot still points at it: if not,
+            // the item was replaced (and maybe reused) meanwhile, so look again.
+            if mem.read_u64(slot_at).map_err(|m| (m, slot_at, 8))? != w {
+                continue 'attempt;
+            }
+            match whole.map(|total| (total, item::decode(&buf[..total]))) {
+                Some((total, Ok(it))) if it.key == l.key => {
+                    return Ok(Found::Hit {
+                        slot: i,
+                        item_len: total,
+                    });
+                }
+                // Another key with the same tag.
+                Some((_, Ok(_))) => {}
+                // A damaged item the slot still points at: not this key's.
+                _ => {}
+            }
+        }
+        return Ok(Found::Miss);
+    }
+    Ok(Found::Busy)
+}
+
+fn decode_args<'a>(proc: &'static str, args: &'a [u8]) -> Result<Lookup<'a>, SprocError> {
+    Lookup::decode(args).map_err(|e| SprocError::bad(proc, e.to_string()))
+}
+
+/// `kv_get`: the value of a key (or only whether it is there), invoked at its bucket.
+pub struct KvGet;
+
+impl KvGet {
+    pub const NAME: &'static str = wire::KV_GET;
+}
+
+impl Procedure for KvGet {
+    fn name(&self) -> &str {
+        Self::NAME
+    }
+
+    fn run(&self, mem: &dyn Memory, addr: u64, args: &[u8]) -> Result<Outcome, SprocError> {
+        run_by_into(self, mem, addr, args)
+    }
+
+    fn run_into(
+        &self,
+        mem: &dyn Memory,
+        addr: u64,
+        args: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<Option<Outcome>, SprocError> {
+        const P: &str = wire::KV_GET;
+        let l = decode_args(P, args)?;
+        SCRATCH.with(|s| {
+            let mut buf = s.borrow_mut();
+            let mut words = [0u64; SLOTS + 1];
+            let found = match lookup(mem, addr, &l, &mut buf, &mut words) {
+                Ok(f) => f,
+                Err((m, at, len)) => return missed(P, mem, m, at, len, addr, args).map(Some),
+            };
+            match found {
+                Found::Hit { slot, item_len } => {
+                    let it = item::decode(&buf[..item_len])
+                        .map_err(|e| SprocError::bad(P, e.to_string()))?;
+                    if it.expired(l.now_ms) {
+                        out.extend_from_slice(&wire::get_head(wire::MISS, 0, 0, 0));
+                        return Ok(None);
+                    }
+                    let ref_at = l.refs_addr + slot as u64;
+                    let mut r = [0u8; 1];
+                    if let Err(m) = mem.read(ref_at, &mut r) {
+                        return missed(P, mem, m, ref_at, 1, addr, args).map(Some);
+                    }
+                    if out.len() + wire::GET_HEAD + it.value.len() > crate::procedure::MAX_OUTPUT {
+                        return Err(SprocError::TooLarge {
+                            proc: P,
+                            limit: crate::procedure::MAX_OUTPUT,
+                        });
+                    }
+                    out.extend_from_slice(&wire::get_head(wire::HIT, slot as u8, r[0], it.flags));
+                    if l.mode == wire::MODE_VALUE {
+                        out.extend_from_slice(it.value);
+                    }
+                }
+                Found::Miss => out.extend_from_slice(&wire::get_head(wire::MISS, 0, 0, 0)),
+                Found::Busy => out.extend_from_slice(&wire::get_head(wire::BUSY, 0, 0, 0)),
+            }
+            Ok(None)
+        })
+    }
+}
+
+/// `kv_find`: where a key is in its bucket, with the bucket's words and CLOCK bytes
+/// as read (what a PUT or DELETE needs for its compare-and-swap).
+pub struct KvFind;
+
+impl KvFind {
+    pub const NAME: &'static str = wire::KV_FIND;
+}
+
+impl Procedure for KvFind {
+    fn name(&self) -> &str {
+        Self::NAME
+    }
+
+    fn run(&self, mem: &dyn Memory, addr: u64, args: &[u8]) -> Result<Outcome, SprocError> {
+        run_by_into(self, mem, addr, args)
+    }
+
+    fn run_into(
+        &self,
+        mem: &dyn Memory,
+        addr: u64,
+        args: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<Option<Outcome>, SprocError> {
+        const P: &str = wire::KV_FIND;
+        let l = decode_args(P, args)?;
+        SCRATCH.with(|s| {
+            let mut buf = s.borrow_mut();
+            let mut words = [0u64; SLOTS + 1];
+            let found = match lookup(mem, addr, &l, &mut buf, &mut words) {
+                Ok(f) => f,
+                Err((m, at, len)) => return missed(P, mem, m, at, len, addr, args).map(Some),
+            };
+            let mut refs = [0u8; 8];
+            if let Err(m) = mem.read(l.refs_addr, &mut refs) {
+                return missed(P, mem, m, l.refs_addr, 8, addr, args).map(Some);
+            }
+            let gen_at = l.shard_base.saturating_add(layout::GENERATION);
+            let generation = match mem.read_u32(gen_at) {
+                Ok(g) => g,
+                Err(m) => return missed(P, mem, m, gen_at, 4, addr, args).map(Some),
+            };
+            let (status, slot, expired) = match found {
+                Found::Hit { slot, item_len } => {
+                    let expired = item::decode(&buf[..item_len])
+                        .map(|it| it.expired(l.now_ms))
+                        .unwrap_or(false);
+                    (wire::HIT, Some(slot as u8), expired)
+                }
+                Found::Miss => (wire::MISS, None, false),
+                Found::Busy => (wire::BUSY, None, false),
+            };
+            out.extend_from_slice(
+                &FindReply {
+                    status,
+                    slot,
+                    expired,
+                    generation,
+                    words,
+                    refs,
+                }
+                .encode(),
+            );
+            Ok(None)
+        })
+    }
+}
+
+/// `kv_stats`: one shard's census (live items, tombstones, bytes reserved against
+/// bytes needed, heap carved), invoked at the shard's first byte with `now_ms`.
+pub struct KvStats;
+
+impl KvStats {
+    pub const NAME: &'static str = wire::KV_STATS;
+}
+
+impl Procedure for KvStats {
+    fn name(&self) -> &str {
+        Self::NAME
+    }
+
+    fn run(&self, mem: &dyn Memory, addr: u64, args: &[u8]) -> Result<Outcome, SprocError> {
+        const P: &str = wire::KV_STATS;
+        let mut r = crate::args::ArgReader::new(P, args);
+        let now_ms = r.u64("now_ms")?;
+        r.end()?;
+        let again = || args.to_vec();
+        let mut head = [0u8; layout::DESCRIPTOR_LEN];
+        if let Err(m) = mem.read(addr, &mut head) {
+            return super::on_miss(P, mem, m, addr, head.len() as u64, again);
+        }
+        let d = Descriptor::decode(&head).map_err(|e| SprocError::bad(P, e.to_string()))?;
+        let lay = Layout(d);
+        if !addr.is_multiple_of(d.shard_size) {
+            return Err(SprocError::bad(P, "not invoked at a shard's first byte"));
+        }
+        let read = |at: u64| mem.read_u64(at).map_err(|m| (m, at));
+        let counters =
+            read(addr + layout::BUMP).and_then(|b| Ok((b, read(addr + layout::EVICTIONS)?)));
+        let (bump, evictions) = match counters {
+            Ok(c) => c,
+            Err((m, at)) => return super::on_miss(P, mem, m, at, 8, again),
+        };
+        let heap = d.shard_size - lay.heap_start();
+        let mut s = ShardStats {
+            carved: bump.min(heap),
+            heap,
+            evictions,
+            ..Default::default()
+        };
+        let mut head = [0u8; item::HEADER];
+        for b in 0..d.buckets {
+            let at = addr + layout::INDEX + u64::from(b) * BUCKET_BYTES;
+            let words = match read_words(mem, at) {
+                Ok(w) => w,
+                Err((m, at, len)) => return super::on_miss(P, mem, m, at, len as u64, again),
+            };
+            for &w in &words[..SLOTS] {
+                match w {
+                    farcache_kvformat::slot::EMPTY => s.empty += 1,
+                    farcache_kvformat::slot::TOMB => s.tombstones += 1,
+                    w => {
+                        let sw = SlotWord(w);
+                        let item_at = addr + sw.offset();
+                        if let Err(m) = mem.read(item_at, &mut head) {
+                            return super::on_miss(P, mem, m, item_at, 24, again);
+                        }
+                        let (k, v) = item::lengths(&head).unwrap_or((0, 0));
+                        let mut exp = [0u8; 8];
+                        exp.copy_from_slice(&head[16..24]);
+                        let exp = u64::from_le_bytes(exp);
+                        if exp != item::NO_EXPIRY && exp <= now_ms {
+                            s.expired += 1;
+                        }
+                        s.live += 1;
+                        s.reserved += u64::from(class::size(sw.class()).unwrap_or(0));
+                        s.requested += (item::HEADER + k + v) as u64;
+                    }
+                }
+            }
+        }
+        Ok(Outcome::Done(s.encode()))
+    }
+}
+
+/// `kv_scan`: the keys and values of a shard's items whose flags meet a mask (the
+/// store's repair lists erasure-coded objects with it), a page at a time.
+pub struct KvScan;
+
+impl KvScan {
+    pub const NAME: &'static str = wire::KV_SCAN;
+}
+
+impl Procedure for KvScan {
+    fn name(&self) -> &str {
+        Self::NAME
+    }
+
+    fn run(&self, mem: &dyn Memory, addr: u64, args: &[u8]) -> Result<Outcome, SprocError> {
+        const P: &str = wire::KV_SCAN;
+        let a = wire::Scan::decode(args).map_err(|e| SprocError::bad(P, e.to_string()))?;
+        let again = || args.to_vec();
+        let mut head = [0u8; layout::DESCRIPTOR_LEN];
+        if let Err(m) = mem.read(addr, &mut head) {
+            return super::on_miss(P, mem, m, addr, head.len() as u64, again);
+        }
+        let d = Descriptor::decode(&head).map_err(|e| SprocError::bad(P, e.to_string()))?;
+        if !addr.is_multiple_of(d.shard_size) {
+            return Err(SprocError::bad(P, "not invoked at a shard's first byte"));
+        }
+        let max = (a.max_bytes as usize).clamp(4096, crate::procedure::MAX_OUTPUT / 2);
+        let mut out = wire::SCAN_DONE.to_le_bytes().to_vec();
+        let mut buf = Vec::new();
+        for b in a.from..d.buckets {
+            if out.len() >= max {
+                out[..4].copy_from_slice(&b.to_le_bytes());
+                break;
+            }
+            let at = addr + layout::INDEX + u64::from(b) * BUCKET_BYTES;
+            let words = match read_words(mem, at) {
+                Ok(w) => w,
+                Err((m, at, len)) => return super::on_miss(P, mem, m, at, len as u64, again),
+            };
+            for &w in &words[..SLOTS] {
+                if !SlotWord::is_item(w) {
+                    continue;
+                }
+                let sw = SlotWord(w);
+                let Some(size) = class::size(sw.class()) else {
+                    continue;
+                };
+                let item_at = addr + sw.offset();
+                buf.clear();
+                buf.resize(size as usize, 0);
+                if let Err(m) = mem.read(item_at, &mut buf) {
+                    return super::on_miss(P, mem, m, item_at, u64::from(size), again);
+                }
+                // Items changing under the scan are skipped; the caller scans again.
+                if let Ok(it) = item::decode(&buf)
+                    && it.flags & a.mask != 0
+                {
+                    out.extend_from_slice(&(it.key.len() as u32).to_le_bytes());
+                    out.extend_from_slice(&(it.value.len() as u32).to_le_bytes());
+                    out.extend_from_slice(it.key);
+                    out.extend_from_slice(it.value);
+                }
+            }
+        }
+        Ok(Outcome::Done(out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::VecMemory;
+    use farcache_kvformat::wire::{GetReply, MISS};
+
+    const SHARD: u64 = 64 << 10;
+
+    /// A one-shard store image with `key` → `value` in bucket 0, slot 2.
+    fn image(key: &[u8], value: &[u8], expires: u64) -> (Vec<u8>, Layout, u16) {
+        let d = Descriptor::plan(1, SHARD, 64, 1 << 20, (4, 2)).expect("plan");
+        let lay = Layout(d);
+        let mut mem = vec![0u8; SHARD as usize];
+        mem[..64].copy_from_slice(&d.encode());
+        let tag = 0x1234;
+        let off = lay.heap_start();
+        let mut it = Vec::new();
+        item::encode_into(&mut it, key, value, expires, 0);
+        let c = class::for_len(it.len() as u64).expect("class");
+        mem[off as usize..off as usize + it.len()].copy_from_slice(&it);
+        let w = SlotWord::new(tag, c, off).0;
+        let slot = lay.slot_addr(0, 0, 2) as usize;
+        mem[slot..slot + 8].copy_from_slice(&w.to_le_bytes());
+        mem[layout::BUMP as usize..layout::BUMP as usize + 8]
+            .copy_from_slice(&u64::from(class::size(c).expect("size")).to_le_bytes());
+        (mem, lay, tag)
+    }
+
+    fn get(mem: &[u8], lay: &Layout, tag: u16, key: &[u8], now: u64) -> Vec<u8> {
+        let m = VecMemory {
+            bytes: mem,
+            region_size: SHARD,
+            local: &[true],
+        };
+        let mut args = Vec::new();
+        Lookup {
+            mode: wire::MODE_VALUE,
+            tag,
+            now_ms: now,
+            shard_base: 0,
+            refs_addr: lay.refs_addr(0, 0),
+            key,
+        }
+        .encode_into(&mut args);
+        match KvGet.run(&m, lay.bucket_addr(0, 0), &args).expect("run") {
+            Outcome::Done(r) => r,
+            o => panic!("{o:?}"),
+        }
+    }
+
+    #[test]
+    fn lookups_hit_miss_and_refuse_damaged_items() {
+        let (mut mem, lay, tag) = image(b"key", b"value", 0);
+        let r = get(&mem, &lay, tag, b"key", 1);
+        let g = GetReply::decode(&r).expect("reply");
+        assert_eq!((g.status, g.slot, g.value), (wire::HIT, 2, &b"value"[..]));
+        // Same tag, other key: a miss. Other tag: a miss.
+        assert_eq!(get(&mem, &lay, tag, b"kex", 1)[0], MISS);
+        assert_eq!(get(&mem, &lay, tag ^ 1, b"key", 1)[0], MISS);
+        // A damaged item is never returned.
+        let at = lay.heap_start() as usize + item::HEADER + 4;
+        mem[at] ^= 1;
+        assert_eq!(get(&mem, &lay, tag, b"key", 1)[0], MISS);
+        // Expired: a miss.
+        let (mem, lay, tag) = image(b"key", b"value", 10);
+        assert_eq!(get(&mem, &lay, tag, b"key", 9)[0], wire::HIT);
+        assert_eq!(get(&mem, &lay, tag, b"key", 10)[0], MISS);
+    }
+
+    #[test]
+    fn find_and_stats_report_the_bucket_and_the_shard() {
+        let (mem, lay, tag) = image(b"key", b"v", 0);
+        let m = VecMemory {
+            bytes: &mem,
+            region_size: SHARD,
+            local: &[true],
+        };
+        let mut args = Vec::new();
+        Lookup {
+            mode: 0,
+            tag,
+            now_ms: 1,
+            shard_base: 0,
+            refs_addr: lay.refs_addr(0, 0),
+            key: b"key",
+        }
+        .encode_into(&mut args);
+        let Outcome::Done(r) = KvFind.run(&m, lay.bucket_addr(0, 0), &args).expect("find") else {
+            panic!("not done")
+        };
+        let f = FindReply::decode(&r).expect("reply");
+        assert_eq!((f.status, f.slot, f.expired), (wire::HIT, Some(2), false));
+        assert!(SlotWord::is_item(f.words[2]) && f.words[0] == 0);
+        let Outcome::Done(r) = KvStats.run(&m, 0, &1u64.to_le_bytes()).expect("stats") else {
+            panic!("not done")
+        };
+        let s = ShardStats::decode(&r).expect("stats");
+        assert_eq!(s.live, 1);
+        assert_eq!(s.empty, u64::from(lay.0.buckets) * SLOTS as u64 - 1);
+        assert_eq!(s.requested, item::len(3, 1));
+        assert!(KvStats.run(&m, 8, &1u64.to_le_bytes()).is_err());
+        // A remote bucket continues where the bucket is.
+        let far = VecMemory {
+            bytes: &mem,
+            region_size: SHARD,
+            local: &[false],
+        };
+        match KvGet.run(&far, lay.bucket_addr(0, 0), &args).expect("run") {
+            Outcome::Continue { addr, .. } => assert_eq!(addr, lay.bucket_addr(0, 0)),
+            o => panic!("{o:?}"),
+        }
+    }
+}

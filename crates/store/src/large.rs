@@ -1,0 +1,443 @@
+//! Values above the store's small-value limit, erasure coded (InfiniCache's scheme):
+//! `d` data chunks and `p` Reed–Solomon parity chunks (`reed-solomon-simd`) on
+//! shards of `d + p` different servers, each chunk stored as pieces under placed
+//! keys; the manifest is the key's value, with a copy beside every chunk. A GET asks
+//! for all `d + p` chunks and decodes from the first `d` that arrive, so a slow or
+//! stopped server does not hold it up; any `p` chunks may be lost.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+use farcache_client::{OpError, Ticket};
+use farcache_kvformat::manifest::{self, Manifest};
+use farcache_kvformat::{SlotWord, class, item};
+
+use crate::options::{Condition, PutOptions};
+use crate::put::{Entry, PutResult};
+use crate::store::{Probe, Store};
+use crate::{Result, StoreError};
+
+/// Bytes of pieces written per batch.
+const WRITE_GROUP: u64 = 8 << 20;
+/// Largest value a store takes (Redis's limit too).
+pub const MAX_VALUE: u64 = 512 << 20;
+/// Largest piece of a chunk.
+const MAX_PIECE: u64 = 512 << 10;
+/// Shards one chunk's pieces spread over (bounds the manifest's size).
+const MAX_SHARDS_PER_CHUNK: usize = 64;
+
+static VERSIONS: AtomicU64 = AtomicU64::new(0);
+
+impl Store {
+    /// A version no other put of this key uses.
+    pub(crate) fn fresh_version(&self, key: &[u8]) -> u64 {
+        let n = VERSIONS.fetch_add(1, Ordering::Relaxed);
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        let mut seed = Vec::with_capacity(key.len() + 24);
+        seed.extend_from_slice(&t.to_le_bytes());
+        seed.extend_from_slice(&n.to_le_bytes());
+        seed.extend_from_slice(&u64::from(self.inner.holder).to_le_bytes());
+        seed.extend_from_slice(key);
+        manifest::checksum(&seed) | 1
+    }
+
+    /// The server holding each shard, from the cache's region table.
+    fn shard_servers(&self) -> Vec<Option<u32>> {
+        let lay = self.inner.layout;
+        let info = self.inner.cache.info();
+        (0..lay.0.shards)
+            .map(|s| {
+                let r = lay.shard_base(s) / info.region_size.max(1);
+                info.regions.get(r as usize).copied()
+            })
+            .collect()
+    }
+
+    /// For `n` different servers (none holding a shard in `avoid`), up to `per`
+    /// of each one's shards, starting at `key`'s home shard.
+    pub(crate) fn placement(
+        &self,
+        key: &[u8],
+        n: usize,
+        per: usize,
+        avoid: &[u32],
+    ) -> Result<Vec<Vec<u32>>> {
+        let servers = self.shard_servers();
+        let shards = servers.len() as u32;
+        let start = self.locate(key).shard;
+        let avoid: HashSet<u32> = avoid
+            .iter()
+            .filter_map(|&s| servers.get(s as usize).copied().flatten())
+            .collect();
+        let mut order: Vec<u32> = Vec::new();
+        let mut by_server: std::collections::HashMap<u32, Vec<u32>> = Default::default();
+        for i in 0..shards {
+            let s = (start + i) % shards;
+            if let Some(srv) = servers[s as usize].filter(|srv| !avoid.contains(srv)) {
+                let list = by_server.entry(srv).or_insert_with(|| {
+                    order.push(srv);
+                    Vec::new()
+                });
+                if list.len() < per.max(1) {
+                    list.push(s);
+                }
+            }
+        }
+        if order.len() < n {
+            let d = self.inner.layout.0;
+            return Err(StoreError::Options(format!(
+                "erasure coding {}+{} needs {n} servers holding the store's shards; {} are available",
+                d.ec_data,
+                d.ec_parity,
+                order.len()
+            )));
+        }
+        Ok(order
+            .into_iter()
+            .take(n)
+            .filter_map(|srv| by_server.remove(&srv))
+            .collect())
+    }
+
+    /// The manifest of `key`'s erasure-coded value (where its chunks are), if its
+    /// value is erasure coded.
+    pub fn manifest(&self, key: &[u8]) -> Result<Option<Manifest>> {
+        Self::check_key(key)?;
+        match self.lookup_raw(&[key], Probe::Value).pop() {
+            Some(Ok(Some((flags, v)))) if flags & item::FLAG_MANIFEST != 0 => {
+                Ok(Some(Manifest::decode(&v)?))
+            }
+            Some(Ok(_)) | None => Ok(None),
+            Some(Err(e)) if self.home_unreadable(&e) => Ok(self.find_copy(key)),
+            Some(Err(e)) => Err(e),
+        }
+    }
+
+    /// Stores `value` erasure coded under `key` (whatever its size).
+    pub fn put_large(&self, key: &[u8], value: &[u8], opts: PutOptions) -> PutResult {
+        Self::check_key(key)?;
+        let desc = self.inner.layout.0;
+        let (d, p) = (usize::from(desc.ec_data), usize::from(desc.ec_parity));
+        if d == 0 || p == 0 {
+            return Err(StoreError::Options("store has no erasure coding".into()));
+        }
+        let len = value.len() as u64;
+        if len > MAX_VALUE {
+            return Err(StoreError::ValueTooLarge {
+                len,
+                limit: MAX_VALUE,
+            });
+        }
+        let chunk_len = len.div_ceil(d as u64).div_ceil(64).max(1) * 64;
+        let piece_len = chunk_len.min(self.max_small_value().min(MAX_PIECE) / 64 * 64);
+        if piece_len == 0 {
+            return Err(StoreError::Options(
+                "shards too small for erasure coding".into(),
+            ));
+        }
+        // A chunk's pieces spread over up to this many of its server's shards.
+        let pieces = chunk_len.div_ceil(piece_len) as usize;
+        let shards = self.placement(key, d + p, pieces.min(MAX_SHARDS_PER_CHUNK), &[])?;
+        let originals: Vec<Vec<u8>> = (0..d as u64)
+            .map(|i| {
+                let a = (i * chunk_len).min(len) as usize;
+                let b = ((i + 1) * chunk_len).min(len) as usize;
+                let mut c = value[a..b].to_vec();
+                c.resize(chunk_len as usize, 0);
+                c
+            })
+            .collect();
+        let parity = reed_solomon_simd::encode(d, p, &originals)
+            .map_err(|e| StoreError::Erasure(e.to_string()))?;
+        let m = Manifest {
+            version: self.fresh_version(key),
+            len,
+            data: d as u8,
+            parity: p as u8,
+            chunk_len,
+            piece_len: piece_len as u32,
+            checksum: manifest::checksum(value),
+            shards,
+        };
+        let chunks: Vec<&[u8]> = originals
+            .iter()
+            .chain(parity.iter())
+            .map(Vec::as_slice)
+            .collect();
+        let pieces = PutOptions {
+            ttl: opts.ttl,
+            condition: Condition::Always,
+        };
+        for (c, bytes) in chunks.iter().enumerate() {
+            self.write_chunk(key, &m, c, bytes, pieces)?;
+        }
+        let old = match self.lookup_raw(&[key], Probe::Value).pop() {
+            Some(Ok(Some((flags, v)))) if flags & item::FLAG_MANIFEST != 0 => {
+                Manifest::decode(&v).ok()
+            }
+            _ => None,
+        };
+        let menc = m.encode();
+        let home = Entry {
+            key,
+            value: &menc,
+            flags: item::FLAG_MANIFEST,
+        };
+        let r = self.put_entries(&[home], opts).pop().unwrap_or(Ok(false));
+        match r {
+            Ok(true) => {
+                if let Some(old) = old.filter(|o| o.version != m.version) {
+                    self.drop_object(key, &old);
+                }
+                Ok(true)
+            }
+            Ok(false) => {
+                self.drop_object(key, &m);
+                Ok(false)
+            }
+            // The manifest may or may not be in place: leave the chunks (unread
+            // pieces are the first to be evicted).
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Writes chunk `c` of `m` (its pieces, then the manifest copy beside them).
+    pub(crate) fn write_chunk(
+        &self,
+        key: &[u8],
+        m: &Manifest,
+        c: usize,
+        bytes: &[u8],
+        opts: PutOptions,
+    ) -> Result<()> {
+        let keys: Vec<Vec<u8>> = (0..m.pieces())
+            .map(|j| manifest::piece_key(m.piece_shard(c, j), m.version, c as u8, j, key))
+            .collect();
+        let mut group = Vec::new();
+        let mut bytes_in = 0;
+        for (j, k) in keys.iter().enumerate() {
+            let a = j * m.piece_len as usize;
+            let b = (a + m.piece_len as usize).min(bytes.len());
+            group.push(Entry {
+                key: k,
+                value: &bytes[a..b],
+                flags: 0,
+            });
+            bytes_in += (b - a) as u64;
+            if bytes_in >= WRITE_GROUP || j + 1 == keys.len() {
+                for r in self.put_entries(&group, opts) {
+                    r?;
+                }
+                group.clear();
+                bytes_in = 0;
+            }
+        }
+        let menc = m.encode();
+        let ck = manifest::copy_key(m.copy_shard(c), key);
+        let copy = Entry {
+            key: &ck,
+            value: &menc,
+            flags: item::FLAG_MANIFEST,
+        };
+        for r in self.put_entries(&[copy], opts) {
+            r?;
+        }
+        Ok(())
+    }
+
+    /// Reads the object `m` describes: all chunks asked for at once, decoded from
+    /// the first `d` whose pieces all arrive.
+    pub(crate) fn get_large(&self, key: &[u8], manifest_bytes: &[u8]) -> Result<Option<Bytes>> {
+        let m = Manifest::decode(manifest_bytes)?;
+        let now = crate::store::now_ms();
+        let mut args = Vec::new();
+        let mut tickets: Vec<(usize, Ticket)> = (0..m.chunks())
+            .map(|c| {
+                let mut b = self.inner.cache.batch().with_capacity(m.pieces() as usize);
+                for j in 0..m.pieces() {
+                    let k = manifest::piece_key(m.piece_shard(c, j), m.version, c as u8, j, key);
+                    self.push_lookup(&mut b, Probe::Value, &k, self.locate(&k), now, &mut args);
+                }
+                (c, b.submit())
+            })
+            .collect();
+        let d = usize::from(m.data);
+        let mut got: Vec<(usize, Vec<u8>)> = Vec::with_capacity(m.chunks());
+        let mut failed = 0;
+        let mut missing = 0;
+        while got.len() < d && failed <= usize::from(m.parity) && !tickets.is_empty() {
+            let mut progressed = false;
+            tickets.retain_mut(|(c, t)| {
+                let Some(r) = t.try_take() else {
+                    return true;
+                };
+                progressed = true;
+                let mut chunk = Vec::with_capacity(m.chunk_len as usize);
+                let mut whole = true;
+                for j in 0..m.pieces() as usize {
+                    match self.get_reply(&r, j) {
+                        Ok((farcache_kvformat::wire::HIT, Some((_, _, _, v))))
+                            if v.len() as u64 == m.piece_size(j as u32) =>
+                        {
+                            chunk.extend_from_slice(&v)
+                        }
+                        Ok(_) => {
+                            whole = false;
+                            missing += 1;
+                            break;
+                        }
+                        Err(_) => {
+                            whole = false;
+                            break;
+                        }
+                    }
+                }
+                if whole {
+                    got.push((*c, chunk));
+                } else {
+                    failed += 1;
+                }
+                false
+            });
+            if !progressed {
+                std::thread::yield_now();
+            }
+        }
+        // The rest are not waited for (a stopped server's chunk just stays late).
+        drop(tickets);
+        if got.len() < d {
+            if missing > 0 && failed == missing {
+                // Pieces evicted or expired: a miss, as for any cached value.
+                return Ok(None);
+            }
+            return Err(StoreError::Unreadable {
+                readable: got.len(),
+                chunks: m.chunks(),
+                data: d,
+            });
+        }
+        let value = decode(&m, got)?;
+        Ok(Some(Bytes::from(value)))
+    }
+
+    /// The key's home shard failed: look for a manifest copy beside the chunks.
+    pub(crate) fn get_large_without_home(
+        &self,
+        key: &[u8],
+        err: StoreError,
+    ) -> Result<Option<Bytes>> {
+        match self.find_copy(key) {
+            Some(m) => self.get_large(key, &m.encode()),
+            None => Err(err),
+        }
+    }
+
+    /// A manifest copy of `key` from any shard (the newest version wins a tie-break
+    /// only by being found first; copies are rewritten together).
+    pub(crate) fn find_copy(&self, key: &[u8]) -> Option<Manifest> {
+        let shards = self.inner.layout.0.shards;
+        let keys: Vec<Vec<u8>> = (0..shards).map(|s| manifest::copy_key(s, key)).collect();
+        let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        self.lookup_raw(&refs, Probe::Value)
+            .into_iter()
+            .filter_map(|r| match r {
+                Ok(Some((flags, v))) if flags & item::FLAG_MANIFEST != 0 => {
+                    Manifest::decode(&v).ok()
+                }
+                _ => None,
+            })
+            .next()
+    }
+
+    /// Whether `e` says the key's home shard is gone (its bytes lost with a server).
+    pub(crate) fn home_unreadable(&self, e: &StoreError) -> bool {
+        let op = match e {
+            StoreError::Op(op) | StoreError::Client(farcache_client::ClientError::Op(op)) => op,
+            _ => return false,
+        };
+        match op {
+            OpError::DataLost { .. } => true,
+            OpError::Procedure(msg) => msg.contains("lost with a failed server"),
+            _ => e.is_transient(),
+        }
+    }
+
+    /// Deletes an object's pieces, and its manifest copies still naming this version.
+    pub(crate) fn drop_object(&self, key: &[u8], m: &Manifest) {
+        for c in 0..m.chunks() {
+            for j in 0..m.pieces() {
+                let pk = manifest::piece_key(m.piece_shard(c, j), m.version, c as u8, j, key);
+                let _ = self.delete_raw(&pk);
+            }
+            let ck = manifest::copy_key(m.copy_shard(c), key);
+            let same = matches!(
+                self.lookup_raw(&[&ck], Probe::Value).pop(),
+                Some(Ok(Some((_, v)))) if Manifest::decode(&v).is_ok_and(|o| o.version == m.version)
+            );
+            if same {
+                let _ = self.delete_raw(&ck);
+            }
+        }
+    }
+
+    /// Recycles an item a slot no longer points at; a manifest's object goes too.
+    pub(crate) fn retire(&self, shard: u32, old: SlotWord, generation: u32) {
+        if old.is_manifest() {
+            let at = self.inner.layout.shard_base(shard) + old.offset();
+            let size = u64::from(class::size(old.class()).unwrap_or(0));
+            if let Ok(raw) = self.inner.cache.read(at, size)
+                && let Ok(it) = item::decode(&raw)
+                && let Ok(m) = Manifest::decode(it.value)
+                && manifest::copy_owner(it.key).is_none()
+            {
+                let key = it.key.to_vec();
+                self.drop_object(&key, &m);
+            }
+        }
+        if let Err(e) = self.free_item(shard, old.class(), old.offset(), generation) {
+            tracing::warn!(error = %e, "old item not recycled");
+        }
+    }
+}
+
+/// The value from at least `d` chunks (data chunks first when all are there).
+fn decode(m: &Manifest, mut got: Vec<(usize, Vec<u8>)>) -> Result<Vec<u8>> {
+    let d = usize::from(m.data);
+    got.sort_by_key(|(c, _)| *c);
+    let have_all_data = got.iter().take(d).enumerate().all(|(i, (c, _))| i == *c);
+    let mut data: Vec<Vec<u8>> = Vec::with_capacity(d);
+    if have_all_data {
+        data = got.into_iter().take(d).map(|(_, v)| v).collect();
+    } else {
+        let originals = got.iter().filter(|(c, _)| *c < d).map(|(c, v)| (*c, v));
+        let recovery = got
+            .iter()
+            .filter(|(c, _)| *c >= d)
+            .map(|(c, v)| (*c - d, v));
+        let mut restored = reed_solomon_simd::decode(d, usize::from(m.parity), originals, recovery)
+            .map_err(|e| StoreError::Erasure(e.to_string()))?;
+        let mut have: std::collections::HashMap<usize, Vec<u8>> = got.into_iter().collect();
+        for i in 0..d {
+            let c = have
+                .remove(&i)
+                .or_else(|| restored.remove(&i))
+                .ok_or_else(|| StoreError::Erasure(format!("chunk {i} not restored")))?;
+            data.push(c);
+        }
+    }
+    let mut value = Vec::with_capacity(m.len as usize);
+    for c in data {
+        value.extend_from_slice(&c);
+    }
+    value.truncate(m.len as usize);
+    if manifest::checksum(&value) != m.checksum {
+        return Err(StoreError::Erasure(
+            "decoded value does not match its checksum".into(),
+        ));
+    }
+    Ok(value)
+}

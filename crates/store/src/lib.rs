@@ -1,0 +1,43 @@
+//! A keyed store inside a farcache cache: `get`/`put`/`delete` of byte keys, batched
+//! multi-get and multi-put, TTLs, CLOCK eviction when full.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), farcache_store::StoreError> {
+//! use farcache_store::{StoreExt, StoreOptions};
+//! let client = farcache_client::Client::connect("127.0.0.1:7000")?;
+//! let store = client.create_store("sessions", 64 << 20, &StoreOptions::default())?;
+//! store.put(b"user:42", b"{\"name\":\"ada\"}")?;
+//! assert_eq!(store.get(b"user:42")?.as_deref(), Some(&b"{\"name\":\"ada\"}"[..]));
+//! # Ok(()) }
+//! ```
+//!
+//! How it works (layout in `farcache-kvformat`): keys hash to a shard (a slice of one
+//! region, so one server) and a bucket of 7 slots in it. A GET is one round trip: the
+//! `kv_get` procedure runs on the key's server, finds the slot and returns the value.
+//! A PUT writes a new immutable item and swings the key's slot to it with one
+//! compare-and-swap (so the last writer wins and no reader sees half a value), then
+//! recycles the old item. Items come from per-shard size classes: a client reuses
+//! what it freed, then carves fresh heap, then pops the shard's shared free list, then
+//! evicts with CLOCK (reference bytes beside the slots, set by GET hits).
+//!
+//! Layout: [`store`] (handle, create/open, reads), [`put`] (the write pipeline),
+//! [`alloc`] (item allocation and recycling), [`evict`] (the CLOCK sweep),
+//! [`large`] (erasure-coded values), [`repair`] (rebuilding after lost servers),
+//! [`stats`] (occupancy and fragmentation).
+
+pub mod alloc;
+pub mod error;
+pub mod evict;
+pub mod large;
+pub mod options;
+pub mod put;
+pub mod repair;
+pub mod stats;
+pub mod store;
+
+pub use error::{Result, StoreError};
+pub use farcache_kvformat::manifest::Manifest;
+pub use options::{Condition, PutOptions, StoreOptions};
+pub use repair::{RepairReport, Repairer};
+pub use stats::StoreStats;
+pub use store::{Store, StoreExt};

@@ -1,0 +1,590 @@
+//! The write path. A put of many keys runs in two batched round trips per attempt:
+//! (1) `kv_find` of every key, with a fetch-and-add on the bump pointer for keys that
+//! need fresh heap; (2) every new item written and its slot swung by compare-and-swap
+//! (item first: ops to one server run in order, so no reader sees the slot before
+//! the item). A key whose slot changed in between tries again. A key whose bucket has
+//! no empty slot left takes the bucket lock ([`Store::put_locked`]), so that two puts
+//! of one key can never land in two slots.
+
+use std::time::Duration;
+
+use farcache_kvformat::hash::KeyHash;
+use farcache_kvformat::layout::SLOTS;
+use farcache_kvformat::slot::{EMPTY, LockWord, TOMB};
+use farcache_kvformat::wire::{self, FindReply};
+use farcache_kvformat::{SlotWord, item};
+
+use crate::alloc::{bump_addr, carved};
+use crate::options::{Condition, PutOptions};
+use crate::store::{MAX_ATTEMPTS, Probe, Store, TRANSIENT_BUDGET, now_ms};
+use crate::{Result, StoreError};
+
+/// How long a bucket lock holds before others may break it.
+const LEASE_MS: u64 = 2000;
+
+struct Job<'a> {
+    key: &'a [u8],
+    value: &'a [u8],
+    flags: u8,
+    expires: u64,
+    cond: Condition,
+    h: KeyHash,
+    class: u8,
+    size: u32,
+    /// The new item's offset in the shard, once allocated.
+    item: Option<u64>,
+    written: bool,
+    /// Ops of the current attempt.
+    find_i: usize,
+    bump_i: Option<usize>,
+    cas: Option<(usize, u64, u64)>,
+    write_i: Option<usize>,
+    /// The shard generation the last find saw.
+    generation: Option<u32>,
+    /// `item` came from this handle's cache in the current attempt.
+    from_cache: bool,
+}
+
+/// An item to put: key, value and item flags (`item::FLAG_*`).
+pub(crate) struct Entry<'a> {
+    pub key: &'a [u8],
+    pub value: &'a [u8],
+    pub flags: u8,
+}
+
+impl Job<'_> {
+    /// The class byte of this job's slot word (with the manifest flag).
+    fn word_class(&self) -> u8 {
+        if self.flags & item::FLAG_MANIFEST != 0 {
+            self.class | SlotWord::MANIFEST
+        } else {
+            self.class
+        }
+    }
+}
+
+/// What one key's put ended with: `Ok(true)` written, `Ok(false)` skipped by its
+/// condition.
+pub type PutResult = Result<bool>;
+
+/// Forgets `job`'s item after an ambiguous swap (it may be referenced).
+fn abandon(job: &mut Job<'_>) {
+    job.item = None;
+    job.written = false;
+}
+
+/// Sleeps a random time up to `2^attempt` µs, at most 2 ms.
+pub(crate) fn backoff(attempt: u32) {
+    let cap = 1u64 << attempt.min(11);
+    // Cheap randomness: the clock's low bits differ between racing threads.
+    let r = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::from(d.subsec_nanos()))
+        .unwrap_or(0);
+    std::thread::sleep(Duration::from_micros(1 + r % cap));
+}
+
+impl Store {
+    /// Stores `value` under `key`, replacing any previous value.
+    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.put_with(key, value, PutOptions::default()).map(|_| ())
+    }
+
+    /// Stores `value` under `key` with a TTL and/or a condition; `Ok(false)` when the
+    /// condition did not hold.
+    pub fn put_with(&self, key: &[u8], value: &[u8], opts: PutOptions) -> Result<bool> {
+        self.mput_with(&[(key, value)], opts)
+            .pop()
+            .unwrap_or(Ok(false))
+    }
+
+    /// Stores many pairs in batches; one result per pair.
+    pub fn mput<K: AsRef<[u8]>, V: AsRef<[u8]>>(&self, pairs: &[(K, V)]) -> Vec<Result<()>> {
+        self.mput_with(pairs, PutOptions::default())
+            .into_iter()
+            .map(|r| r.map(|_| ()))
+            .collect()
+    }
+
+    /// [`Store::mput`] with options applying to every pair. Values above the
+    /// store's small-value limit are erasure coded ([`Store::put_large`]).
+    pub fn mput_with<K: AsRef<[u8]>, V: AsRef<[u8]>>(
+        &self,
+        pairs: &[(K, V)],
+        opts: PutOptions,
+    ) -> Vec<PutResult> {
+        let mut out: Vec<Option<PutResult>> = (0..pairs.len()).map(|_| None).collect();
+        let mut entries = Vec::with_capacity(pairs.len());
+        let mut at = Vec::with_capacity(pairs.len());
+        let small = self.max_small_value();
+        for (i, (k, v)) in pairs.iter().enumerate() {
+            let (k, v) = (k.as_ref(), v.as_ref());
+            if let Err(e) = Self::check_key(k) {
+                out[i] = Some(Err(e));
+            } else if v.len() as u64 > small {
+                out[i] = Some(self.put_large(k, v, opts));
+            } else {
+                entries.push(Entry {
+                    key: k,
+                    value: v,
+                    flags: 0,
+                });
+                at.push(i);
+            }
+        }
+        for (r, i) in self.put_entries(&entries, opts).into_iter().zip(at) {
+            out[i] = Some(r);
+        }
+        out.into_iter().map(|o| o.unwrap_or(Ok(false))).collect()
+    }
+
+    /// Puts items whose keys were checked by the caller (the store's own placed keys
+    /// included); one result per entry.
+    pub(crate) fn put_entries(&self, entries: &[Entry<'_>], opts: PutOptions) -> Vec<PutResult> {
+        let now = now_ms();
+        let expires = match opts.ttl {
+            Some(t) => now.saturating_add(t.as_millis().max(1) as u64),
+            None => item::NO_EXPIRY,
+        };
+        let mut out: Vec<Option<PutResult>> = (0..entries.len()).map(|_| None).collect();
+        let mut jobs = Vec::with_capacity(entries.len());
+        let mut todo = Vec::with_capacity(entries.len());
+        for (i, e) in entries.iter().enumerate() {
+            match self.item_class(e.key, e.value) {
+                Ok((class, size)) => {
+                    todo.push(jobs.len());
+                    jobs.push((
+                        i,
+                        Job {
+                            key: e.key,
+                            value: e.value,
+                            flags: e.flags,
+                            expires,
+                            cond: opts.condition,
+                            h: self.locate(e.key),
+                            class,
+                            size,
+                            item: None,
+                            written: false,
+                            find_i: 0,
+                            bump_i: None,
+                            cas: None,
+                            write_i: None,
+                            generation: None,
+                            from_cache: false,
+                        },
+                    ));
+                }
+                Err(e) => out[i] = Some(Err(e)),
+            }
+        }
+        let mut attempts = 0;
+        let started = std::time::Instant::now();
+        while !todo.is_empty() {
+            attempts += 1;
+            let mut next = Vec::new();
+            let done = self.attempt(&mut jobs, &todo, &mut next);
+            for (j, r) in done {
+                match r {
+                    Err(e) if e.is_transient() && started.elapsed() < TRANSIENT_BUDGET => {
+                        attempts = attempts.min(MAX_ATTEMPTS - 1);
+                        next.push(j);
+                    }
+                    r => out[jobs[j].0] = Some(r),
+                }
+            }
+            if attempts >= MAX_ATTEMPTS {
+                for &j in &next {
+                    out[jobs[j].0] = Some(Err(StoreError::Contended { attempts }));
+                }
+                break;
+            }
+            if !next.is_empty() && attempts > 1 {
+                // Lost the race again: let the winners through (randomised, capped
+                // exponential backoff, so a descheduled writer is not starved).
+                backoff(attempts);
+            }
+            todo = next;
+        }
+        // Items allocated for puts that did not happen are reused later.
+        for (_, j) in &jobs {
+            if let (Some(o), false, Some(g)) = (j.item, j.cas.is_some(), j.generation) {
+                let _ = self.free_item(j.h.shard, j.class, o, g);
+            }
+        }
+        out.into_iter().map(|o| o.unwrap_or(Ok(false))).collect()
+    }
+
+    /// One attempt at the keys `todo`; returns the finished ones and fills `retry`.
+    fn attempt(
+        &self,
+        jobs: &mut [(usize, Job<'_>)],
+        todo: &[usize],
+        retry: &mut Vec<usize>,
+    ) -> Vec<(usize, PutResult)> {
+        let mut done = Vec::new();
+        let cache = &self.inner.cache;
+        let lay = self.inner.layout;
+        let now = now_ms();
+        let mut args = Vec::new();
+        // Round trip 1: where is each key; fresh heap where none is cached.
+        let mut b = cache.batch().with_capacity(todo.len() * 2);
+        {
+            let mut free = self.inner.free.lock();
+            for &j in todo {
+                let job = &mut jobs[j].1;
+                job.cas = None;
+                job.bump_i = None;
+                job.write_i = None;
+                job.find_i = self.push_lookup(&mut b, Probe::Find, job.key, job.h, now, &mut args);
+                job.from_cache = false;
+                if job.item.is_none() {
+                    job.item = free.take(job.h.shard, job.class);
+                    job.from_cache = job.item.is_some();
+                    if job.item.is_none() && !free.heap_exhausted(job.h.shard) {
+                        job.bump_i =
+                            Some(b.fetch_add(bump_addr(&lay, job.h.shard), u64::from(job.size)));
+                    }
+                }
+            }
+        }
+        let r = b.run();
+        let mut finds = Vec::with_capacity(todo.len());
+        for &j in todo {
+            let job = &mut jobs[j].1;
+            if let Some(bi) = job.bump_i {
+                match r.value(bi) {
+                    Ok(old) => match carved(&lay, old, job.size) {
+                        Some(o) => job.item = Some(o),
+                        None => self.inner.free.lock().mark_exhausted(job.h.shard),
+                    },
+                    Err(e) => {
+                        done.push((j, Err(e.into())));
+                        continue;
+                    }
+                }
+            }
+            let f = r
+                .bytes(job.find_i)
+                .map_err(StoreError::from)
+                .and_then(|raw| {
+                    FindReply::decode(&raw).map_err(|e| StoreError::Reply {
+                        proc: wire::KV_FIND,
+                        reason: e.to_string(),
+                    })
+                });
+            match f {
+                Ok(f) => {
+                    let reset = self.inner.free.lock().sync(job.h.shard, f.generation);
+                    job.generation = Some(f.generation);
+                    if reset && job.from_cache {
+                        // Kept from before the shard was reset: not ours any more.
+                        job.item = None;
+                        job.written = false;
+                        retry.push(j);
+                        continue;
+                    }
+                    finds.push((j, f))
+                }
+                Err(e) => done.push((j, Err(e))),
+            }
+        }
+        // Round trip 2: write items and swing slots.
+        let mut b = cache.batch().with_capacity(finds.len() * 2);
+        let mut locked = Vec::new();
+        let mut buf = Vec::new();
+        for (j, f) in finds {
+            let job = &mut jobs[j].1;
+            let present = f.status == wire::HIT && !f.expired;
+            let target = match f.status {
+                wire::BUSY => {
+                    retry.push(j);
+                    continue;
+                }
+                _ if job.cond == Condition::IfAbsent && present => {
+                    done.push((j, Ok(false)));
+                    continue;
+                }
+                _ if job.cond == Condition::IfPresent && !present => {
+                    done.push((j, Ok(false)));
+                    continue;
+                }
+                wire::HIT => f.slot.map(usize::from),
+                _ => f.words[..SLOTS].iter().position(|&w| w == EMPTY),
+            };
+            let Some(s) = target else {
+                locked.push(j);
+                continue;
+            };
+            if let Err(e) = self.ensure_item(job) {
+                done.push((j, Err(e)));
+                continue;
+            }
+            let Some(off) = job.item else { continue };
+            if !job.written {
+                buf.clear();
+                item::encode_into(&mut buf, job.key, job.value, job.expires, job.flags);
+                job.write_i = Some(b.write(lay.shard_base(job.h.shard) + off, &buf));
+            }
+            let new = SlotWord::new(job.h.tag, job.word_class(), off).0;
+            let expect = f.words[s];
+            let ci = b.cas(lay.slot_addr(job.h.shard, job.h.bucket, s), expect, new);
+            job.cas = Some((ci, expect, new));
+        }
+        let r = b.run();
+        for &j in todo {
+            let job = &mut jobs[j].1;
+            let Some((ci, expect, new)) = job.cas else {
+                continue;
+            };
+            let write_ok = job.write_i.is_none_or(|wi| r.is_ok(wi));
+            let swapped = r.value(ci).map(|seen| seen == expect);
+            if !write_ok {
+                let e = job
+                    .write_i
+                    .and_then(|wi| r.error(wi).cloned())
+                    .map(StoreError::from);
+                job.cas = None;
+                if let Ok(true) = swapped {
+                    // The slot points at an item that may not be whole: take it back.
+                    self.unpublish(job, new);
+                } else if swapped.is_err() {
+                    abandon(job);
+                }
+                done.push((j, Err(e.unwrap_or(StoreError::Contended { attempts: 1 }))));
+                continue;
+            }
+            job.written = true;
+            match swapped {
+                Ok(true) => {
+                    if SlotWord::is_item(expect) {
+                        self.retire(
+                            job.h.shard,
+                            SlotWord(expect),
+                            job.generation.unwrap_or_default(),
+                        );
+                    }
+                    done.push((j, Ok(true)));
+                }
+                Ok(false) => {
+                    job.cas = None;
+                    retry.push(j);
+                }
+                Err(e) => {
+                    // The swap may have happened: the item may be referenced, so it
+                    // is never reused (a leak only at a failing server).
+                    job.cas = None;
+                    abandon(job);
+                    done.push((j, Err(e.into())));
+                }
+            }
+        }
+        for j in locked {
+            let job = &mut jobs[j].1;
+            done.push((j, self.put_locked(job)));
+        }
+        done
+    }
+
+    /// After a swap whose item write failed: points the slot away from the item
+    /// (a tombstone) if it still points there, so no reader meets a partial item.
+    fn unpublish(&self, job: &mut Job<'_>, new: u64) {
+        let lay = self.inner.layout;
+        let mut undone = false;
+        for s in 0..SLOTS {
+            let at = lay.slot_addr(job.h.shard, job.h.bucket, s);
+            if let Ok(seen) = self.inner.cache.cas(at, new, TOMB)
+                && seen == new
+            {
+                undone = true;
+                break;
+            }
+        }
+        if undone {
+            job.written = false;
+        } else {
+            abandon(job);
+        }
+    }
+
+    /// Gives `job` an item if it has none (shared free list or eviction).
+    fn ensure_item(&self, job: &mut Job<'_>) -> Result<()> {
+        if job.item.is_none() {
+            job.item = Some(self.alloc_slow(job.h.shard, job.class)?);
+            job.written = false;
+        }
+        Ok(())
+    }
+
+    /// Puts `job` into a bucket with no empty slot, under the bucket lock: reuses a
+    /// tombstone, else evicts the bucket's least recently referenced item.
+    fn put_locked(&self, job: &mut Job<'_>) -> PutResult {
+        let cache = &self.inner.cache;
+        let lay = self.inner.layout;
+        let (shard, bucket) = (job.h.shard, job.h.bucket);
+        let lock_at = lay.lock_addr(shard, bucket);
+        let mut backoff = Duration::from_micros(20);
+        for _ in 0..MAX_ATTEMPTS {
+            let now = now_ms();
+            let f = self.find(job.key, job.h, now)?;
+            let lock = LockWord(f.words[SLOTS]);
+            if !lock.takeable(now) {
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(Duration::from_millis(5));
+                continue;
+            }
+            let mine = LockWord::held(self.inner.holder, now + LEASE_MS);
+            if cache.cas(lock_at, lock.0, mine.0)? != lock.0 {
+                continue;
+            }
+            let r = self.put_holding_lock(job, now);
+            // Release only our own lease (someone may have broken an expired one).
+            let _ = cache.cas(lock_at, mine.0, LockWord::FREE.0);
+            match r? {
+                Some(res) => return Ok(res),
+                None => continue,
+            }
+        }
+        Err(StoreError::Contended {
+            attempts: MAX_ATTEMPTS,
+        })
+    }
+
+    /// The put with the bucket locked; `None` when a slot changed under it.
+    fn put_holding_lock(&self, job: &mut Job<'_>, now: u64) -> Result<Option<bool>> {
+        let cache = &self.inner.cache;
+        let lay = self.inner.layout;
+        let f = self.find(job.key, job.h, now)?;
+        if f.status == wire::BUSY {
+            return Ok(None);
+        }
+        let present = f.status == wire::HIT && !f.expired;
+        match job.cond {
+            Condition::IfAbsent if present => return Ok(Some(false)),
+            Condition::IfPresent if !present => return Ok(Some(false)),
+            _ => {}
+        }
+        let s = match f.slot {
+            Some(s) => usize::from(s),
+            None => f.words[..SLOTS]
+                .iter()
+                .position(|&w| w == TOMB || w == EMPTY)
+                .unwrap_or_else(|| {
+                    // The least recently referenced item (CLOCK byte 0 first).
+                    (0..SLOTS).min_by_key(|&s| f.refs[s]).unwrap_or(0)
+                }),
+        };
+        self.ensure_item(job)?;
+        let Some(off) = job.item else { return Ok(None) };
+        let mut b = cache.batch();
+        let mut wi = None;
+        if !job.written {
+            let mut buf = Vec::new();
+            item::encode_into(&mut buf, job.key, job.value, job.expires, job.flags);
+            wi = Some(b.write(lay.shard_base(job.h.shard) + off, &buf));
+        }
+        let new = SlotWord::new(job.h.tag, job.word_class(), off).0;
+        let expect = f.words[s];
+        let ci = b.cas(lay.slot_addr(job.h.shard, job.h.bucket, s), expect, new);
+        let r = b.run();
+        let swapped = match r.value(ci) {
+            Ok(seen) => seen == expect,
+            Err(e) => {
+                abandon(job);
+                return Err(e.into());
+            }
+        };
+        if let Some(e) = wi.and_then(|wi| r.error(wi).cloned()) {
+            if swapped {
+                self.unpublish(job, new);
+            }
+            return Err(e.into());
+        }
+        job.written = true;
+        if !swapped {
+            return Ok(None);
+        }
+        job.cas = Some((ci, expect, new));
+        if SlotWord::is_item(expect) {
+            let old = SlotWord(expect);
+            if f.slot.is_none() {
+                // An eviction to make room.
+                cache.fetch_add(
+                    lay.shard_base(job.h.shard) + farcache_kvformat::layout::EVICTIONS,
+                    1,
+                )?;
+            }
+            self.retire(job.h.shard, old, f.generation);
+        }
+        Ok(Some(true))
+    }
+
+    pub(crate) fn find(&self, key: &[u8], h: KeyHash, now: u64) -> Result<FindReply> {
+        let mut b = self.inner.cache.batch();
+        let mut args = Vec::new();
+        let i = self.push_lookup(&mut b, Probe::Find, key, h, now, &mut args);
+        let raw = b.run().bytes(i)?;
+        FindReply::decode(&raw).map_err(|e| StoreError::Reply {
+            proc: wire::KV_FIND,
+            reason: e.to_string(),
+        })
+    }
+
+    /// Removes `key` (an erasure-coded value's chunks too); `Ok(true)` if it was
+    /// present.
+    pub fn delete(&self, key: &[u8]) -> Result<bool> {
+        Self::check_key(key)?;
+        self.delete_raw(key)
+    }
+
+    /// [`Store::delete`] of a key the caller checked.
+    pub(crate) fn delete_raw(&self, key: &[u8]) -> Result<bool> {
+        let h = self.locate(key);
+        let lay = self.inner.layout;
+        let started = std::time::Instant::now();
+        let mut attempt = 0;
+        while attempt < MAX_ATTEMPTS {
+            attempt += 1;
+            if attempt > 1 {
+                backoff(attempt);
+            }
+            let f = match self.find(key, h, now_ms()) {
+                Ok(f) => f,
+                Err(e) if e.is_transient() && started.elapsed() < TRANSIENT_BUDGET => {
+                    // Failing over: the transient budget bounds this, not the attempts.
+                    attempt = attempt.min(8);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let s = match (f.status, f.slot) {
+                (wire::BUSY, _) => continue,
+                (wire::HIT, Some(s)) => usize::from(s),
+                _ => return Ok(false),
+            };
+            let w = f.words[s];
+            let cas = self
+                .inner
+                .cache
+                .cas(lay.slot_addr(h.shard, h.bucket, s), w, TOMB)
+                .map_err(StoreError::from);
+            let seen = match cas {
+                Ok(seen) => seen,
+                // Failing over: ask again (if the swap happened the key reads absent;
+                // its item is not reused, as it may still be referenced).
+                Err(e) if e.is_transient() && started.elapsed() < TRANSIENT_BUDGET => {
+                    attempt = attempt.min(8);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            if seen == w {
+                self.retire(h.shard, SlotWord(w), f.generation);
+                return Ok(!f.expired);
+            }
+        }
+        Err(StoreError::Contended {
+            attempts: MAX_ATTEMPTS,
+        })
+    }
+}

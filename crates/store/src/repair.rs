@@ -1,0 +1,265 @@
+//! Bringing a store back to full strength after servers died (InfiniCache's
+//! recovery): shards whose bytes were lost are reset to empty; erasure-coded objects
+//! that lost chunks are decoded from the rest and written again on live servers; a
+//! manifest lost with its home shard is restored from a copy. [`Store::repair`] runs
+//! once; [`Store::spawn_repairer`] runs it in the background.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use farcache_client::OpError;
+use farcache_kvformat::item;
+use farcache_kvformat::layout::{DESCRIPTOR_LEN, GENERATION};
+use farcache_kvformat::manifest::{self, Manifest};
+use farcache_kvformat::wire::{self, Scan};
+
+use crate::Result;
+use crate::options::{Condition, PutOptions};
+use crate::put::Entry;
+use crate::store::{Probe, Store};
+
+/// What one repair pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RepairReport {
+    /// Shards whose bytes were lost with a server, reset to an empty shard.
+    pub shards_reset: u32,
+    /// Erasure-coded objects looked at.
+    pub objects: u64,
+    /// Objects whose lost chunks were rebuilt (the object is written again).
+    pub objects_rebuilt: u64,
+    /// Chunks that were missing in those.
+    pub chunks_rebuilt: u64,
+    /// Manifests restored under their key from a copy.
+    pub homes_restored: u64,
+    /// Objects with more than `p` chunks gone.
+    pub unrecoverable: u64,
+}
+
+/// A background repairer; stops when dropped.
+pub struct Repairer {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Repairer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// An object's manifests as found: under its key, and beside its chunks.
+#[derive(Default)]
+struct Found {
+    home: Option<Manifest>,
+    copies: Vec<(u32, Manifest)>,
+}
+
+impl Store {
+    /// Runs [`Store::repair`] every `every` until the returned handle is dropped.
+    pub fn spawn_repairer(&self, every: Duration) -> Repairer {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (store, flag) = (self.clone(), stop.clone());
+        let thread = std::thread::Builder::new()
+            .name("farcache-store-repair".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    match store.repair() {
+                        Ok(r)
+                            if r != RepairReport {
+                                objects: r.objects,
+                                ..Default::default()
+                            } =>
+                        {
+                            tracing::info!(?r, "store repaired")
+                        }
+                        Ok(_) => {}
+                        Err(e) => tracing::warn!(error = %e, "store repair failed"),
+                    }
+                    let until = std::time::Instant::now() + every;
+                    while !flag.load(Ordering::Relaxed) && std::time::Instant::now() < until {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                }
+            })
+            .ok();
+        Repairer { stop, thread }
+    }
+
+    /// One repair pass over the whole store.
+    pub fn repair(&self) -> Result<RepairReport> {
+        let mut report = RepairReport::default();
+        let cache = &self.inner.cache;
+        let lay = self.inner.layout;
+        let _ = cache.refresh();
+        // 1. Shards whose bytes died with a server start again empty.
+        let mut b = cache.batch();
+        for s in 0..lay.0.shards {
+            b.read(lay.shard_base(s), DESCRIPTOR_LEN as u64);
+        }
+        let r = b.run();
+        let desc = lay.0.encode();
+        for s in 0..lay.0.shards {
+            if let Some(OpError::DataLost { .. }) = r.error(s as usize) {
+                let base = lay.shard_base(s);
+                cache.clear_lost(base, lay.0.shard_size)?;
+                // A new generation: handles drop what they kept of the old shard.
+                let generation = (self.fresh_version(&base.to_le_bytes()) as u32).max(1);
+                cache.write(base + GENERATION, &u64::from(generation).to_le_bytes())?;
+                cache.write(base, &desc)?;
+                report.shards_reset += 1;
+            }
+        }
+        // 2. Every erasure-coded object, by its manifests.
+        let mut objects: BTreeMap<Vec<u8>, Found> = BTreeMap::new();
+        for s in 0..lay.0.shards {
+            self.scan_manifests(s, &mut objects)?;
+        }
+        // 3. Each back to d + p chunks, a manifest under its key and beside each chunk.
+        for (key, found) in objects {
+            report.objects += 1;
+            self.repair_object(&key, found, &mut report)?;
+        }
+        Ok(report)
+    }
+
+    fn scan_manifests(&self, shard: u32, into: &mut BTreeMap<Vec<u8>, Found>) -> Result<()> {
+        let base = self.inner.layout.shard_base(shard);
+        let mut from = 0;
+        loop {
+            let args = Scan {
+                mask: item::FLAG_MANIFEST,
+                from,
+                max_bytes: 256 << 10,
+            }
+            .encode();
+            let raw = self.inner.cache.execute(wire::KV_SCAN, base, &args)?;
+            let (next, items) = wire::scan_reply(&raw)?;
+            for (k, v) in items {
+                let Ok(m) = Manifest::decode(v) else { continue };
+                match manifest::copy_owner(k) {
+                    Some(owner) => into
+                        .entry(owner.to_vec())
+                        .or_default()
+                        .copies
+                        .push((shard, m)),
+                    None => into.entry(k.to_vec()).or_default().home = Some(m),
+                }
+            }
+            if next == wire::SCAN_DONE || next <= from {
+                return Ok(());
+            }
+            from = next;
+        }
+    }
+
+    /// Which chunks of `m` have all their pieces.
+    fn chunks_present(&self, key: &[u8], m: &Manifest) -> Vec<bool> {
+        let keys: Vec<Vec<u8>> = (0..m.chunks())
+            .flat_map(|c| {
+                (0..m.pieces()).map(move |j| {
+                    manifest::piece_key(m.piece_shard(c, j), m.version, c as u8, j, key)
+                })
+            })
+            .collect();
+        let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        let hits: Vec<bool> = self
+            .lookup_raw(&refs, Probe::Exists)
+            .into_iter()
+            .map(|r| matches!(r, Ok(Some(_))))
+            .collect();
+        hits.chunks(m.pieces().max(1) as usize)
+            .map(|c| c.iter().all(|&h| h))
+            .collect()
+    }
+
+    fn repair_object(&self, key: &[u8], found: Found, report: &mut RepairReport) -> Result<()> {
+        // The manifest under the key rules; without it, a copy whose chunks survive.
+        let candidates: Vec<Manifest> = match &found.home {
+            Some(h) => vec![h.clone()],
+            None => {
+                let mut v: Vec<Manifest> = found.copies.iter().map(|(_, m)| m.clone()).collect();
+                v.dedup_by_key(|m| m.version);
+                v
+            }
+        };
+        let Some((m, present)) = candidates
+            .into_iter()
+            .map(|m| {
+                let p = self.chunks_present(key, &m);
+                (m, p)
+            })
+            .max_by_key(|(_, p)| p.iter().filter(|&&x| x).count())
+        else {
+            return Ok(());
+        };
+        let missing = present.iter().filter(|&&p| !p).count();
+        if missing > usize::from(m.parity) {
+            report.unrecoverable += 1;
+            return Ok(());
+        }
+        if missing > 0 {
+            let Some(value) = self.get_large(key, &m.encode())? else {
+                report.unrecoverable += 1;
+                return Ok(());
+            };
+            // A put since the scan wins over the repair.
+            let now = self.lookup_raw(&[key], Probe::Value).pop();
+            let current = match now {
+                Some(Ok(Some((f, v)))) if f & item::FLAG_MANIFEST != 0 => {
+                    Manifest::decode(&v).ok().map(|c| c.version)
+                }
+                Some(Ok(Some(_))) => return Ok(()),
+                _ => None,
+            };
+            if current.is_some_and(|v| v != m.version) {
+                return Ok(());
+            }
+            if self.put_large(key, &value, PutOptions::default())? {
+                // Pieces of the old version left on live shards.
+                self.drop_object(key, &m);
+                report.objects_rebuilt += 1;
+                report.chunks_rebuilt += missing as u64;
+            }
+            return Ok(());
+        }
+        let enc = m.encode();
+        if found.home.is_none() {
+            let home = Entry {
+                key,
+                value: &enc,
+                flags: item::FLAG_MANIFEST,
+            };
+            let nx = PutOptions {
+                condition: Condition::IfAbsent,
+                ..PutOptions::default()
+            };
+            if self.put_entries(&[home], nx).pop().unwrap_or(Ok(false))? {
+                report.homes_restored += 1;
+            }
+        }
+        for c in 0..m.chunks() {
+            let shard = m.copy_shard(c);
+            if !found
+                .copies
+                .iter()
+                .any(|(s, c)| *s == shard && c.version == m.version)
+            {
+                let ck = manifest::copy_key(shard, key);
+                let copy = Entry {
+                    key: &ck,
+                    value: &enc,
+                    flags: item::FLAG_MANIFEST,
+                };
+                for r in self.put_entries(&[copy], PutOptions::default()) {
+                    r?;
+                }
+            }
+        }
+        Ok(())
+    }
+}

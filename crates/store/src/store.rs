@@ -1,0 +1,422 @@
+//! The store handle: creating and opening a store, and the read path.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use farcache_client::{BatchResults, Cache, Client, CreateOptions};
+use farcache_kvformat::hash::{self, KeyHash};
+use farcache_kvformat::layout::{self, DESCRIPTOR_LEN};
+use farcache_kvformat::wire::{self, GetReply, Lookup};
+use farcache_kvformat::{Descriptor, Layout, class, item};
+use parking_lot::Mutex;
+
+use crate::alloc::FreeCache;
+use crate::options::{StoreOptions, shard_size_for};
+use crate::{Result, StoreError};
+
+/// Attempts at a key whose bucket keeps changing before [`StoreError::Contended`].
+pub(crate) const MAX_ATTEMPTS: u32 = 128;
+/// How long store calls keep retrying [transient](StoreError::is_transient) failures
+/// (a failover takes a few heartbeat intervals).
+pub const TRANSIENT_BUDGET: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// What a lookup asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Probe {
+    Value,
+    Exists,
+    /// The key's slot and its bucket (for a write).
+    Find,
+}
+
+/// Opening and creating stores on a [`Client`].
+pub trait StoreExt {
+    /// Creates a store of at least `capacity` bytes (rounded up to whole shards).
+    fn create_store(&self, name: &str, capacity: u64, opts: &StoreOptions) -> Result<Store>;
+    fn open_store(&self, name: &str) -> Result<Store>;
+}
+
+impl StoreExt for Client {
+    fn create_store(&self, name: &str, capacity: u64, opts: &StoreOptions) -> Result<Store> {
+        Store::create(self, name, capacity, opts)
+    }
+
+    fn open_store(&self, name: &str) -> Result<Store> {
+        Store::open(self, name)
+    }
+}
+
+/// A keyed store. Cheap to clone; share it between threads.
+#[derive(Clone)]
+pub struct Store {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub cache: Cache,
+    pub layout: Layout,
+    /// This handle's name in bucket locks.
+    pub holder: u16,
+    pub free: Mutex<FreeCache>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Items this handle kept for reuse go back to the shared lists.
+        let cached = self.free.get_mut().drain();
+        if let Err(e) = crate::alloc::push_all(&self.cache, &self.layout, cached) {
+            tracing::warn!(error = %e, "store handle dropped without returning its free items");
+        }
+    }
+}
+
+/// Milliseconds since the Unix epoch (the clock TTLs are measured on).
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+impl Store {
+    fn create(client: &Client, name: &str, capacity: u64, o: &StoreOptions) -> Result<Self> {
+        if o.ec_data == 0 || o.ec_parity == 0 || u32::from(o.ec_data) + u32::from(o.ec_parity) > 32
+        {
+            return Err(StoreError::Options(format!(
+                "erasure coding {}+{}: need ≥ 1 data and ≥ 1 parity chunk, at most 32 in all",
+                o.ec_data, o.ec_parity
+            )));
+        }
+        let cache = client.create_with(
+            name,
+            capacity.max(1),
+            &CreateOptions {
+                region_size: o.region_size,
+                replicas: o.replicas,
+                from_file: None,
+            },
+        )?;
+        let d = match Self::plan(capacity, cache.info().region_size, o) {
+            Ok(d) => d,
+            Err(e) => {
+                let _ = client.delete(name);
+                return Err(e);
+            }
+        };
+        let shards = d.shards;
+        let total = u64::from(shards) * d.shard_size;
+        if total != cache.capacity() {
+            // Whole shards only.
+            cache.reshape(total)?;
+        }
+        // Every shard gets the descriptor; shard 0's, written last, marks the store
+        // as ready for `open_store`.
+        let desc = d.encode();
+        let lay = Layout(d);
+        let mut b = cache.batch();
+        for s in (1..shards).rev() {
+            b.write(lay.shard_base(s) + layout::DESCRIPTOR, &desc);
+        }
+        b.run().first_error().map_or(Ok(()), |e| Err(e.clone()))?;
+        cache.write(layout::DESCRIPTOR, &desc)?;
+        Ok(Self::from_parts(cache, lay))
+    }
+
+    /// The descriptor for a store of `capacity` bytes in regions of `region` bytes.
+    fn plan(capacity: u64, region: u64, o: &StoreOptions) -> Result<Descriptor> {
+        let shard_size = match o.shard_size {
+            Some(s) if s > 0 && region.is_multiple_of(s) => s,
+            Some(s) => {
+                return Err(StoreError::Options(format!(
+                    "shard size {s} does not divide the region size {region}"
+                )));
+            }
+            None => shard_size_for(region).ok_or_else(|| {
+                StoreError::Options(format!("no shard size divides the region size {region}"))
+            })?,
+        };
+        if shard_size > crate::options::MAX_SHARD {
+            return Err(StoreError::Options(format!(
+                "shard size {shard_size} above the limit of {}",
+                crate::options::MAX_SHARD
+            )));
+        }
+        let shards = u32::try_from(capacity.div_ceil(shard_size).max(1))
+            .map_err(|_| StoreError::Options(format!("capacity {capacity} is too large")))?;
+        let avg_item = item::len(16, o.avg_value_size as usize);
+        Ok(Descriptor::plan(
+            shards,
+            shard_size,
+            avg_item,
+            o.large_threshold,
+            (o.ec_data, o.ec_parity),
+        )?)
+    }
+
+    fn open(client: &Client, name: &str) -> Result<Self> {
+        let cache = client.open(name)?;
+        let head = cache.read(0, DESCRIPTOR_LEN as u64)?;
+        let d = Descriptor::decode(&head)?;
+        let lay = Layout(d);
+        if lay.capacity() > cache.capacity() {
+            return Err(StoreError::Format(
+                farcache_kvformat::FormatError::Descriptor(format!(
+                    "store spans {} bytes, its cache holds {}",
+                    lay.capacity(),
+                    cache.capacity()
+                )),
+            ));
+        }
+        Ok(Self::from_parts(cache, lay))
+    }
+
+    fn from_parts(cache: Cache, layout: Layout) -> Self {
+        let holder = (now_ms() as u16) ^ (std::process::id() as u16).rotate_left(7) | 1;
+        Self {
+            inner: Arc::new(Inner {
+                cache,
+                layout,
+                holder,
+                free: Mutex::new(FreeCache::default()),
+            }),
+        }
+    }
+
+    /// The cache holding the store.
+    pub fn cache(&self) -> &Cache {
+        &self.inner.cache
+    }
+
+    pub fn descriptor(&self) -> Descriptor {
+        self.inner.layout.0
+    }
+
+    /// Largest value stored whole (larger ones are erasure coded).
+    ///
+    /// Also the largest piece of an erasure-coded chunk.
+    pub fn max_small_value(&self) -> u64 {
+        let d = self.inner.layout.0;
+        let heap = d.shard_size - self.inner.layout.heap_start();
+        // A class must fit a quarter of a shard's heap, and a reply must carry it.
+        let by_heap = heap / 4 - (item::HEADER + item::MAX_KEY) as u64;
+        let by_reply = (2 << 20) - (wire::GET_HEAD + item::HEADER + item::MAX_KEY) as u64;
+        d.large_threshold.min(by_heap).min(by_reply)
+    }
+
+    pub(crate) fn check_key(key: &[u8]) -> Result<()> {
+        if key.is_empty() {
+            return Err(StoreError::Key("keys must not be empty".into()));
+        }
+        if key.starts_with(&hash::PLACED) {
+            return Err(StoreError::Key(
+                "keys starting with ff fe 46 43 are reserved for the store's own items".into(),
+            ));
+        }
+        if key.len() > item::MAX_KEY {
+            return Err(StoreError::Key(format!(
+                "{} bytes, the limit is {}",
+                key.len(),
+                item::MAX_KEY
+            )));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn locate(&self, key: &[u8]) -> KeyHash {
+        let d = self.inner.layout.0;
+        hash::locate(key, d.shards, d.buckets)
+    }
+
+    /// Appends the lookup of `key` to `b`.
+    pub(crate) fn push_lookup(
+        &self,
+        b: &mut farcache_client::Batch,
+        probe: Probe,
+        key: &[u8],
+        h: KeyHash,
+        now: u64,
+        args: &mut Vec<u8>,
+    ) -> usize {
+        let lay = &self.inner.layout;
+        let (proc, mode) = match probe {
+            Probe::Value => (wire::KV_GET, wire::MODE_VALUE),
+            Probe::Exists => (wire::KV_GET, wire::MODE_EXISTS),
+            Probe::Find => (wire::KV_FIND, wire::MODE_VALUE),
+        };
+        args.clear();
+        Lookup {
+            mode,
+            tag: h.tag,
+            now_ms: now,
+            shard_base: lay.shard_base(h.shard),
+            refs_addr: lay.refs_addr(h.shard, h.bucket),
+            key,
+        }
+        .encode_into(args);
+        b.execute(proc, lay.bucket_addr(h.shard, h.bucket), args)
+    }
+
+    /// The value of `key`, or `None` if it is absent or expired. One round trip.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
+        self.mget(&[key]).and_then(|mut v| {
+            v.pop().ok_or_else(|| StoreError::Reply {
+                proc: wire::KV_GET,
+                reason: "no result".into(),
+            })?
+        })
+    }
+
+    /// Whether `key` is present (and not expired).
+    pub fn exists(&self, key: &[u8]) -> Result<bool> {
+        Ok(self
+            .lookup_many(&[key], Probe::Exists)?
+            .pop()
+            .ok_or_else(|| StoreError::Reply {
+                proc: wire::KV_GET,
+                reason: "no result".into(),
+            })??
+            .is_some())
+    }
+
+    /// The values of `keys` in one batch (one round trip unless a bucket was busy;
+    /// an erasure-coded value costs one more for its chunks).
+    pub fn mget<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<Result<Option<Bytes>>>> {
+        self.lookup_many(keys, Probe::Value)
+    }
+
+    fn lookup_many<K: AsRef<[u8]>>(
+        &self,
+        keys: &[K],
+        probe: Probe,
+    ) -> Result<Vec<Result<Option<Bytes>>>> {
+        let mut out: Vec<Option<Result<Option<Bytes>>>> = (0..keys.len()).map(|_| None).collect();
+        let mut checked = Vec::with_capacity(keys.len());
+        let mut at = Vec::with_capacity(keys.len());
+        for (i, k) in keys.iter().enumerate() {
+            match Self::check_key(k.as_ref()) {
+                Ok(()) => {
+                    checked.push(k.as_ref());
+                    at.push(i);
+                }
+                Err(e) => out[i] = Some(Err(e)),
+            }
+        }
+        for (r, i) in self.lookup_raw(&checked, probe).into_iter().zip(at) {
+            out[i] = Some(match r {
+                Ok(Some((flags, v))) if flags & item::FLAG_MANIFEST != 0 => match probe {
+                    Probe::Value => self.get_large(keys[i].as_ref(), &v),
+                    _ => Ok(Some(v)),
+                },
+                Ok(hit) => Ok(hit.map(|(_, v)| v)),
+                Err(e) if probe == Probe::Value && self.home_unreadable(&e) => {
+                    // The home shard is gone; an erasure-coded value survives it.
+                    self.get_large_without_home(keys[i].as_ref(), e)
+                }
+                Err(e) => Err(e),
+            });
+        }
+        Ok(out.into_iter().map(|o| o.unwrap_or(Ok(None))).collect())
+    }
+
+    /// Lookups of keys the caller checked (the store's own placed keys included):
+    /// on a hit, the item's flags and value.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn lookup_raw(
+        &self,
+        keys: &[&[u8]],
+        probe: Probe,
+    ) -> Vec<Result<Option<(u8, Bytes)>>> {
+        let mut out: Vec<Option<Result<Option<(u8, Bytes)>>>> =
+            (0..keys.len()).map(|_| None).collect();
+        let mut todo: Vec<usize> = (0..keys.len()).collect();
+        let mut args = Vec::new();
+        let mut attempts = 0;
+        let started = std::time::Instant::now();
+        while !todo.is_empty() {
+            attempts += 1;
+            let now = now_ms();
+            let mut b = self.inner.cache.batch().with_capacity(todo.len());
+            for &i in &todo {
+                let k = keys[i];
+                self.push_lookup(&mut b, probe, k, self.locate(k), now, &mut args);
+            }
+            let r = b.run();
+            let mut again = Vec::new();
+            let mut touch = self.inner.cache.batch();
+            for (j, &i) in todo.iter().enumerate() {
+                match self.get_reply(&r, j) {
+                    Ok((wire::BUSY, _)) if attempts < MAX_ATTEMPTS => again.push(i),
+                    Ok((wire::BUSY, _)) => out[i] = Some(Err(StoreError::Contended { attempts })),
+                    Ok((wire::HIT, Some((slot, referenced, flags, v)))) => {
+                        if referenced == 0 {
+                            let h = self.locate(keys[i]);
+                            touch
+                                .write(self.inner.layout.refs_addr(h.shard, h.bucket) + slot, &[1]);
+                        }
+                        out[i] = Some(Ok(Some((flags, v))));
+                    }
+                    Ok(_) => out[i] = Some(Ok(None)),
+                    // Failing over: the transient budget bounds these, not the attempts.
+                    Err(e) if e.is_transient() && started.elapsed() < TRANSIENT_BUDGET => {
+                        attempts = attempts.min(MAX_ATTEMPTS - 1);
+                        again.push(i)
+                    }
+                    Err(e) => out[i] = Some(Err(e)),
+                }
+            }
+            if !touch.is_empty() {
+                // CLOCK's second chance: best effort, nobody waits for it.
+                drop(touch.submit());
+            }
+            if !again.is_empty() && attempts > 1 {
+                crate::put::backoff(attempts);
+            }
+            todo = again;
+        }
+        out.into_iter().map(|o| o.unwrap_or(Ok(None))).collect()
+    }
+
+    /// Status and, on a hit, (slot, reference byte, flags, value) of lookup `j`.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn get_reply(
+        &self,
+        r: &BatchResults,
+        j: usize,
+    ) -> Result<(u8, Option<(u64, u8, u8, Bytes)>)> {
+        let raw = r.bytes(j)?;
+        let g = GetReply::decode(&raw).map_err(|e| StoreError::Reply {
+            proc: wire::KV_GET,
+            reason: e.to_string(),
+        })?;
+        Ok(match g.status {
+            wire::HIT => (
+                wire::HIT,
+                Some((
+                    u64::from(g.slot),
+                    g.referenced,
+                    g.flags,
+                    raw.slice(wire::GET_HEAD..),
+                )),
+            ),
+            s => (s, None),
+        })
+    }
+
+    /// The size class and item length for a key and value, checked against limits.
+    pub(crate) fn item_class(&self, key: &[u8], value: &[u8]) -> Result<(u8, u32)> {
+        let max = self.max_small_value();
+        if value.len() as u64 > max {
+            return Err(StoreError::ValueTooLarge {
+                len: value.len() as u64,
+                limit: max,
+            });
+        }
+        let len = item::len(key.len(), value.len());
+        let c = class::for_len(len).ok_or(StoreError::ValueTooLarge {
+            len: value.len() as u64,
+            limit: max,
+        })?;
+        Ok((c, class::size(c).unwrap_or(u32::MAX)))
+    }
+}

@@ -1,0 +1,164 @@
+//! Erasure-coded values on a 3-server cluster (in-process servers): round trips of
+//! sizes around the chunk and piece boundaries, chunks on distinct servers,
+//! overwrites and deletes that leave no pieces behind, and reads that decode from
+//! parity when a data chunk is gone.
+
+use farcache_store::{PutOptions, Store, StoreExt, StoreOptions};
+use farcache_testkit::{ClusterOptions, LocalCluster};
+use rand::{Rng, SeedableRng};
+
+const REGION: u64 = 1 << 20;
+
+fn cluster() -> LocalCluster {
+    let opts = ClusterOptions::default()
+        .servers(3)
+        .region_size(REGION)
+        .server_memory(96 << 20)
+        .server_threads(2);
+    LocalCluster::start(&opts).expect("start local cluster")
+}
+
+fn store(c: &LocalCluster, name: &str) -> Store {
+    c.client()
+        .expect("client")
+        .create_store(
+            name,
+            48 << 20,
+            &StoreOptions {
+                large_threshold: 64 << 10,
+                ec_data: 2,
+                ec_parity: 1,
+                ..StoreOptions::default()
+            },
+        )
+        .expect("create store")
+}
+
+fn random(len: usize, seed: u64) -> Vec<u8> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    (0..len).map(|_| rng.r#gen()).collect()
+}
+
+#[test]
+fn large_values_round_trip_on_distinct_servers() {
+    let c = cluster();
+    let s = store(&c, "ec");
+    let base = s.stats().expect("stats").live;
+    for (i, len) in [64 << 10 | 1, 200_000, 1 << 20, 3 * (1 << 20) + 7]
+        .into_iter()
+        .enumerate()
+    {
+        let key = format!("obj{i}");
+        let v = random(len, i as u64);
+        assert!(
+            s.put_large(key.as_bytes(), &v, PutOptions::default())
+                .expect("put")
+        );
+        let got = s.get(key.as_bytes()).expect("get").expect("present");
+        assert!(got[..] == v[..], "{len} bytes came back different");
+        let m = s
+            .manifest(key.as_bytes())
+            .expect("manifest")
+            .expect("coded");
+        assert_eq!((m.data, m.parity, m.len), (2, 1, len as u64));
+        let servers: Vec<_> = m
+            .shards
+            .iter()
+            .map(|chunk| {
+                let info = s.cache().info();
+                let on: Vec<_> = chunk
+                    .iter()
+                    .map(|&sh| {
+                        info.regions[(u64::from(sh) * s.descriptor().shard_size / info.region_size)
+                            as usize]
+                    })
+                    .collect();
+                assert!(
+                    on.iter().all(|&x| x == on[0]),
+                    "a chunk stays on one server"
+                );
+                on[0]
+            })
+            .collect();
+        let mut d = servers.clone();
+        d.sort_unstable();
+        d.dedup();
+        assert_eq!(d.len(), 3, "chunks on distinct servers: {servers:?}");
+    }
+    // Values above the threshold go through `put` too.
+    let big = random(500_000, 99);
+    s.put(b"via-put", &big).expect("put");
+    assert_eq!(
+        &s.get(b"via-put").expect("get").expect("present")[..],
+        &big[..]
+    );
+    assert!(s.manifest(b"via-put").expect("manifest").is_some());
+    // mget mixes small and coded values.
+    s.put(b"small", b"tiny").expect("put");
+    let got = s
+        .mget(&[&b"small"[..], b"via-put", b"absent"])
+        .expect("mget");
+    assert_eq!(got[0].as_ref().expect("ok").as_deref(), Some(&b"tiny"[..]));
+    assert_eq!(got[1].as_ref().expect("ok").as_deref(), Some(&big[..]));
+    assert_eq!(got[2].as_ref().expect("ok").as_deref(), None);
+    assert!(s.exists(b"via-put").expect("exists"));
+
+    // Overwrites and deletes take the old chunks with them.
+    let live_with_all = s.stats().expect("stats").live;
+    let v2 = random(1 << 20, 7);
+    s.put(b"obj2", &v2).expect("overwrite large");
+    assert_eq!(&s.get(b"obj2").expect("get").expect("present")[..], &v2[..]);
+    assert_eq!(
+        s.stats().expect("stats").live,
+        live_with_all,
+        "old pieces dropped"
+    );
+    s.put(b"obj2", b"now small").expect("overwrite small");
+    assert_eq!(
+        s.get(b"obj2").expect("get").as_deref(),
+        Some(&b"now small"[..])
+    );
+    assert!(s.manifest(b"obj2").expect("manifest").is_none());
+    for k in ["obj0", "obj1", "obj2", "obj3", "via-put", "small"] {
+        assert!(s.delete(k.as_bytes()).expect("delete"), "{k}");
+    }
+    assert_eq!(s.get(b"obj3").expect("get"), None);
+    assert_eq!(
+        s.stats().expect("stats").live,
+        base,
+        "no pieces or copies left"
+    );
+}
+
+#[test]
+fn a_lost_data_chunk_is_decoded_from_parity() {
+    let c = cluster();
+    let s = store(&c, "ec-decode");
+    let v = random(700_001, 3);
+    s.put(b"k", &v).expect("put");
+    let m = s.manifest(b"k").expect("manifest").expect("coded");
+    // Destroy data chunk 0: zero the heap of one of its shards (not the first, which
+    // is the key's home and holds the manifest).
+    assert!(m.shards[0].len() > 1, "{m:?}");
+    let shard = m.shards[0][1];
+    let lay = farcache_kvformat::Layout(s.descriptor());
+    let heap = lay.heap_start();
+    let zeros = vec![0u8; (s.descriptor().shard_size - heap) as usize];
+    let base = lay.shard_base(shard);
+    for (i, part) in zeros.chunks(1 << 19).enumerate() {
+        s.cache()
+            .write(base + heap + (i as u64) * (1 << 19), part)
+            .expect("wipe");
+    }
+    assert_eq!(&s.get(b"k").expect("get").expect("decoded")[..], &v[..]);
+    // Two chunks gone with one parity: the pieces read as absent (as if evicted), so
+    // the value is a miss, never wrong bytes.
+    let shard = m.shards[1][0];
+    let base = lay.shard_base(shard);
+    for (i, part) in zeros.chunks(1 << 19).enumerate() {
+        s.cache()
+            .write(base + heap + (i as u64) * (1 << 19), part)
+            .expect("wipe");
+    }
+    assert_eq!(s.get(b"k").expect("get"), None);
+}

@@ -1,0 +1,384 @@
+//! The keyed store against a real 3-server cluster (in-process servers): the API and
+//! its refusals, a model check of random get/put/delete from several threads,
+//! concurrent puts to one key (last writer wins, never a torn value), and a store far
+//! smaller than what is written (CLOCK eviction, never another key's bytes).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use farcache_store::{Condition, PutOptions, Store, StoreError, StoreExt, StoreOptions};
+use farcache_testkit::{ClusterOptions, LocalCluster};
+use rand::{Rng, SeedableRng};
+
+const REGION: u64 = 256 << 10;
+
+fn cluster() -> LocalCluster {
+    let opts = ClusterOptions::default()
+        .servers(3)
+        .region_size(REGION)
+        .server_memory(64 << 20)
+        .server_threads(2);
+    LocalCluster::start(&opts).expect("start local cluster")
+}
+
+fn store(c: &LocalCluster, name: &str, capacity: u64, avg: u64) -> Store {
+    let client = c.client().expect("client");
+    client
+        .create_store(
+            name,
+            capacity,
+            &StoreOptions {
+                avg_value_size: avg,
+                ..StoreOptions::default()
+            },
+        )
+        .expect("create store")
+}
+
+/// A value that names its key and version, so a wrong or torn one is recognisable.
+fn value_for(key: &[u8], version: u64, len: usize) -> Vec<u8> {
+    let mut v = Vec::with_capacity(len);
+    let stamp = format!("{}#{version}|", String::from_utf8_lossy(key));
+    while v.len() < len {
+        v.extend_from_slice(stamp.as_bytes());
+    }
+    v.truncate(len);
+    v
+}
+
+#[test]
+fn api_round_trips_and_refusals() {
+    let c = cluster();
+    let s = store(&c, "api", 2 << 20, 64);
+    assert_eq!(s.get(b"nope").expect("get"), None);
+    s.put(b"a", b"1").expect("put");
+    assert_eq!(s.get(b"a").expect("get").as_deref(), Some(&b"1"[..]));
+    s.put(b"a", b"22").expect("overwrite");
+    assert_eq!(s.get(b"a").expect("get").as_deref(), Some(&b"22"[..]));
+    assert!(s.exists(b"a").expect("exists"));
+    assert!(s.delete(b"a").expect("delete"));
+    assert!(!s.delete(b"a").expect("delete again"));
+    assert!(!s.exists(b"a").expect("exists"));
+    assert_eq!(s.get(b"a").expect("get"), None);
+
+    // Binary keys and values, empty values.
+    let bin: Vec<u8> = (0..=255u8).collect();
+    s.put(&bin, &bin).expect("binary");
+    assert_eq!(s.get(&bin).expect("get").as_deref(), Some(&bin[..]));
+    s.put(b"empty", b"").expect("empty value");
+    assert_eq!(s.get(b"empty").expect("get").as_deref(), Some(&b""[..]));
+
+    // Conditions.
+    let nx = PutOptions {
+        condition: Condition::IfAbsent,
+        ..PutOptions::default()
+    };
+    let xx = PutOptions {
+        condition: Condition::IfPresent,
+        ..PutOptions::default()
+    };
+    assert!(!s.put_with(b"c", b"x", xx).expect("xx absent"));
+    assert!(s.put_with(b"c", b"x", nx).expect("nx absent"));
+    assert!(!s.put_with(b"c", b"y", nx).expect("nx present"));
+    assert!(s.put_with(b"c", b"z", xx).expect("xx present"));
+    assert_eq!(s.get(b"c").expect("get").as_deref(), Some(&b"z"[..]));
+
+    // TTL.
+    s.put_with(b"t", b"soon", PutOptions::ttl(Duration::from_millis(150)))
+        .expect("ttl put");
+    assert_eq!(s.get(b"t").expect("get").as_deref(), Some(&b"soon"[..]));
+    std::thread::sleep(Duration::from_millis(250));
+    assert_eq!(s.get(b"t").expect("get"), None, "expired value returned");
+    assert!(!s.exists(b"t").expect("exists"));
+    assert!(s.put_with(b"t", b"again", nx).expect("nx over expired"));
+
+    // Hostile keys and values get clear errors and change nothing.
+    assert!(matches!(s.put(b"", b"v"), Err(StoreError::Key(_))));
+    assert!(matches!(s.get(b""), Err(StoreError::Key(_))));
+    let huge = vec![7u8; 5000];
+    let e = s.put(&huge, b"v").expect_err("huge key");
+    assert!(e.to_string().contains("4096"), "{e}");
+    // Above the small-value limit values are erasure coded: RS(4+2) needs six
+    // servers and this cluster has three, which the error says.
+    let big = vec![0u8; (s.max_small_value() + 1) as usize];
+    let e = s.put(b"big", &big).expect_err("4+2 on 3 servers");
+    assert!(e.to_string().contains("needs 6 servers"), "{e}");
+    assert_eq!(s.get(b"big").expect("get"), None);
+
+    // Batches: per-key results, bad keys failing alone.
+    let pairs: Vec<(Vec<u8>, Vec<u8>)> = (0..300u32)
+        .map(|i| {
+            let k = format!("m{i}").into_bytes();
+            let v = value_for(&k, 0, (i % 90) as usize);
+            (k, v)
+        })
+        .collect();
+    assert!(s.mput(&pairs).iter().all(Result::is_ok));
+    let mut keys: Vec<Vec<u8>> = pairs.iter().map(|p| p.0.clone()).collect();
+    keys.push(Vec::new());
+    let got = s.mget(&keys).expect("mget");
+    for (i, (k, v)) in pairs.iter().enumerate() {
+        assert_eq!(
+            got[i].as_ref().expect("ok").as_deref(),
+            Some(&v[..]),
+            "{k:?}"
+        );
+    }
+    assert!(matches!(got[300], Err(StoreError::Key(_))));
+
+    // Reopening sees the same data; a plain cache is not a store.
+    let client = c.client().expect("client");
+    let again = client.open_store("api").expect("open");
+    assert_eq!(again.get(b"c").expect("get").as_deref(), Some(&b"z"[..]));
+    client.create("plain", 1 << 20).expect("plain cache");
+    assert!(matches!(
+        client.open_store("plain"),
+        Err(StoreError::Format(_))
+    ));
+
+    let st = s.stats().expect("stats");
+    assert_eq!(st.live, 300 + 4, "{st:?}");
+    assert!(st.tombstones >= 1);
+    assert!(st.requested <= st.reserved && st.reserved <= st.carved);
+    assert!(st.internal_fragmentation() < 0.25);
+}
+
+#[test]
+fn random_ops_from_threads_match_a_model() {
+    let c = cluster();
+    let s = store(&c, "model", 4 << 20, 48);
+    let threads = 4;
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                let mut rng = rand::rngs::StdRng::seed_from_u64(0xfa5 + t);
+                let mut model: HashMap<Vec<u8>, Vec<u8>> = HashMap::new();
+                for step in 0..3000u64 {
+                    // Few keys per thread, so ops keep hitting the same buckets.
+                    let key = format!("t{t}-k{}", rng.gen_range(0..200)).into_bytes();
+                    match rng.gen_range(0..10) {
+                        0..=3 => {
+                            let v = value_for(&key, step, rng.gen_range(0..160));
+                            s.put(&key, &v).expect("put");
+                            model.insert(key, v);
+                        }
+                        4 => {
+                            let was = s.delete(&key).expect("delete");
+                            assert_eq!(was, model.remove(&key).is_some(), "delete {key:?}");
+                        }
+                        5 => {
+                            let keys: Vec<Vec<u8>> = (0..rng.gen_range(1..40))
+                                .map(|_| format!("t{t}-k{}", rng.gen_range(0..200)).into_bytes())
+                                .collect();
+                            let got = s.mget(&keys).expect("mget");
+                            for (k, g) in keys.iter().zip(got) {
+                                assert_eq!(g.expect("ok").as_deref(), model.get(k).map(|v| &v[..]));
+                            }
+                        }
+                        6 => {
+                            let pairs: Vec<(Vec<u8>, Vec<u8>)> = (0..rng.gen_range(1..30))
+                                .map(|i| {
+                                    let k = format!("t{t}-k{}", rng.gen_range(0..200)).into_bytes();
+                                    let v = value_for(&k, step * 100 + i, rng.gen_range(0..100));
+                                    (k, v)
+                                })
+                                .collect();
+                            for r in s.mput(&pairs) {
+                                r.expect("mput");
+                            }
+                            // Within one batch the last pair for a key wins.
+                            for (k, v) in pairs {
+                                model.insert(k, v);
+                            }
+                        }
+                        _ => {
+                            let got = s.get(&key).expect("get");
+                            assert_eq!(got.as_deref(), model.get(&key).map(|v| &v[..]), "{key:?}");
+                        }
+                    }
+                }
+                model.len() as u64
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for h in handles {
+        total += h.join().expect("thread");
+    }
+    let st = s.stats().expect("stats");
+    assert_eq!(st.live, total, "{st:?}");
+    assert_eq!(st.evictions, 0);
+}
+
+#[test]
+fn concurrent_puts_to_one_key_never_tear() {
+    let c = cluster();
+    let s = store(&c, "race", 2 << 20, 512);
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..3u64)
+        .map(|t| {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                let mut last = Vec::new();
+                for i in 0..400u64 {
+                    last = value_for(format!("w{t}").as_bytes(), i, 64 + (i as usize * 7) % 700);
+                    s.put(b"hot", &last).expect("put");
+                }
+                last
+            })
+        })
+        .collect();
+    let reader = {
+        let s = s.clone();
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut seen = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                if let Some(v) = s.get(b"hot").expect("get") {
+                    // Whole values only: every stamp in it is the same.
+                    let text = String::from_utf8_lossy(&v);
+                    let first = text.split('|').next().unwrap_or_default().to_string();
+                    let expect = value_for(
+                        first.split('#').next().unwrap_or_default().as_bytes(),
+                        first
+                            .split('#')
+                            .nth(1)
+                            .and_then(|n| n.parse().ok())
+                            .unwrap_or(u64::MAX),
+                        v.len(),
+                    );
+                    assert_eq!(&v[..], &expect[..], "torn or foreign value");
+                    seen += 1;
+                }
+            }
+            seen
+        })
+    };
+    let lasts: Vec<Vec<u8>> = writers
+        .into_iter()
+        .map(|h| h.join().expect("writer"))
+        .collect();
+    stop.store(true, Ordering::Relaxed);
+    assert!(reader.join().expect("reader") > 0);
+    let fin = s.get(b"hot").expect("get").expect("present");
+    assert!(
+        lasts.iter().any(|l| l[..] == fin[..]),
+        "final value is no writer's last"
+    );
+    let st = s.stats().expect("stats");
+    assert_eq!(st.live, 1, "one key, one live slot: {st:?}");
+}
+
+#[test]
+fn a_full_store_evicts_and_never_returns_another_keys_bytes() {
+    let c = cluster();
+    // 4 shards of 256 KiB; ~40k puts of ~100 bytes is 20× what fits.
+    let s = store(&c, "small", 1 << 20, 100);
+    let n = 40_000u64;
+    let pairs: Vec<(Vec<u8>, Vec<u8>)> = (0..n)
+        .map(|i| {
+            let k = format!("key{i}").into_bytes();
+            let v = value_for(&k, i, 80 + (i % 40) as usize);
+            (k, v)
+        })
+        .collect();
+    for chunk in pairs.chunks(256) {
+        for r in s.mput(chunk) {
+            r.expect("put into a full store evicts instead of failing");
+        }
+    }
+    let keys: Vec<Vec<u8>> = pairs.iter().map(|p| p.0.clone()).collect();
+    let mut present = 0;
+    let mut recent = 0;
+    for (ci, chunk) in keys.chunks(500).enumerate() {
+        for (j, g) in s.mget(chunk).expect("mget").into_iter().enumerate() {
+            let i = ci * 500 + j;
+            if let Some(v) = g.expect("ok") {
+                assert_eq!(&v[..], &pairs[i].1[..], "key {i} returned other bytes");
+                present += 1;
+                if i as u64 >= n - 2000 {
+                    recent += 1;
+                }
+            }
+        }
+    }
+    let st = s.stats().expect("stats");
+    assert!(st.evictions > 0, "{st:?}");
+    assert_eq!(st.live, present, "{st:?}");
+    assert!(
+        present > 3000,
+        "a 1 MiB store holds a few thousand: {present}"
+    );
+    assert!(
+        recent > 1000,
+        "recent writes mostly resident: {recent}/2000"
+    );
+}
+
+#[test]
+fn hostile_procedure_args_and_damaged_stores_get_errors_not_crashes() {
+    use farcache_kvformat::wire::{self, Lookup};
+    let c = cluster();
+    let s = store(&c, "hostile", 1 << 20, 64);
+    s.put(b"victim", b"value").expect("put");
+    let cache = s.cache().clone();
+    // Short, empty and random argument blobs.
+    for args in [&b""[..], &b"\x00\x01"[..], &[0xffu8; 26][..]] {
+        for proc in [wire::KV_GET, wire::KV_FIND, wire::KV_STATS] {
+            let e = cache.execute(proc, 1024, args).expect_err("malformed args");
+            assert!(e.to_string().contains(proc), "{proc}: {e}");
+        }
+    }
+    // kv_stats away from a shard's start, or over bytes that are not a store.
+    assert!(
+        cache
+            .execute(wire::KV_STATS, 8, &0u64.to_le_bytes())
+            .is_err()
+    );
+    let plain = c
+        .client()
+        .expect("client")
+        .create("plain", 1 << 20)
+        .expect("cache");
+    let e = plain
+        .execute(wire::KV_STATS, 0, &0u64.to_le_bytes())
+        .expect_err("not a store");
+    assert!(e.to_string().contains("not a farcache store"), "{e}");
+    // A lookup whose shard base points past the cache.
+    let mut args = Vec::new();
+    Lookup {
+        mode: wire::MODE_VALUE,
+        tag: 1,
+        now_ms: 0,
+        shard_base: u64::MAX - 10,
+        refs_addr: u64::MAX,
+        key: b"k",
+    }
+    .encode_into(&mut args);
+    let r = cache
+        .execute(wire::KV_GET, 1024, &args)
+        .expect("an empty bucket is a miss");
+    assert_eq!(r[0], wire::MISS);
+    // Damage: point every slot of the victim's bucket at garbage; the key reads as
+    // absent or contended, the server keeps serving, and a put repairs it.
+    let d = s.descriptor();
+    let lay = farcache_kvformat::Layout(d);
+    let h = farcache_kvformat::hash::locate(b"victim", d.shards, d.buckets);
+    let bucket = lay.bucket_addr(h.shard, h.bucket);
+    let junk: Vec<u8> = (0..7u64)
+        .flat_map(|i| ((u64::from(h.tag) << 48) | (i << 40) | 0xff_ffff_ffff).to_le_bytes())
+        .collect();
+    cache.write(bucket, &junk).expect("damage");
+    match s.get(b"victim") {
+        Ok(None) | Err(StoreError::Contended { .. }) | Err(StoreError::Client(_)) => {}
+        other => panic!("damaged bucket answered {other:?}"),
+    }
+    s.put(b"other", b"still serving").expect("server alive");
+    assert_eq!(
+        s.get(b"other").expect("get").as_deref(),
+        Some(&b"still serving"[..])
+    );
+}
