@@ -16,6 +16,7 @@ pub mod migrate;
 pub mod replication;
 pub mod report;
 pub mod sproc_suite;
+pub mod store_suite;
 pub mod tools;
 pub mod workload;
 

@@ -16,6 +16,8 @@ pub const EVICTIONS: u64 = 80;
 /// Changes whenever a shard is reset after its bytes were lost, so that clients drop
 /// the items of the shard's past they kept for reuse (low 32 bits).
 pub const GENERATION: u64 = 88;
+/// Shard 0 only: the lease of the store's hot-key controller (a bucket-lock word).
+pub const CONTROLLER: u64 = 96;
 pub const FREE_HEADS: u64 = 128;
 pub const INDEX: u64 = 1024;
 /// Words per bucket: [`SLOTS`] item slots, then the bucket lock.

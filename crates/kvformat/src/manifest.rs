@@ -16,6 +16,7 @@ const HEAD: usize = 4 + 2 + 8 + 8 + 8 + 4 + 8;
 /// Kinds of placed keys.
 const PIECE: u8 = b'P';
 const COPY: u8 = b'M';
+const HOT: u8 = b'H';
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Manifest {
@@ -168,6 +169,11 @@ pub fn piece_key(shard: u32, version: u64, chunk: u8, piece: u32, key: &[u8]) ->
 /// The key of the manifest copy of `key` kept in `shard`.
 pub fn copy_key(shard: u32, key: &[u8]) -> Vec<u8> {
     placed(shard, COPY, &[], key)
+}
+
+/// The key of `key`'s hot-key copy, kept in `shard` (its second home).
+pub fn hot_key(shard: u32, key: &[u8]) -> Vec<u8> {
+    placed(shard, HOT, &[], key)
 }
 
 /// The user key a manifest copy's key belongs to.

@@ -10,8 +10,9 @@ const OFFSET_BITS: u32 = 40;
 const OFFSET_MASK: u64 = (1 << OFFSET_BITS) - 1;
 
 /// An index slot pointing at an item: `tag:16 | flags:2 | class:6 | offset/8:40`,
-/// the offset relative to the shard; the flag [`SlotWord::MANIFEST`] marks an
-/// erasure-coded object's manifest, so whoever replaces it retires its chunks. Items start past the shard header, so a live word is
+/// the offset relative to the shard. [`SlotWord::MANIFEST`] marks an erasure-coded
+/// object's manifest (whoever replaces it retires its chunks); [`SlotWord::HOT`] a
+/// key with a second copy. Items start past the shard header, so a live word is
 /// never [`EMPTY`] or [`TOMB`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlotWord(pub u64);
@@ -19,6 +20,26 @@ pub struct SlotWord(pub u64);
 impl SlotWord {
     /// Flag bit (in the class byte) of a manifest item.
     pub const MANIFEST: u8 = 0x80;
+    /// Flag bit of a hot key with a second copy (`farcache-store`'s hot-key layer):
+    /// writers keep it and wait out the copy's lease.
+    pub const HOT: u8 = 0x40;
+
+    /// `w` with the hot flag set.
+    #[inline]
+    pub fn with_hot(w: u64) -> u64 {
+        w | u64::from(Self::HOT) << 40
+    }
+
+    /// `w` without the hot flag.
+    #[inline]
+    pub fn without_hot(w: u64) -> u64 {
+        w & !(u64::from(Self::HOT) << 40)
+    }
+
+    #[inline]
+    pub fn is_hot(self) -> bool {
+        (self.0 >> 40) as u8 & Self::HOT != 0
+    }
 
     /// `offset` must be a multiple of 8 below 8 TiB (the layout guarantees both).
     pub fn new(tag: u16, class: u8, offset: u64) -> Self {
@@ -114,7 +135,13 @@ mod tests {
         assert_eq!((w.tag(), w.class(), w.offset()), (0xbeef, 47, 1 << 39));
         assert!(!w.is_manifest());
         let m = SlotWord::new(0xbeef, 47 | SlotWord::MANIFEST, 64);
-        assert_eq!((m.class(), m.is_manifest()), (47, true));
+        assert_eq!((m.class(), m.is_manifest(), m.is_hot()), (47, true, false));
+        let h = SlotWord(SlotWord::with_hot(m.0));
+        assert_eq!(
+            (h.class(), h.is_manifest(), h.is_hot(), h.offset()),
+            (47, true, true, 64)
+        );
+        assert_eq!(SlotWord::without_hot(h.0), m.0);
         assert!(SlotWord::is_item(w.0));
         assert!(SlotWord::is_item(SlotWord::new(0, 0, 1024).0));
         assert!(!SlotWord::is_item(EMPTY) && !SlotWord::is_item(TOMB));

@@ -8,6 +8,62 @@ pub const KV_GET: &str = "kv_get";
 pub const KV_FIND: &str = "kv_find";
 pub const KV_STATS: &str = "kv_stats";
 pub const KV_SCAN: &str = "kv_scan";
+pub const KV_HOT: &str = "kv_hot";
+
+/// A `kv_hot` entry: a heavy hitter on the answering server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HotKey {
+    pub shard_base: u64,
+    pub count: u32,
+    pub key: Vec<u8>,
+}
+
+/// `kv_hot` reply: the server's lookup count, then its heavy hitters.
+pub fn encode_hot(lookups: u64, hot: &[HotKey]) -> Vec<u8> {
+    let mut b = lookups.to_le_bytes().to_vec();
+    b.extend_from_slice(&(hot.len() as u32).to_le_bytes());
+    for h in hot {
+        b.extend_from_slice(&h.count.to_le_bytes());
+        b.extend_from_slice(&h.shard_base.to_le_bytes());
+        b.extend_from_slice(&(h.key.len() as u16).to_le_bytes());
+        b.extend_from_slice(&h.key);
+    }
+    b
+}
+
+pub fn decode_hot(b: &[u8]) -> Result<(u64, Vec<HotKey>), FormatError> {
+    let bad = |r: &str| FormatError::Malformed {
+        what: "kv_hot reply",
+        reason: r.into(),
+    };
+    if b.len() < 12 {
+        return Err(bad("no head"));
+    }
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[..8]);
+    let lookups = u64::from_le_bytes(a);
+    let n = u32::from_le_bytes([b[8], b[9], b[10], b[11]]) as usize;
+    let mut rest = &b[12..];
+    let mut out = Vec::with_capacity(n.min(1024));
+    for _ in 0..n {
+        if rest.len() < 14 {
+            return Err(bad("truncated entry"));
+        }
+        let count = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]);
+        a.copy_from_slice(&rest[4..12]);
+        let klen = usize::from(u16::from_le_bytes([rest[12], rest[13]]));
+        let key = rest
+            .get(14..14 + klen)
+            .ok_or_else(|| bad("key runs past the reply"))?;
+        out.push(HotKey {
+            shard_base: u64::from_le_bytes(a),
+            count,
+            key: key.to_vec(),
+        });
+        rest = &rest[14 + klen..];
+    }
+    Ok((lookups, out))
+}
 
 /// `kv_scan` arguments: items whose flags meet `mask`, from bucket `from`, until the
 /// reply holds about `max_bytes`. Invoked at a shard's first byte.
@@ -134,12 +190,16 @@ pub const MISS: u8 = 1;
 /// The bucket kept changing under the lookup (it retried): ask again.
 pub const BUSY: u8 = 2;
 
-/// `kv_get` reply head: `[status, slot, ref, item flags, 0 × 4]`, then the value on a
-/// hit.
+/// `kv_get` reply head: `[status, slot, ref, item flags, load (u32 LE)]`, then the
+/// value on a hit. `load` is the low 32 bits of the server's count of lookups served
+/// (clients difference it over time to tell which server is busier).
 pub const GET_HEAD: usize = 8;
+/// Set in a `kv_get` reply's flags byte when the key is hot (has a second copy).
+pub const REPLY_HOT: u8 = 0x80;
 
-pub fn get_head(status: u8, slot: u8, referenced: u8, flags: u8) -> [u8; GET_HEAD] {
-    [status, slot, referenced, flags, 0, 0, 0, 0]
+pub fn get_head(status: u8, slot: u8, referenced: u8, flags: u8, load: u32) -> [u8; GET_HEAD] {
+    let l = load.to_le_bytes();
+    [status, slot, referenced, flags, l[0], l[1], l[2], l[3]]
 }
 
 /// A decoded `kv_get` reply.
@@ -151,6 +211,8 @@ pub struct GetReply<'a> {
     pub referenced: u8,
     /// The item's flags (`item::FLAG_*`).
     pub flags: u8,
+    /// The server's lookup counter (low 32 bits).
+    pub load: u32,
     pub value: &'a [u8],
 }
 
@@ -167,6 +229,7 @@ impl<'a> GetReply<'a> {
             slot: b[1],
             referenced: b[2],
             flags: b[3],
+            load: u32::from_le_bytes([b[4], b[5], b[6], b[7]]),
             value: &b[GET_HEAD..],
         })
     }
@@ -352,7 +415,7 @@ mod tests {
         assert_eq!(ShardStats::decode(&s.encode()), Ok(s));
         assert!(ShardStats::decode(&[0; 3]).is_err());
 
-        let mut g = get_head(HIT, 2, 1, 0).to_vec();
+        let mut g = get_head(HIT, 2, 1, 0, 9).to_vec();
         g.extend_from_slice(b"val");
         let r = GetReply::decode(&g).expect("reply");
         assert_eq!(

@@ -43,7 +43,8 @@ impl Store {
             for k in 0..n as usize {
                 for s in 0..SLOTS {
                     let w = le(&words[k * 64 + s * 8..]);
-                    if !SlotWord::is_item(w) {
+                    // Hot keys stay: their copies would outlive them.
+                    if !SlotWord::is_item(w) || SlotWord(w).is_hot() {
                         continue;
                     }
                     let bucket = start as u32 + k as u32;

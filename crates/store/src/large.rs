@@ -142,17 +142,6 @@ impl Store {
         // A chunk's pieces spread over up to this many of its server's shards.
         let pieces = chunk_len.div_ceil(piece_len) as usize;
         let shards = self.placement(key, d + p, pieces.min(MAX_SHARDS_PER_CHUNK), &[])?;
-        let originals: Vec<Vec<u8>> = (0..d as u64)
-            .map(|i| {
-                let a = (i * chunk_len).min(len) as usize;
-                let b = ((i + 1) * chunk_len).min(len) as usize;
-                let mut c = value[a..b].to_vec();
-                c.resize(chunk_len as usize, 0);
-                c
-            })
-            .collect();
-        let parity = reed_solomon_simd::encode(d, p, &originals)
-            .map_err(|e| StoreError::Erasure(e.to_string()))?;
         let m = Manifest {
             version: self.fresh_version(key),
             len,
@@ -163,17 +152,13 @@ impl Store {
             checksum: manifest::checksum(value),
             shards,
         };
-        let chunks: Vec<&[u8]> = originals
-            .iter()
-            .chain(parity.iter())
-            .map(Vec::as_slice)
-            .collect();
+        let chunks = encode_stripes(&m, value)?;
         let pieces = PutOptions {
             ttl: opts.ttl,
             condition: Condition::Always,
         };
-        for (c, bytes) in chunks.iter().enumerate() {
-            self.write_chunk(key, &m, c, bytes, pieces)?;
+        for (c, chunk) in chunks.iter().enumerate() {
+            self.write_chunk(key, &m, c, chunk, pieces)?;
         }
         let old = match self.lookup_raw(&[key], Probe::Value).pop() {
             Some(Ok(Some((flags, v)))) if flags & item::FLAG_MANIFEST != 0 => {
@@ -211,7 +196,7 @@ impl Store {
         key: &[u8],
         m: &Manifest,
         c: usize,
-        bytes: &[u8],
+        pieces: &[Vec<u8>],
         opts: PutOptions,
     ) -> Result<()> {
         let keys: Vec<Vec<u8>> = (0..m.pieces())
@@ -219,15 +204,13 @@ impl Store {
             .collect();
         let mut group = Vec::new();
         let mut bytes_in = 0;
-        for (j, k) in keys.iter().enumerate() {
-            let a = j * m.piece_len as usize;
-            let b = (a + m.piece_len as usize).min(bytes.len());
+        for (j, (k, piece)) in keys.iter().zip(pieces).enumerate() {
             group.push(Entry {
                 key: k,
-                value: &bytes[a..b],
+                value: piece,
                 flags: 0,
             });
-            bytes_in += (b - a) as u64;
+            bytes_in += piece.len() as u64;
             if bytes_in >= WRITE_GROUP || j + 1 == keys.len() {
                 for r in self.put_entries(&group, opts) {
                     r?;
@@ -404,34 +387,67 @@ impl Store {
     }
 }
 
-/// The value from at least `d` chunks (data chunks first when all are there).
-fn decode(m: &Manifest, mut got: Vec<(usize, Vec<u8>)>) -> Result<Vec<u8>> {
-    let d = usize::from(m.data);
-    got.sort_by_key(|(c, _)| *c);
-    let have_all_data = got.iter().take(d).enumerate().all(|(i, (c, _))| i == *c);
-    let mut data: Vec<Vec<u8>> = Vec::with_capacity(d);
-    if have_all_data {
-        data = got.into_iter().take(d).map(|(_, v)| v).collect();
-    } else {
-        let originals = got.iter().filter(|(c, _)| *c < d).map(|(c, v)| (*c, v));
-        let recovery = got
-            .iter()
-            .filter(|(c, _)| *c >= d)
-            .map(|(c, v)| (*c - d, v));
-        let mut restored = reed_solomon_simd::decode(d, usize::from(m.parity), originals, recovery)
+/// The `d + p` chunks of `value` as pieces: stripe `j` (piece `j` of every chunk) is
+/// coded on its own, so the codec works on a few hundred KiB at a time (it stays in
+/// the CPU caches, and a 100 MiB value never needs a second full copy at once).
+fn encode_stripes(m: &Manifest, value: &[u8]) -> Result<Vec<Vec<Vec<u8>>>> {
+    let (d, p) = (usize::from(m.data), usize::from(m.parity));
+    let mut chunks: Vec<Vec<Vec<u8>>> = (0..d + p)
+        .map(|_| Vec::with_capacity(m.pieces() as usize))
+        .collect();
+    for j in 0..m.pieces() {
+        let lo = u64::from(j) * u64::from(m.piece_len);
+        let width = m.piece_size(j) as usize;
+        let originals: Vec<Vec<u8>> = (0..d as u64)
+            .map(|c| {
+                let a = (c * m.chunk_len + lo).min(m.len) as usize;
+                let b = (c * m.chunk_len + lo + width as u64).min(m.len) as usize;
+                let mut piece = value[a..b].to_vec();
+                piece.resize(width, 0);
+                piece
+            })
+            .collect();
+        let parity = reed_solomon_simd::encode(d, p, &originals)
             .map_err(|e| StoreError::Erasure(e.to_string()))?;
-        let mut have: std::collections::HashMap<usize, Vec<u8>> = got.into_iter().collect();
-        for i in 0..d {
-            let c = have
-                .remove(&i)
-                .or_else(|| restored.remove(&i))
-                .ok_or_else(|| StoreError::Erasure(format!("chunk {i} not restored")))?;
-            data.push(c);
+        for (c, piece) in originals.into_iter().chain(parity).enumerate() {
+            chunks[c].push(piece);
         }
     }
-    let mut value = Vec::with_capacity(m.len as usize);
-    for c in data {
-        value.extend_from_slice(&c);
+    Ok(chunks)
+}
+
+/// The value from at least `d` chunks, decoded stripe by stripe; data chunks are
+/// copied straight when all are there.
+fn decode(m: &Manifest, mut got: Vec<(usize, Vec<u8>)>) -> Result<Vec<u8>> {
+    let (d, p) = (usize::from(m.data), usize::from(m.parity));
+    got.sort_by_key(|(c, _)| *c);
+    let mut value = vec![0u8; (m.chunk_len as usize) * d];
+    let have: Vec<bool> = (0..d + p)
+        .map(|c| got.iter().any(|(g, _)| *g == c))
+        .collect();
+    for (c, bytes) in got.iter().filter(|(c, _)| *c < d) {
+        let at = c * m.chunk_len as usize;
+        value[at..at + bytes.len()].copy_from_slice(bytes);
+    }
+    if !have[..d].iter().all(|&h| h) {
+        for j in 0..m.pieces() {
+            let lo = j as usize * m.piece_len as usize;
+            let hi = lo + m.piece_size(j) as usize;
+            let originals = got
+                .iter()
+                .filter(|(c, _)| *c < d)
+                .map(|(c, v)| (*c, &v[lo..hi]));
+            let recovery = got
+                .iter()
+                .filter(|(c, _)| *c >= d)
+                .map(|(c, v)| (*c - d, &v[lo..hi]));
+            let restored = reed_solomon_simd::decode(d, p, originals, recovery)
+                .map_err(|e| StoreError::Erasure(e.to_string()))?;
+            for (c, piece) in restored {
+                let at = c * m.chunk_len as usize + lo;
+                value[at..at + piece.len()].copy_from_slice(&piece);
+            }
+        }
     }
     value.truncate(m.len as usize);
     if manifest::checksum(&value) != m.checksum {

@@ -20,14 +20,20 @@
 //! what it freed, then carves fresh heap, then pops the shard's shared free list, then
 //! evicts with CLOCK (reference bytes beside the slots, set by GET hits).
 //!
+//! Blocking calls drive the connections on the calling thread; `*_async` calls
+//! return futures for any executor ([`async_api`]).
+//!
 //! Layout: [`store`] (handle, create/open, reads), [`put`] (the write pipeline),
 //! [`alloc`] (item allocation and recycling), [`evict`] (the CLOCK sweep),
 //! [`large`] (erasure-coded values), [`repair`] (rebuilding after lost servers),
+//! [`hot`] (second copies of hot keys, reads to the less loaded home),
 //! [`stats`] (occupancy and fragmentation).
 
 pub mod alloc;
+pub mod async_api;
 pub mod error;
 pub mod evict;
+pub mod hot;
 pub mod large;
 pub mod options;
 pub mod put;
@@ -35,8 +41,10 @@ pub mod repair;
 pub mod stats;
 pub mod store;
 
+pub use async_api::StoreFuture;
 pub use error::{Result, StoreError};
 pub use farcache_kvformat::manifest::Manifest;
+pub use hot::{HotController, HotOptions};
 pub use options::{Condition, PutOptions, StoreOptions};
 pub use repair::{RepairReport, Repairer};
 pub use stats::StoreStats;

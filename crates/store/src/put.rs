@@ -20,7 +20,9 @@ use crate::store::{MAX_ATTEMPTS, Probe, Store, TRANSIENT_BUDGET, now_ms};
 use crate::{Result, StoreError};
 
 /// How long a bucket lock holds before others may break it.
-const LEASE_MS: u64 = 2000;
+/// Longer than a client's op timeout, so a holder delayed by a failing server
+/// still holds its lease when its last op lands.
+const LEASE_MS: u64 = 15_000;
 
 struct Job<'a> {
     key: &'a [u8],
@@ -66,6 +68,15 @@ impl Job<'_> {
 /// What one key's put ended with: `Ok(true)` written, `Ok(false)` skipped by its
 /// condition.
 pub type PutResult = Result<bool>;
+
+/// `new` with the hot flag of `old` (a hot key stays hot across writes).
+fn keep_hot(old: u64, new: u64) -> u64 {
+    if SlotWord::is_item(old) && SlotWord(old).is_hot() {
+        SlotWord::with_hot(new)
+    } else {
+        new
+    }
+}
 
 /// Forgets `job`'s item after an ambiguous swap (it may be referenced).
 fn abandon(job: &mut Job<'_>) {
@@ -326,12 +337,14 @@ impl Store {
                 item::encode_into(&mut buf, job.key, job.value, job.expires, job.flags);
                 job.write_i = Some(b.write(lay.shard_base(job.h.shard) + off, &buf));
             }
-            let new = SlotWord::new(job.h.tag, job.word_class(), off).0;
             let expect = f.words[s];
+            let new = keep_hot(expect, SlotWord::new(job.h.tag, job.word_class(), off).0);
             let ci = b.cas(lay.slot_addr(job.h.shard, job.h.bucket, s), expect, new);
             job.cas = Some((ci, expect, new));
         }
         let r = b.run();
+        let swapped_at = std::time::Instant::now();
+        let mut hot_written = false;
         for &j in todo {
             let job = &mut jobs[j].1;
             let Some((ci, expect, new)) = job.cas else {
@@ -357,6 +370,10 @@ impl Store {
             job.written = true;
             match swapped {
                 Ok(true) => {
+                    if SlotWord(expect).is_hot() {
+                        self.drop_copy(job.key, job.h.shard);
+                        hot_written = true;
+                    }
                     if SlotWord::is_item(expect) {
                         self.retire(
                             job.h.shard,
@@ -378,6 +395,10 @@ impl Store {
                     done.push((j, Err(e.into())));
                 }
             }
+        }
+        if hot_written {
+            // A hot key's old copy may be served until its lease runs out.
+            crate::hot::wait_lease(swapped_at);
         }
         for j in locked {
             let job = &mut jobs[j].1;
@@ -469,10 +490,17 @@ impl Store {
             None => f.words[..SLOTS]
                 .iter()
                 .position(|&w| w == TOMB || w == EMPTY)
-                .unwrap_or_else(|| {
-                    // The least recently referenced item (CLOCK byte 0 first).
-                    (0..SLOTS).min_by_key(|&s| f.refs[s]).unwrap_or(0)
-                }),
+                .or_else(|| {
+                    // The least recently referenced item (CLOCK byte 0 first); hot
+                    // keys are not evicted (their copies would outlive them).
+                    (0..SLOTS)
+                        .filter(|&s| !SlotWord(f.words[s]).is_hot())
+                        .min_by_key(|&s| f.refs[s])
+                })
+                .ok_or(StoreError::Full {
+                    shard: job.h.shard,
+                    size: job.size,
+                })?,
         };
         self.ensure_item(job)?;
         let Some(off) = job.item else { return Ok(None) };
@@ -483,10 +511,15 @@ impl Store {
             item::encode_into(&mut buf, job.key, job.value, job.expires, job.flags);
             wi = Some(b.write(lay.shard_base(job.h.shard) + off, &buf));
         }
-        let new = SlotWord::new(job.h.tag, job.word_class(), off).0;
         let expect = f.words[s];
+        let new = if f.slot.is_some() {
+            keep_hot(expect, SlotWord::new(job.h.tag, job.word_class(), off).0)
+        } else {
+            SlotWord::new(job.h.tag, job.word_class(), off).0
+        };
         let ci = b.cas(lay.slot_addr(job.h.shard, job.h.bucket, s), expect, new);
         let r = b.run();
+        let swapped_at = std::time::Instant::now();
         let swapped = match r.value(ci) {
             Ok(seen) => seen == expect,
             Err(e) => {
@@ -505,6 +538,10 @@ impl Store {
             return Ok(None);
         }
         job.cas = Some((ci, expect, new));
+        if f.slot.is_some() && SlotWord(expect).is_hot() {
+            self.drop_copy(job.key, job.h.shard);
+            crate::hot::wait_lease(swapped_at);
+        }
         if SlotWord::is_item(expect) {
             let old = SlotWord(expect);
             if f.slot.is_none() {
@@ -579,6 +616,11 @@ impl Store {
                 Err(e) => return Err(e),
             };
             if seen == w {
+                if SlotWord(w).is_hot() {
+                    let at = std::time::Instant::now();
+                    self.drop_copy(key, h.shard);
+                    crate::hot::wait_lease(at);
+                }
                 self.retire(h.shard, SlotWord(w), f.generation);
                 return Ok(!f.expired);
             }

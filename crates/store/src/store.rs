@@ -1,6 +1,7 @@
 //! The store handle: creating and opening a store, and the read path.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -20,6 +21,176 @@ pub(crate) const MAX_ATTEMPTS: u32 = 128;
 /// How long store calls keep retrying [transient](StoreError::is_transient) failures
 /// (a failover takes a few heartbeat intervals).
 pub const TRANSIENT_BUDGET: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// One key's lookup: on a hit, the item's flags and value.
+pub(crate) type RawLookup = Result<Option<(u8, Bytes)>>;
+
+/// Lookups of many keys in batches, driven by a blocking or an async caller: each
+/// round sends [`Lookups::batch`] and hands its results to [`Lookups::absorb`];
+/// keys whose bucket was busy or whose server is failing over go again.
+pub(crate) struct Lookups<'k> {
+    keys: &'k [&'k [u8]],
+    probe: Probe,
+    out: Vec<Option<RawLookup>>,
+    todo: Vec<usize>,
+    pub attempts: u32,
+    started: std::time::Instant,
+    args: Vec<u8>,
+    /// Per key: read from its hot copy this round / never again from the copy.
+    via_copy: Vec<bool>,
+    home_only: Vec<bool>,
+}
+
+impl<'k> Lookups<'k> {
+    pub fn new(keys: &'k [&'k [u8]], probe: Probe) -> Self {
+        Self {
+            keys,
+            probe,
+            out: (0..keys.len()).map(|_| None).collect(),
+            todo: (0..keys.len()).collect(),
+            attempts: 0,
+            started: std::time::Instant::now(),
+            args: Vec::new(),
+            via_copy: vec![false; keys.len()],
+            home_only: vec![false; keys.len()],
+        }
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.todo.is_empty()
+    }
+
+    /// The next round's lookups.
+    pub fn batch(&mut self, store: &Store) -> farcache_client::Batch {
+        self.attempts += 1;
+        let now = now_ms();
+        let mut b = store.inner.cache.batch().with_capacity(self.todo.len());
+        let route = self.probe == Probe::Value && store.inner.hot.any.load(Ordering::Relaxed);
+        let info = route.then(|| store.inner.cache.info());
+        let mut hot = route.then(|| store.inner.hot.inner.lock());
+        for &i in &self.todo {
+            let k = self.keys[i];
+            let h = store.locate(k);
+            self.via_copy[i] = false;
+            if let (Some(info), Some(hot)) = (&info, hot.as_mut())
+                && !self.home_only[i]
+            {
+                let second = store.second_home(k, h.shard);
+                let (hs, cs) = (
+                    store.server_of(info, h.shard),
+                    store.server_of(info, second),
+                );
+                if hot.prefer_copy(k, hs, cs) {
+                    let ck = farcache_kvformat::manifest::hot_key(second, k);
+                    store.push_lookup(
+                        &mut b,
+                        Probe::Value,
+                        &ck,
+                        store.locate(&ck),
+                        now,
+                        &mut self.args,
+                    );
+                    self.via_copy[i] = true;
+                    continue;
+                }
+            }
+            store.push_lookup(&mut b, self.probe, k, h, now, &mut self.args);
+        }
+        b
+    }
+
+    /// Takes a round's results; true if keys go again after a pause.
+    pub fn absorb(&mut self, store: &Store, r: &BatchResults) -> bool {
+        let mut again = Vec::new();
+        let mut touch = store.inner.cache.batch();
+        let hot_state = &store.inner.hot;
+        let tracking = hot_state.any.load(Ordering::Relaxed);
+        let info = tracking.then(|| store.inner.cache.info());
+        let now = now_ms();
+        for (j, &i) in self.todo.iter().enumerate() {
+            let key = self.keys[i];
+            if tracking
+                && let Ok(raw) = r.data(j)
+                && raw.len() >= wire::GET_HEAD
+            {
+                // The answering server's lookup count: its load, for routing.
+                let home = store.locate(key).shard;
+                let shard = if self.via_copy[i] {
+                    store.second_home(key, home)
+                } else {
+                    home
+                };
+                if let Some(info) = &info {
+                    let load = u32::from_le_bytes([raw[4], raw[5], raw[6], raw[7]]);
+                    hot_state
+                        .inner
+                        .lock()
+                        .observe(store.server_of(info, shard), load);
+                }
+            }
+            if self.via_copy[i] {
+                let copy = match store.get_reply(r, j) {
+                    Ok((wire::HIT, Some((_, _, _, v)))) => crate::hot::copy_value(&v, now),
+                    _ => None,
+                };
+                match copy {
+                    Some(v) => {
+                        hot_state.copy_reads.fetch_add(1, Ordering::Relaxed);
+                        self.out[i] = Some(Ok(Some((0, v))))
+                    }
+                    None => {
+                        // Expired, missing or unreachable: the home has it.
+                        self.home_only[i] = true;
+                        again.push(i);
+                    }
+                }
+                continue;
+            }
+            self.out[i] = match store.get_reply(r, j) {
+                Ok((wire::BUSY, _)) if self.attempts < MAX_ATTEMPTS => {
+                    again.push(i);
+                    continue;
+                }
+                Ok((wire::BUSY, _)) => Some(Err(StoreError::Contended {
+                    attempts: self.attempts,
+                })),
+                Ok((wire::HIT, Some((slot, referenced, flags, v)))) => {
+                    if referenced == 0 {
+                        let h = store.locate(key);
+                        touch.write(store.inner.layout.refs_addr(h.shard, h.bucket) + slot, &[1]);
+                    }
+                    let is_hot = flags & wire::REPLY_HOT != 0;
+                    if is_hot || tracking {
+                        let any = hot_state.inner.lock().learn(key, is_hot);
+                        hot_state.any.store(any, Ordering::Relaxed);
+                    }
+                    Some(Ok(Some((flags & !wire::REPLY_HOT, v))))
+                }
+                Ok(_) => Some(Ok(None)),
+                // Failing over: the transient budget bounds these, not the attempts.
+                Err(e) if e.is_transient() && self.started.elapsed() < TRANSIENT_BUDGET => {
+                    self.attempts = self.attempts.min(MAX_ATTEMPTS - 1);
+                    again.push(i);
+                    continue;
+                }
+                Err(e) => Some(Err(e)),
+            };
+        }
+        if !touch.is_empty() {
+            // CLOCK's second chance: best effort, nobody waits for it.
+            drop(touch.submit());
+        }
+        self.todo = again;
+        !self.todo.is_empty() && self.attempts > 1
+    }
+
+    pub fn finish(self) -> Vec<RawLookup> {
+        self.out
+            .into_iter()
+            .map(|o| o.unwrap_or(Ok(None)))
+            .collect()
+    }
+}
 
 /// What a lookup asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +230,10 @@ pub(crate) struct Inner {
     /// This handle's name in bucket locks.
     pub holder: u16,
     pub free: Mutex<FreeCache>,
+    /// Threads for async writes, started on first use.
+    pub pool: crate::async_api::PoolCell,
+    /// Hot keys this handle knows of, and server load estimates.
+    pub hot: crate::hot::HotState,
 }
 
 impl Drop for Inner {
@@ -172,13 +347,18 @@ impl Store {
     }
 
     fn from_parts(cache: Cache, layout: Layout) -> Self {
-        let holder = (now_ms() as u16) ^ (std::process::id() as u16).rotate_left(7) | 1;
+        // Distinct per handle: the clock, the process and a per-process count.
+        static HANDLES: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
+        let n = HANDLES.fetch_add(0x9e37, Ordering::Relaxed);
+        let holder = ((now_ms() as u16) ^ (std::process::id() as u16).rotate_left(7) ^ n) | 1;
         Self {
             inner: Arc::new(Inner {
                 cache,
                 layout,
                 holder,
                 free: Mutex::new(FreeCache::default()),
+                pool: Default::default(),
+                hot: Default::default(),
             }),
         }
     }
@@ -290,6 +470,20 @@ impl Store {
         keys: &[K],
         probe: Probe,
     ) -> Result<Vec<Result<Option<Bytes>>>> {
+        let (checked, at, mut out) = Self::check_keys(keys);
+        let raw = self.lookup_raw(&checked, probe);
+        for (r, i) in raw.into_iter().zip(at) {
+            out[i] = Some(self.resolve(keys[i].as_ref(), r, probe));
+        }
+        Ok(out.into_iter().map(|o| o.unwrap_or(Ok(None))).collect())
+    }
+
+    /// The keys that pass [`Store::check_key`], their positions, and the results so
+    /// far (the refusals).
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn check_keys<K: AsRef<[u8]>>(
+        keys: &[K],
+    ) -> (Vec<&[u8]>, Vec<usize>, Vec<Option<Result<Option<Bytes>>>>) {
         let mut out: Vec<Option<Result<Option<Bytes>>>> = (0..keys.len()).map(|_| None).collect();
         let mut checked = Vec::with_capacity(keys.len());
         let mut at = Vec::with_capacity(keys.len());
@@ -302,79 +496,47 @@ impl Store {
                 Err(e) => out[i] = Some(Err(e)),
             }
         }
-        for (r, i) in self.lookup_raw(&checked, probe).into_iter().zip(at) {
-            out[i] = Some(match r {
-                Ok(Some((flags, v))) if flags & item::FLAG_MANIFEST != 0 => match probe {
-                    Probe::Value => self.get_large(keys[i].as_ref(), &v),
-                    _ => Ok(Some(v)),
-                },
-                Ok(hit) => Ok(hit.map(|(_, v)| v)),
-                Err(e) if probe == Probe::Value && self.home_unreadable(&e) => {
-                    // The home shard is gone; an erasure-coded value survives it.
-                    self.get_large_without_home(keys[i].as_ref(), e)
-                }
-                Err(e) => Err(e),
-            });
+        (checked, at, out)
+    }
+
+    /// A user key's value from its lookup: erasure-coded values are read from their
+    /// chunks, and a lost home shard falls back to a manifest copy.
+    pub(crate) fn resolve(&self, key: &[u8], r: RawLookup, probe: Probe) -> Result<Option<Bytes>> {
+        match r {
+            Ok(Some((flags, v))) if flags & item::FLAG_MANIFEST != 0 => match probe {
+                Probe::Value => self.get_large(key, &v),
+                _ => Ok(Some(v)),
+            },
+            Ok(hit) => Ok(hit.map(|(_, v)| v)),
+            Err(e) if probe == Probe::Value && self.home_unreadable(&e) => {
+                // The home shard is gone; an erasure-coded value survives it.
+                self.get_large_without_home(key, e)
+            }
+            Err(e) => Err(e),
         }
-        Ok(out.into_iter().map(|o| o.unwrap_or(Ok(None))).collect())
+    }
+
+    /// Whether a lookup result needs more than its own reply (chunks or a copy).
+    pub(crate) fn needs_more(r: &RawLookup, probe: Probe) -> bool {
+        probe == Probe::Value
+            && match r {
+                Ok(Some((flags, _))) => flags & item::FLAG_MANIFEST != 0,
+                Ok(None) => false,
+                Err(_) => true,
+            }
     }
 
     /// Lookups of keys the caller checked (the store's own placed keys included):
     /// on a hit, the item's flags and value.
-    #[allow(clippy::type_complexity)]
-    pub(crate) fn lookup_raw(
-        &self,
-        keys: &[&[u8]],
-        probe: Probe,
-    ) -> Vec<Result<Option<(u8, Bytes)>>> {
-        let mut out: Vec<Option<Result<Option<(u8, Bytes)>>>> =
-            (0..keys.len()).map(|_| None).collect();
-        let mut todo: Vec<usize> = (0..keys.len()).collect();
-        let mut args = Vec::new();
-        let mut attempts = 0;
-        let started = std::time::Instant::now();
-        while !todo.is_empty() {
-            attempts += 1;
-            let now = now_ms();
-            let mut b = self.inner.cache.batch().with_capacity(todo.len());
-            for &i in &todo {
-                let k = keys[i];
-                self.push_lookup(&mut b, probe, k, self.locate(k), now, &mut args);
+    pub(crate) fn lookup_raw(&self, keys: &[&[u8]], probe: Probe) -> Vec<RawLookup> {
+        let mut l = Lookups::new(keys, probe);
+        while !l.is_done() {
+            let r = l.batch(self).run();
+            if l.absorb(self, &r) {
+                crate::put::backoff(l.attempts);
             }
-            let r = b.run();
-            let mut again = Vec::new();
-            let mut touch = self.inner.cache.batch();
-            for (j, &i) in todo.iter().enumerate() {
-                match self.get_reply(&r, j) {
-                    Ok((wire::BUSY, _)) if attempts < MAX_ATTEMPTS => again.push(i),
-                    Ok((wire::BUSY, _)) => out[i] = Some(Err(StoreError::Contended { attempts })),
-                    Ok((wire::HIT, Some((slot, referenced, flags, v)))) => {
-                        if referenced == 0 {
-                            let h = self.locate(keys[i]);
-                            touch
-                                .write(self.inner.layout.refs_addr(h.shard, h.bucket) + slot, &[1]);
-                        }
-                        out[i] = Some(Ok(Some((flags, v))));
-                    }
-                    Ok(_) => out[i] = Some(Ok(None)),
-                    // Failing over: the transient budget bounds these, not the attempts.
-                    Err(e) if e.is_transient() && started.elapsed() < TRANSIENT_BUDGET => {
-                        attempts = attempts.min(MAX_ATTEMPTS - 1);
-                        again.push(i)
-                    }
-                    Err(e) => out[i] = Some(Err(e)),
-                }
-            }
-            if !touch.is_empty() {
-                // CLOCK's second chance: best effort, nobody waits for it.
-                drop(touch.submit());
-            }
-            if !again.is_empty() && attempts > 1 {
-                crate::put::backoff(attempts);
-            }
-            todo = again;
         }
-        out.into_iter().map(|o| o.unwrap_or(Ok(None))).collect()
+        l.finish()
     }
 
     /// Status and, on a hit, (slot, reference byte, flags, value) of lookup `j`.

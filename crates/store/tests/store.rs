@@ -382,3 +382,74 @@ fn hostile_procedure_args_and_damaged_stores_get_errors_not_crashes() {
         Some(&b"still serving"[..])
     );
 }
+
+/// Runs a future on this thread, parking between polls (wakers unpark it).
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "future never completed"
+        );
+        std::thread::park_timeout(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn async_calls_match_blocking_ones() {
+    let c = cluster();
+    let s = store(&c, "async", 2 << 20, 64);
+    block_on(s.put_async(b"a", b"1"))
+        .expect("pool")
+        .expect("put");
+    assert_eq!(
+        block_on(s.get_async(b"a")).expect("get").as_deref(),
+        Some(&b"1"[..])
+    );
+    assert!(block_on(s.exists_async(b"a")).expect("exists"));
+    let pairs: Vec<(Vec<u8>, Vec<u8>)> = (0..200u32)
+        .map(|i| {
+            (
+                format!("k{i}").into_bytes(),
+                value_for(format!("k{i}").as_bytes(), 1, 50),
+            )
+        })
+        .collect();
+    for r in block_on(s.mput_async(&pairs)).expect("pool") {
+        r.expect("mput");
+    }
+    let keys: Vec<Vec<u8>> = pairs.iter().map(|p| p.0.clone()).collect();
+    let got = block_on(s.mget_async(&keys)).expect("mget");
+    for ((_, v), g) in pairs.iter().zip(got) {
+        assert_eq!(g.expect("ok").as_deref(), Some(&v[..]));
+    }
+    // Several futures in flight at once, awaited out of order.
+    let f1 = s.put_async(b"x", b"one");
+    let f2 = s.put_async(b"y", b"two");
+    block_on(f2).expect("pool").expect("put");
+    block_on(f1).expect("pool").expect("put");
+    assert!(
+        block_on(s.delete_async(b"x"))
+            .expect("pool")
+            .expect("delete")
+    );
+    assert_eq!(block_on(s.get_async(b"x")).expect("get"), None);
+    assert_eq!(s.get(b"y").expect("get").as_deref(), Some(&b"two"[..]));
+    // Refusals come back through the future too.
+    assert!(matches!(
+        block_on(s.get_async(b"")),
+        Err(StoreError::Key(_))
+    ));
+}

@@ -18,6 +18,9 @@ use farcache_bench::replication::{
     write_replication_json,
 };
 use farcache_bench::sproc_suite::{SprocBenchOptions, run_sproc_bench};
+use farcache_bench::store_suite::{
+    StoreBenchOptions, format_store_table, run_store_bench, write_store_json, write_store_json_to,
+};
 use farcache_bench::workload::KeyDistribution;
 use farcache_bench::{BenchReport, DEFAULT_RESULTS_DIR, print_table, write_chart, write_json};
 
@@ -29,6 +32,9 @@ pub enum BenchCommand {
     Io(IoArgs),
     /// Stored procedures vs the same work at the client and vs Redis Lua scripts.
     Sproc(SprocArgs),
+    /// The keyed store on small values (load, mget, mput, unbatched get and put) vs
+    /// Redis on the same keys, and its unbatched GET vs an unbatched 8-byte read.
+    Store(StoreArgs),
     /// Live migration under load in each mode (Redy's experiment): 1, 2, then 4 of 7
     /// regions move to a new server while a reader and a writer run.
     Migrate(MigrateArgs),
@@ -123,6 +129,36 @@ pub struct MigrateArgs {
     /// Also copy the chart here (skipped when its directory does not exist).
     #[arg(long, default_value = "docs/bench-migrate.png")]
     chart: PathBuf,
+}
+
+#[derive(clap::Args)]
+pub struct StoreArgs {
+    /// Value sizes (16, 64, 1KiB …), 1 byte to 64 KiB.
+    #[arg(long, value_delimiter = ',', default_value = "16,64,256,1024")]
+    sizes: Vec<String>,
+    /// Keys per size (default 1000000, 100000 with --quick).
+    #[arg(long)]
+    keys: Option<u64>,
+    /// Keys per mget/mput and per Redis batch.
+    #[arg(short = 'b', long, default_value = "64", value_parser = parse_count)]
+    batch: usize,
+    /// Batches in flight: farcache threads sharing one connection, Redis batches per
+    /// connection.
+    #[arg(short = 'q', long, default_value = "4", value_parser = parse_count)]
+    queue_depth: usize,
+    /// Seconds per timed run (default 3, 1 with --quick).
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// Fewer keys, shorter runs, fewer latency samples.
+    #[arg(long)]
+    quick: bool,
+    /// Skip Redis (no ratios).
+    #[arg(long)]
+    no_baselines: bool,
+    /// Write the JSON results here (default: `store-<unix seconds>.json` and
+    /// `store-latest.json` in bench-results/, as `bench io`).
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -231,6 +267,7 @@ pub fn run(b: BenchCommand) -> Result<()> {
     match b {
         BenchCommand::Io(a) => io(a),
         BenchCommand::Sproc(a) => sproc(a),
+        BenchCommand::Store(a) => store(a),
         BenchCommand::Migrate(a) => migrate(a),
         BenchCommand::Replication(a) => replication(a),
         BenchCommand::Drain(a) => drain(a),
@@ -266,6 +303,45 @@ fn sproc(a: SprocArgs) -> Result<()> {
     }
     let report = run_sproc_bench(&o)?;
     finish(&report, &a.out)
+}
+
+fn store(a: StoreArgs) -> Result<()> {
+    let bin = std::env::current_exe().context("locating the farcache binary")?;
+    let mut o = StoreBenchOptions::new(bin, a.quick);
+    o.sizes = a
+        .sizes
+        .iter()
+        .map(|s| {
+            parse_size(s)
+                .map(|v| v as usize)
+                .map_err(anyhow::Error::msg)
+        })
+        .collect::<Result<_>>()?;
+    if let Some(k) = a.keys {
+        o.keys = k;
+    }
+    o.batch = a.batch;
+    o.depth = a.queue_depth;
+    if let Some(d) = seconds(a.seconds)? {
+        o.duration = d;
+    }
+    o.baselines = !a.no_baselines;
+    let report = run_store_bench(&o)?;
+    print!("{}", format_store_table(&report));
+    let path = match &a.json {
+        Some(p) => {
+            write_store_json_to(&report, p)?;
+            p.clone()
+        }
+        None => write_store_json(&report, Path::new(DEFAULT_RESULTS_DIR))?,
+    };
+    println!("results: {}", path.display());
+    match report.all_targets_met() {
+        Some(true) => println!("all targets met"),
+        Some(false) => println!("some targets NOT met (see the target column)"),
+        None => {}
+    }
+    Ok(())
 }
 
 /// Prints the table, writes JSON and the chart, and sums up the targets.

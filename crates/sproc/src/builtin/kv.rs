@@ -29,6 +29,7 @@ enum Found {
     /// The key's slot and word; its item is in the scratch buffer at `[0, len)`.
     Hit {
         slot: usize,
+        word: u64,
         item_len: usize,
     },
     Miss,
@@ -122,6 +123,7 @@ fn lookup(
                 Some((total, Ok(it))) if it.key == l.key => {
                     return Ok(Found::Hit {
                         slot: i,
+                        word: w,
                         item_len: total,
                     });
                 }
@@ -165,6 +167,12 @@ impl Procedure for KvGet {
     ) -> Result<Option<Outcome>, SprocError> {
         const P: &str = wire::KV_GET;
         let l = decode_args(P, args)?;
+        if farcache_kvformat::hash::placed_shard(l.key).is_some() {
+            super::hot::count_only();
+        } else {
+            super::hot::record(l.shard_base, l.key);
+        }
+        let load = super::hot::lookups() as u32;
         SCRATCH.with(|s| {
             let mut buf = s.borrow_mut();
             let mut words = [0u64; SLOTS + 1];
@@ -173,11 +181,15 @@ impl Procedure for KvGet {
                 Err((m, at, len)) => return missed(P, mem, m, at, len, addr, args).map(Some),
             };
             match found {
-                Found::Hit { slot, item_len } => {
+                Found::Hit {
+                    slot,
+                    word,
+                    item_len,
+                } => {
                     let it = item::decode(&buf[..item_len])
                         .map_err(|e| SprocError::bad(P, e.to_string()))?;
                     if it.expired(l.now_ms) {
-                        out.extend_from_slice(&wire::get_head(wire::MISS, 0, 0, 0));
+                        out.extend_from_slice(&wire::get_head(wire::MISS, 0, 0, 0, load));
                         return Ok(None);
                     }
                     let ref_at = l.refs_addr + slot as u64;
@@ -191,13 +203,24 @@ impl Procedure for KvGet {
                             limit: crate::procedure::MAX_OUTPUT,
                         });
                     }
-                    out.extend_from_slice(&wire::get_head(wire::HIT, slot as u8, r[0], it.flags));
+                    out.extend_from_slice(&wire::get_head(
+                        wire::HIT,
+                        slot as u8,
+                        r[0],
+                        it.flags
+                            | if SlotWord(word).is_hot() {
+                                wire::REPLY_HOT
+                            } else {
+                                0
+                            },
+                        load,
+                    ));
                     if l.mode == wire::MODE_VALUE {
                         out.extend_from_slice(it.value);
                     }
                 }
-                Found::Miss => out.extend_from_slice(&wire::get_head(wire::MISS, 0, 0, 0)),
-                Found::Busy => out.extend_from_slice(&wire::get_head(wire::BUSY, 0, 0, 0)),
+                Found::Miss => out.extend_from_slice(&wire::get_head(wire::MISS, 0, 0, 0, load)),
+                Found::Busy => out.extend_from_slice(&wire::get_head(wire::BUSY, 0, 0, 0, load)),
             }
             Ok(None)
         })
@@ -247,7 +270,7 @@ impl Procedure for KvFind {
                 Err(m) => return missed(P, mem, m, gen_at, 4, addr, args).map(Some),
             };
             let (status, slot, expired) = match found {
-                Found::Hit { slot, item_len } => {
+                Found::Hit { slot, item_len, .. } => {
                     let expired = item::decode(&buf[..item_len])
                         .map(|it| it.expired(l.now_ms))
                         .unwrap_or(false);
@@ -346,6 +369,35 @@ impl Procedure for KvStats {
             }
         }
         Ok(Outcome::Done(s.encode()))
+    }
+}
+
+/// `kv_hot`: this server's heavy hitters (from the sampled sketch) and its count of
+/// lookups served. Invoked at any address the server holds; no arguments.
+pub struct KvHot;
+
+impl KvHot {
+    pub const NAME: &'static str = wire::KV_HOT;
+}
+
+impl Procedure for KvHot {
+    fn name(&self) -> &str {
+        Self::NAME
+    }
+
+    fn run(&self, _mem: &dyn Memory, _addr: u64, args: &[u8]) -> Result<Outcome, SprocError> {
+        if !args.is_empty() {
+            return Err(SprocError::bad(wire::KV_HOT, "takes no arguments"));
+        }
+        let hot: Vec<wire::HotKey> = super::hot::top()
+            .into_iter()
+            .map(|h| wire::HotKey {
+                shard_base: h.shard_base,
+                count: h.count,
+                key: h.key,
+            })
+            .collect();
+        Ok(Outcome::Done(wire::encode_hot(super::hot::lookups(), &hot)))
     }
 }
 

@@ -4,6 +4,7 @@
 mod aggregate;
 mod chase;
 mod gather;
+pub mod hot;
 mod khop;
 mod kv;
 mod scan;
@@ -14,7 +15,7 @@ pub use aggregate::{AggFn, Aggregate};
 pub use chase::{Chase, NULL};
 pub use gather::Gather;
 pub use khop::KHop;
-pub use kv::{KvFind, KvGet, KvScan, KvStats};
+pub use kv::{KvFind, KvGet, KvHot, KvScan, KvStats};
 pub use scan::{Cmp, Scan};
 
 use crate::memory::Miss;
@@ -57,6 +58,7 @@ pub fn by_name(name: &str) -> Option<&'static dyn Procedure> {
         KvFind::NAME => &KvFind,
         KvStats::NAME => &KvStats,
         KvScan::NAME => &KvScan,
+        KvHot::NAME => &KvHot,
         _ => return None,
     })
 }
@@ -72,6 +74,7 @@ pub fn all() -> Vec<Arc<dyn Procedure>> {
         Arc::new(KvFind),
         Arc::new(KvStats),
         Arc::new(KvScan),
+        Arc::new(KvHot),
     ]
 }
 
