@@ -9,6 +9,150 @@ pub const KV_FIND: &str = "kv_find";
 pub const KV_STATS: &str = "kv_stats";
 pub const KV_SCAN: &str = "kv_scan";
 pub const KV_HOT: &str = "kv_hot";
+pub const KV_MGET: &str = "kv_mget";
+
+/// `kv_mget` statuses beyond [`HIT`], [`MISS`] and [`BUSY`]: the key's bucket is not
+/// readable here (moved, lost, out of range: ask with `kv_get`), or the reply was full
+/// before this key (ask again).
+pub const MOVED: u8 = 3;
+pub const AGAIN: u8 = 4;
+
+/// `kv_mget` argument head: `[mode u8][now_ms u64][count u32]`, then per key
+/// [`MgetKey`]. Invoked at the first key's bucket; every key should be on the same
+/// server.
+pub const MGET_HEAD: usize = 13;
+/// Per-key bytes before the key.
+pub const MGET_KEY_HEAD: usize = 2 + 2 + 8 + 8 + 8;
+/// Per-key reply head: `[status, slot, ref, flags, vlen u32]`, then the value.
+pub const MGET_ENTRY_HEAD: usize = 8;
+
+/// One key of a `kv_mget`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MgetKey<'a> {
+    pub tag: u16,
+    pub bucket_addr: u64,
+    pub shard_base: u64,
+    pub refs_addr: u64,
+    pub key: &'a [u8],
+}
+
+pub fn mget_head(out: &mut Vec<u8>, mode: u8, now_ms: u64, count: u32) {
+    out.push(mode);
+    out.extend_from_slice(&now_ms.to_le_bytes());
+    out.extend_from_slice(&count.to_le_bytes());
+}
+
+impl MgetKey<'_> {
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.tag.to_le_bytes());
+        out.extend_from_slice(&(self.key.len() as u16).to_le_bytes());
+        out.extend_from_slice(&self.bucket_addr.to_le_bytes());
+        out.extend_from_slice(&self.shard_base.to_le_bytes());
+        out.extend_from_slice(&self.refs_addr.to_le_bytes());
+        out.extend_from_slice(self.key);
+    }
+}
+
+/// Reads a `kv_mget` argument list: (mode, now_ms, keys).
+#[allow(clippy::type_complexity)]
+pub fn decode_mget(b: &[u8]) -> Result<(u8, u64, Vec<MgetKey<'_>>), FormatError> {
+    let bad = |r: String| FormatError::Malformed {
+        what: "kv_mget args",
+        reason: r,
+    };
+    if b.len() < MGET_HEAD {
+        return Err(bad(format!("{} bytes, no head", b.len())));
+    }
+    let u64_at = |b: &[u8], i: usize| {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&b[i..i + 8]);
+        u64::from_le_bytes(a)
+    };
+    let mode = b[0];
+    let now = u64_at(b, 1);
+    let count = u32::from_le_bytes([b[9], b[10], b[11], b[12]]) as usize;
+    let mut rest = &b[MGET_HEAD..];
+    if count > rest.len() / MGET_KEY_HEAD {
+        return Err(bad(format!(
+            "{count} keys cannot fit in {} bytes",
+            rest.len()
+        )));
+    }
+    let mut keys = Vec::with_capacity(count);
+    for i in 0..count {
+        if rest.len() < MGET_KEY_HEAD {
+            return Err(bad(format!("key {i}: truncated")));
+        }
+        let klen = usize::from(u16::from_le_bytes([rest[2], rest[3]]));
+        let key = rest
+            .get(MGET_KEY_HEAD..MGET_KEY_HEAD + klen)
+            .ok_or_else(|| bad(format!("key {i}: runs past the arguments")))?;
+        keys.push(MgetKey {
+            tag: u16::from_le_bytes([rest[0], rest[1]]),
+            bucket_addr: u64_at(rest, 4),
+            shard_base: u64_at(rest, 12),
+            refs_addr: u64_at(rest, 20),
+            key,
+        });
+        rest = &rest[MGET_KEY_HEAD + klen..];
+    }
+    if !rest.is_empty() {
+        return Err(bad(format!("{} trailing bytes", rest.len())));
+    }
+    Ok((mode, now, keys))
+}
+
+/// One key's answer in a `kv_mget` reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MgetEntry {
+    pub status: u8,
+    pub slot: u8,
+    pub referenced: u8,
+    pub flags: u8,
+    /// Where the value lies in the reply.
+    pub value: (usize, usize),
+}
+
+/// Splits a `kv_mget` reply into the server's load figure and one entry per key.
+pub fn decode_mget_reply(b: &[u8]) -> Result<(u32, Vec<MgetEntry>), FormatError> {
+    let bad = |r: String| FormatError::Malformed {
+        what: "kv_mget reply",
+        reason: r,
+    };
+    if b.len() < 8 {
+        return Err(bad("no head".into()));
+    }
+    let load = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    let count = u32::from_le_bytes([b[4], b[5], b[6], b[7]]) as usize;
+    let mut at = 8;
+    let mut out = Vec::with_capacity(count.min(4096));
+    for i in 0..count {
+        let h = b
+            .get(at..at + MGET_ENTRY_HEAD)
+            .ok_or_else(|| bad(format!("entry {i}: truncated")))?;
+        let vlen = u32::from_le_bytes([h[4], h[5], h[6], h[7]]) as usize;
+        let start = at + MGET_ENTRY_HEAD;
+        let end = start
+            .checked_add(vlen)
+            .filter(|&e| e <= b.len())
+            .ok_or_else(|| bad(format!("entry {i}: value runs past the reply")))?;
+        if h[0] > AGAIN || (h[0] == HIT && h[1] as usize >= SLOTS) {
+            return Err(bad(format!("entry {i}: head {h:?}")));
+        }
+        out.push(MgetEntry {
+            status: h[0],
+            slot: h[1],
+            referenced: h[2],
+            flags: h[3],
+            value: (start, end),
+        });
+        at = end;
+    }
+    if at != b.len() {
+        return Err(bad(format!("{} trailing bytes", b.len() - at)));
+    }
+    Ok((load, out))
+}
 
 /// A `kv_hot` entry: a heavy hitter on the answering server.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -378,6 +522,44 @@ impl ShardStats {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mget_args_and_replies_round_trip() {
+        let mut a = Vec::new();
+        mget_head(&mut a, MODE_VALUE, 42, 2);
+        for (i, k) in [&b"one"[..], b""].iter().enumerate() {
+            MgetKey {
+                tag: i as u16,
+                bucket_addr: 1024 + i as u64,
+                shard_base: 0,
+                refs_addr: 9,
+                key: k,
+            }
+            .encode_into(&mut a);
+        }
+        let (mode, now, keys) = decode_mget(&a).expect("args");
+        assert_eq!(
+            (mode, now, keys.len(), keys[0].key, keys[1].bucket_addr),
+            (0, 42, 2, &b"one"[..], 1025)
+        );
+        assert!(decode_mget(&a[..a.len() - 1]).is_err());
+        let mut huge = a.clone();
+        huge[9..13].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(decode_mget(&huge).is_err());
+
+        let mut r = 7u32.to_le_bytes().to_vec();
+        r.extend_from_slice(&2u32.to_le_bytes());
+        r.extend_from_slice(&[HIT, 1, 0, 0, 3, 0, 0, 0]);
+        r.extend_from_slice(b"abc");
+        r.extend_from_slice(&[MISS, 0, 0, 0, 0, 0, 0, 0]);
+        let (load, e) = decode_mget_reply(&r).expect("reply");
+        assert_eq!(
+            (load, e.len(), &r[e[0].value.0..e[0].value.1]),
+            (7, 2, &b"abc"[..])
+        );
+        assert_eq!(e[1].status, MISS);
+        assert!(decode_mget_reply(&r[..r.len() - 1]).is_err());
+    }
 
     #[test]
     fn wire_round_trips() {

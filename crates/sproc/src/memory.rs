@@ -40,6 +40,12 @@ pub trait Memory {
         Ok(u32::from_le_bytes(b))
     }
 
+    /// Asks for the cache line at `addr` to be brought close (a hint; free to ignore).
+    /// Procedures that look up many independent addresses issue these first, so the
+    /// memory latencies overlap instead of adding up.
+    #[inline]
+    fn prefetch(&self, _addr: u64) {}
+
     /// The step budget behind [`Miss::Budget`], for the error a procedure reports.
     /// Implementations enforcing another limit say so here.
     fn step_limit(&self) -> u64 {
@@ -166,6 +172,10 @@ impl<M: Memory> Memory for Budgeted<M> {
 
     fn step_limit(&self) -> u64 {
         self.steps.limit
+    }
+
+    fn prefetch(&self, addr: u64) {
+        self.inner.prefetch(addr)
     }
 }
 

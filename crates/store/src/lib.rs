@@ -23,7 +23,7 @@
 //! Blocking calls drive the connections on the calling thread; `*_async` calls
 //! return futures for any executor ([`async_api`]).
 //!
-//! Layout: [`store`] (handle, create/open, reads), [`put`] (the write pipeline),
+//! Layout: [`store`] (handle, create/open, reads), [`lookup`] (batched reads), [`put`] (the write pipeline),
 //! [`alloc`] (item allocation and recycling), [`evict`] (the CLOCK sweep),
 //! [`large`] (erasure-coded values), [`repair`] (rebuilding after lost servers),
 //! [`hot`] (second copies of hot keys, reads to the less loaded home),
@@ -35,6 +35,7 @@ pub mod error;
 pub mod evict;
 pub mod hot;
 pub mod large;
+pub mod lookup;
 pub mod options;
 pub mod put;
 pub mod repair;
@@ -48,4 +49,4 @@ pub use hot::{HotController, HotOptions};
 pub use options::{Condition, PutOptions, StoreOptions};
 pub use repair::{RepairReport, Repairer};
 pub use stats::StoreStats;
-pub use store::{Store, StoreExt};
+pub use store::{PendingGets, Store, StoreExt};

@@ -22,173 +22,45 @@ pub(crate) const MAX_ATTEMPTS: u32 = 128;
 /// (a failover takes a few heartbeat intervals).
 pub const TRANSIENT_BUDGET: std::time::Duration = std::time::Duration::from_secs(15);
 
-/// One key's lookup: on a hit, the item's flags and value.
-pub(crate) type RawLookup = Result<Option<(u8, Bytes)>>;
+pub(crate) use crate::lookup::{Lookups, RawLookup};
 
-/// Lookups of many keys in batches, driven by a blocking or an async caller: each
-/// round sends [`Lookups::batch`] and hands its results to [`Lookups::absorb`];
-/// keys whose bucket was busy or whose server is failing over go again.
-pub(crate) struct Lookups<'k> {
-    keys: &'k [&'k [u8]],
+/// An MGET on its way ([`Store::mget_submit`]); [`PendingGets::wait`] finishes it.
+pub struct PendingGets<'k, K> {
+    store: &'k Store,
+    keys: &'k [K],
     probe: Probe,
-    out: Vec<Option<RawLookup>>,
-    todo: Vec<usize>,
-    pub attempts: u32,
-    started: std::time::Instant,
-    args: Vec<u8>,
-    /// Per key: read from its hot copy this round / never again from the copy.
-    via_copy: Vec<bool>,
-    home_only: Vec<bool>,
+    lookups: Lookups<'k>,
+    ticket: Option<farcache_client::Ticket>,
+    at: Vec<usize>,
+    out: Vec<Option<Result<Option<Bytes>>>>,
 }
 
-impl<'k> Lookups<'k> {
-    pub fn new(keys: &'k [&'k [u8]], probe: Probe) -> Self {
-        Self {
-            keys,
-            probe,
-            out: (0..keys.len()).map(|_| None).collect(),
-            todo: (0..keys.len()).collect(),
-            attempts: 0,
-            started: std::time::Instant::now(),
-            args: Vec::new(),
-            via_copy: vec![false; keys.len()],
-            home_only: vec![false; keys.len()],
-        }
-    }
-
-    pub fn is_done(&self) -> bool {
-        self.todo.is_empty()
-    }
-
-    /// The next round's lookups.
-    pub fn batch(&mut self, store: &Store) -> farcache_client::Batch {
-        self.attempts += 1;
-        let now = now_ms();
-        let mut b = store.inner.cache.batch().with_capacity(self.todo.len());
-        let route = self.probe == Probe::Value && store.inner.hot.any.load(Ordering::Relaxed);
-        let info = route.then(|| store.inner.cache.info());
-        let mut hot = route.then(|| store.inner.hot.inner.lock());
-        for &i in &self.todo {
-            let k = self.keys[i];
-            let h = store.locate(k);
-            self.via_copy[i] = false;
-            if let (Some(info), Some(hot)) = (&info, hot.as_mut())
-                && !self.home_only[i]
-            {
-                let second = store.second_home(k, h.shard);
-                let (hs, cs) = (
-                    store.server_of(info, h.shard),
-                    store.server_of(info, second),
-                );
-                if hot.prefer_copy(k, hs, cs) {
-                    let ck = farcache_kvformat::manifest::hot_key(second, k);
-                    store.push_lookup(
-                        &mut b,
-                        Probe::Value,
-                        &ck,
-                        store.locate(&ck),
-                        now,
-                        &mut self.args,
-                    );
-                    self.via_copy[i] = true;
-                    continue;
-                }
+impl<K: AsRef<[u8]>> PendingGets<'_, K> {
+    /// Blocks for the values (further rounds, if a bucket was busy, run here).
+    pub fn wait(mut self) -> Result<Vec<Result<Option<Bytes>>>> {
+        let store = self.store;
+        let l = &mut self.lookups;
+        if let Some(t) = self.ticket.take() {
+            let r = t.wait();
+            if l.absorb(store, &r) {
+                crate::put::backoff(l.attempts);
             }
-            store.push_lookup(&mut b, self.probe, k, h, now, &mut self.args);
         }
-        b
-    }
-
-    /// Takes a round's results; true if keys go again after a pause.
-    pub fn absorb(&mut self, store: &Store, r: &BatchResults) -> bool {
-        let mut again = Vec::new();
-        let mut touch = store.inner.cache.batch();
-        let hot_state = &store.inner.hot;
-        let tracking = hot_state.any.load(Ordering::Relaxed);
-        let info = tracking.then(|| store.inner.cache.info());
-        let now = now_ms();
-        for (j, &i) in self.todo.iter().enumerate() {
-            let key = self.keys[i];
-            if tracking
-                && let Ok(raw) = r.data(j)
-                && raw.len() >= wire::GET_HEAD
-            {
-                // The answering server's lookup count: its load, for routing.
-                let home = store.locate(key).shard;
-                let shard = if self.via_copy[i] {
-                    store.second_home(key, home)
-                } else {
-                    home
-                };
-                if let Some(info) = &info {
-                    let load = u32::from_le_bytes([raw[4], raw[5], raw[6], raw[7]]);
-                    hot_state
-                        .inner
-                        .lock()
-                        .observe(store.server_of(info, shard), load);
-                }
+        while !l.is_done() {
+            let r = l.batch(store).run();
+            if l.absorb(store, &r) {
+                crate::put::backoff(l.attempts);
             }
-            if self.via_copy[i] {
-                let copy = match store.get_reply(r, j) {
-                    Ok((wire::HIT, Some((_, _, _, v)))) => crate::hot::copy_value(&v, now),
-                    _ => None,
-                };
-                match copy {
-                    Some(v) => {
-                        hot_state.copy_reads.fetch_add(1, Ordering::Relaxed);
-                        self.out[i] = Some(Ok(Some((0, v))))
-                    }
-                    None => {
-                        // Expired, missing or unreachable: the home has it.
-                        self.home_only[i] = true;
-                        again.push(i);
-                    }
-                }
-                continue;
-            }
-            self.out[i] = match store.get_reply(r, j) {
-                Ok((wire::BUSY, _)) if self.attempts < MAX_ATTEMPTS => {
-                    again.push(i);
-                    continue;
-                }
-                Ok((wire::BUSY, _)) => Some(Err(StoreError::Contended {
-                    attempts: self.attempts,
-                })),
-                Ok((wire::HIT, Some((slot, referenced, flags, v)))) => {
-                    if referenced == 0 {
-                        let h = store.locate(key);
-                        touch.write(store.inner.layout.refs_addr(h.shard, h.bucket) + slot, &[1]);
-                    }
-                    let is_hot = flags & wire::REPLY_HOT != 0;
-                    if is_hot || tracking {
-                        let any = hot_state.inner.lock().learn(key, is_hot);
-                        hot_state.any.store(any, Ordering::Relaxed);
-                    }
-                    Some(Ok(Some((flags & !wire::REPLY_HOT, v))))
-                }
-                Ok(_) => Some(Ok(None)),
-                // Failing over: the transient budget bounds these, not the attempts.
-                Err(e) if e.is_transient() && self.started.elapsed() < TRANSIENT_BUDGET => {
-                    self.attempts = self.attempts.min(MAX_ATTEMPTS - 1);
-                    again.push(i);
-                    continue;
-                }
-                Err(e) => Some(Err(e)),
-            };
         }
-        if !touch.is_empty() {
-            // CLOCK's second chance: best effort, nobody waits for it.
-            drop(touch.submit());
+        let raw = self.lookups.finish();
+        for (r, i) in raw.into_iter().zip(self.at) {
+            self.out[i] = Some(store.resolve(self.keys[i].as_ref(), r, self.probe));
         }
-        self.todo = again;
-        !self.todo.is_empty() && self.attempts > 1
-    }
-
-    pub fn finish(self) -> Vec<RawLookup> {
-        self.out
+        Ok(self
+            .out
             .into_iter()
             .map(|o| o.unwrap_or(Ok(None)))
-            .collect()
+            .collect())
     }
 }
 
@@ -470,12 +342,32 @@ impl Store {
         keys: &[K],
         probe: Probe,
     ) -> Result<Vec<Result<Option<Bytes>>>> {
-        let (checked, at, mut out) = Self::check_keys(keys);
-        let raw = self.lookup_raw(&checked, probe);
-        for (r, i) in raw.into_iter().zip(at) {
-            out[i] = Some(self.resolve(keys[i].as_ref(), r, probe));
+        self.submit_lookups(keys, probe).wait()
+    }
+
+    /// Sends the first round of an MGET and returns without waiting: several may be
+    /// in flight from one thread (as with [`farcache_client::Batch::submit`]).
+    pub fn mget_submit<'k, K: AsRef<[u8]>>(&'k self, keys: &'k [K]) -> PendingGets<'k, K> {
+        self.submit_lookups(keys, Probe::Value)
+    }
+
+    fn submit_lookups<'k, K: AsRef<[u8]>>(
+        &'k self,
+        keys: &'k [K],
+        probe: Probe,
+    ) -> PendingGets<'k, K> {
+        let (checked, at, out) = Self::check_keys(keys);
+        let mut lookups = Lookups::new(checked, probe);
+        let ticket = (!lookups.is_done()).then(|| lookups.batch(self).submit());
+        PendingGets {
+            store: self,
+            keys,
+            probe,
+            lookups,
+            ticket,
+            at,
+            out,
         }
-        Ok(out.into_iter().map(|o| o.unwrap_or(Ok(None))).collect())
     }
 
     /// The keys that pass [`Store::check_key`], their positions, and the results so
@@ -529,7 +421,7 @@ impl Store {
     /// Lookups of keys the caller checked (the store's own placed keys included):
     /// on a hit, the item's flags and value.
     pub(crate) fn lookup_raw(&self, keys: &[&[u8]], probe: Probe) -> Vec<RawLookup> {
-        let mut l = Lookups::new(keys, probe);
+        let mut l = Lookups::new(keys.to_vec(), probe);
         while !l.is_done() {
             let r = l.batch(self).run();
             if l.absorb(self, &r) {

@@ -169,19 +169,7 @@ pub(super) fn run_size(
     })?;
     pb.inc(1);
     pb.set_message(format!("{size} B: mget b={b} q={q}"));
-    let get = timed(
-        opts,
-        |i| (ring(opts.keys, b, 42 + i as u64), 0usize),
-        |(ring, pos), t| {
-            let keys = &ring[*pos..*pos + b];
-            *pos = (*pos + b) % ring.len();
-            match store.mget(keys) {
-                Ok(rs) => rs.into_iter().for_each(|r| t.get(r, size, None)),
-                Err(e) => t.error(b as u64, || e.to_string()),
-            }
-            b as u64
-        },
-    )?;
+    let get = pipelined_gets(&store, opts, size);
     pb.inc(1);
     pb.set_message(format!("{size} B: unbatched get and 8 B read"));
     let (get_one, read_one) = unbatched_get_and_read(&store, bytes, opts, &value);
@@ -220,6 +208,53 @@ pub(super) fn run_size(
         put_one,
         stats,
     })
+}
+
+/// One thread keeping `q` MGETs of `b` uniform random keys in flight
+/// ([`Store::mget_submit`]), as `bench io` keeps `q` batches in flight: a warm-up,
+/// then `opts.duration`. Latency is per MGET, from its submission to its values.
+fn pipelined_gets(store: &Store, opts: &StoreBenchOptions, size: usize) -> Phase {
+    let (b, q) = (opts.batch, opts.depth.max(1));
+    let ring = ring(opts.keys, b, 42);
+    let mut pos = 0usize;
+    let mut next = || {
+        let keys = &ring[pos..pos + b];
+        pos = (pos + b) % ring.len();
+        keys
+    };
+    let (mut hist, mut tally) = (LatencyHistogram::new(), Tally::default());
+    let mut inflight = std::collections::VecDeque::with_capacity(q);
+    let warm_end = Instant::now() + WARMUP;
+    let (mut ops, mut start) = (0u64, None);
+    loop {
+        while inflight.len() < q {
+            inflight.push_back((Instant::now(), store.mget_submit(next())));
+        }
+        let Some((t0, p)) = inflight.pop_front() else {
+            break;
+        };
+        match p.wait() {
+            Ok(rs) => rs.into_iter().for_each(|r| tally.get(r, size, None)),
+            Err(e) => tally.error(b as u64, || e.to_string()),
+        }
+        let t1 = Instant::now();
+        match start {
+            None if t1 >= warm_end => start = Some(t1),
+            None => {}
+            Some(s) => {
+                hist.record_duration(t1 - t0);
+                ops += b as u64;
+                if t1 - s >= opts.duration {
+                    // The ones still in flight are waited for, not counted.
+                    for (_, p) in inflight.drain(..) {
+                        let _ = p.wait();
+                    }
+                    return merge(vec![(ops, (t1 - s).as_secs_f64(), hist, tally)]);
+                }
+            }
+        }
+    }
+    merge(vec![(ops, 0.0, hist, tally)])
 }
 
 /// Calls `one` on every key once, in order, `b` keys a call, the keys split evenly

@@ -147,7 +147,8 @@ pub fn run_store_bench(opts: &StoreBenchOptions) -> Result<StoreReport> {
             .region_size(REGION),
     )
     .map_err(cluster_err)?;
-    // One connection; `q` threads share it, so `q` batches are in flight.
+    // One connection: GETs keep `q` batches in flight from one thread, PUTs from `q`
+    // threads sharing it.
     let client = cluster
         .client_with(
             ClientConfig::new("")

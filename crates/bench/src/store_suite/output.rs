@@ -282,8 +282,9 @@ impl StoreReport {
         self.notes.insert(
             0,
             format!(
-                "farcache: one server (s = 1); {q} threads share one connection, each waiting \
-                 for its own mget/mput of {b} keys, so {q} batches are in flight (c/s/b/q = \
+                "farcache: one server (s = 1), one connection; GET: one thread keeps {q} \
+                 mgets of {b} keys in flight (mget_submit); PUT: {q} threads share the \
+                 connection, each waiting for its own mput of {b} keys (c/s/b/q = \
                  1/1/{b}/{q}); batched latency is per call. Redis: one redis-server preloaded \
                  from a snapshot, the spinning driver with {b} keys per batch and {q} in \
                  flight per connection. Redis SET runs overwrite keys; the store's load \

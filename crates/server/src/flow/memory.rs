@@ -170,6 +170,15 @@ impl Memory for FlowMemory<'_> {
     fn step_limit(&self) -> u64 {
         self.steps.limit()
     }
+
+    /// A hint only: nothing is charged, checked or read.
+    #[inline]
+    fn prefetch(&self, addr: u64) {
+        let (idx, off) = region_split(addr, self.c.region_size);
+        if let Some(Some(r)) = self.c.regions.get(idx as usize) {
+            r.prefetch(off as usize, false);
+        }
+    }
 }
 
 #[cfg(test)]

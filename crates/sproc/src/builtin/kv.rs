@@ -227,6 +227,127 @@ impl Procedure for KvGet {
     }
 }
 
+/// `kv_mget`: many keys' values in one run, all held by this server (the client
+/// groups a batch's keys by server); a key whose bucket is not readable here answers
+/// `MOVED` and the client asks for it alone.
+pub struct KvMget;
+
+impl KvMget {
+    pub const NAME: &'static str = wire::KV_MGET;
+}
+
+impl Procedure for KvMget {
+    fn name(&self) -> &str {
+        Self::NAME
+    }
+
+    fn run(&self, mem: &dyn Memory, addr: u64, args: &[u8]) -> Result<Outcome, SprocError> {
+        run_by_into(self, mem, addr, args)
+    }
+
+    fn run_into(
+        &self,
+        mem: &dyn Memory,
+        _addr: u64,
+        args: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<Option<Outcome>, SprocError> {
+        const P: &str = wire::KV_MGET;
+        let (mode, now_ms, keys) =
+            wire::decode_mget(args).map_err(|e| SprocError::bad(P, e.to_string()))?;
+        let start = out.len();
+        out.extend_from_slice(&[0u8; 4]);
+        out.extend_from_slice(&(keys.len() as u32).to_le_bytes());
+        let limit = crate::procedure::MAX_OUTPUT;
+        // The keys' memory is scattered: ask for every bucket, then for the items
+        // their tags point at, before reading any, so the misses overlap.
+        for k in &keys {
+            mem.prefetch(k.bucket_addr);
+        }
+        for k in &keys {
+            if let Ok(words) = read_words(mem, k.bucket_addr) {
+                for &w in &words[..SLOTS] {
+                    if SlotWord::is_item(w) && SlotWord(w).tag() == k.tag {
+                        mem.prefetch(k.shard_base.saturating_add(SlotWord(w).offset()));
+                    }
+                }
+            }
+            mem.prefetch(k.refs_addr);
+        }
+        SCRATCH.with(|s| {
+            let mut buf = s.borrow_mut();
+            let mut words = [0u64; SLOTS + 1];
+            let mut full = false;
+            for k in &keys {
+                if full {
+                    out.extend_from_slice(&[wire::AGAIN, 0, 0, 0, 0, 0, 0, 0]);
+                    continue;
+                }
+                super::hot::record(k.shard_base, k.key);
+                let l = Lookup {
+                    mode,
+                    tag: k.tag,
+                    now_ms,
+                    shard_base: k.shard_base,
+                    refs_addr: k.refs_addr,
+                    key: k.key,
+                };
+                let found = match lookup(mem, k.bucket_addr, &l, &mut buf, &mut words) {
+                    Ok(f) => f,
+                    Err((Miss::Budget, _, _)) => return Err(super::budget(P, mem)),
+                    Err(_) => {
+                        out.extend_from_slice(&[wire::MOVED, 0, 0, 0, 0, 0, 0, 0]);
+                        continue;
+                    }
+                };
+                match found {
+                    Found::Hit {
+                        slot,
+                        word,
+                        item_len,
+                    } => {
+                        let it = item::decode(&buf[..item_len])
+                            .map_err(|e| SprocError::bad(P, e.to_string()))?;
+                        if it.expired(now_ms) {
+                            out.extend_from_slice(&[wire::MISS, 0, 0, 0, 0, 0, 0, 0]);
+                            continue;
+                        }
+                        let value = if mode == wire::MODE_VALUE {
+                            it.value
+                        } else {
+                            &[]
+                        };
+                        if out.len() - start + wire::MGET_ENTRY_HEAD + value.len() > limit {
+                            full = true;
+                            out.extend_from_slice(&[wire::AGAIN, 0, 0, 0, 0, 0, 0, 0]);
+                            continue;
+                        }
+                        let mut r = [0u8; 1];
+                        let ref_at = k.refs_addr.saturating_add(slot as u64);
+                        if mem.read(ref_at, &mut r).is_err() {
+                            out.extend_from_slice(&[wire::MOVED, 0, 0, 0, 0, 0, 0, 0]);
+                            continue;
+                        }
+                        let hot = if SlotWord(word).is_hot() {
+                            wire::REPLY_HOT
+                        } else {
+                            0
+                        };
+                        out.extend_from_slice(&[wire::HIT, slot as u8, r[0], it.flags | hot]);
+                        out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+                        out.extend_from_slice(value);
+                    }
+                    Found::Miss => out.extend_from_slice(&[wire::MISS, 0, 0, 0, 0, 0, 0, 0]),
+                    Found::Busy => out.extend_from_slice(&[wire::BUSY, 0, 0, 0, 0, 0, 0, 0]),
+                }
+            }
+            let load = (super::hot::lookups() as u32).to_le_bytes();
+            out[start..start + 4].copy_from_slice(&load);
+            Ok(None)
+        })
+    }
+}
+
 /// `kv_find`: where a key is in its bucket, with the bucket's words and CLOCK bytes
 /// as read (what a PUT or DELETE needs for its compare-and-swap).
 pub struct KvFind;

@@ -15,7 +15,7 @@ pub use aggregate::{AggFn, Aggregate};
 pub use chase::{Chase, NULL};
 pub use gather::Gather;
 pub use khop::KHop;
-pub use kv::{KvFind, KvGet, KvHot, KvScan, KvStats};
+pub use kv::{KvFind, KvGet, KvHot, KvMget, KvScan, KvStats};
 pub use scan::{Cmp, Scan};
 
 use crate::memory::Miss;
@@ -59,6 +59,7 @@ pub fn by_name(name: &str) -> Option<&'static dyn Procedure> {
         KvStats::NAME => &KvStats,
         KvScan::NAME => &KvScan,
         KvHot::NAME => &KvHot,
+        KvMget::NAME => &KvMget,
         _ => return None,
     })
 }
@@ -75,6 +76,7 @@ pub fn all() -> Vec<Arc<dyn Procedure>> {
         Arc::new(KvStats),
         Arc::new(KvScan),
         Arc::new(KvHot),
+        Arc::new(KvMget),
     ]
 }
 
