@@ -235,6 +235,24 @@ impl Store {
     /// Reads the object `m` describes: all chunks asked for at once, decoded from
     /// the first `d` whose pieces all arrive.
     pub(crate) fn get_large(&self, key: &[u8], manifest_bytes: &[u8]) -> Result<Option<Bytes>> {
+        self.get_large_as(key, manifest_bytes, false)
+    }
+
+    /// [`Store::get`] of an erasure-coded value that waits for all `d + p` chunks
+    /// before decoding, as a reader without first-`d` reads would: for comparisons
+    /// (`farcache bench store`), not for use. `Ok(None)` if `key` is not coded.
+    pub fn get_waiting_for_all_chunks(&self, key: &[u8]) -> Result<Option<Bytes>> {
+        Self::check_key(key)?;
+        match self.lookup_raw(&[key], Probe::Value).pop() {
+            Some(Ok(Some((flags, v)))) if flags & item::FLAG_MANIFEST != 0 => {
+                self.get_large_as(key, &v, true)
+            }
+            Some(Err(e)) => Err(e),
+            _ => Ok(None),
+        }
+    }
+
+    fn get_large_as(&self, key: &[u8], manifest_bytes: &[u8], wait_all: bool) -> Result<Option<Bytes>> {
         let m = Manifest::decode(manifest_bytes)?;
         let now = crate::store::now_ms();
         let mut args = Vec::new();
@@ -252,7 +270,14 @@ impl Store {
         let mut got: Vec<(usize, Vec<u8>)> = Vec::with_capacity(m.chunks());
         let mut failed = 0;
         let mut missing = 0;
-        while got.len() < d && failed <= usize::from(m.parity) && !tickets.is_empty() {
+        let enough = |got: usize, failed: usize| {
+            if wait_all {
+                got + failed == m.chunks()
+            } else {
+                got >= d || failed > usize::from(m.parity)
+            }
+        };
+        while !enough(got.len(), failed) && !tickets.is_empty() {
             let mut progressed = false;
             tickets.retain_mut(|(c, t)| {
                 let Some(r) = t.try_take() else {
