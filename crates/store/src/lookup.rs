@@ -246,6 +246,16 @@ impl<'k> Lookups<'k> {
         store.inner.hot.inner.lock().observe(server, load);
     }
 
+    /// The load figure in a `kv_get` reply, from the server holding `shard`.
+    fn observe_get(&self, store: &Store, info: &CacheInfo, r: &BatchResults, j: usize, shard: u32) {
+        if let Ok(raw) = r.data(j)
+            && raw.len() >= wire::GET_HEAD
+        {
+            let load = u32::from_le_bytes([raw[4], raw[5], raw[6], raw[7]]);
+            self.observe(store, info, shard, load);
+        }
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn one_reply(
         &mut self,
@@ -257,13 +267,8 @@ impl<'k> Lookups<'k> {
         info: &CacheInfo,
         sink: &mut Sink<'_>,
     ) {
-        if tracking
-            && self.probe != Probe::Find
-            && let Ok(raw) = r.data(j)
-            && raw.len() >= wire::GET_HEAD
-        {
-            let load = u32::from_le_bytes([raw[4], raw[5], raw[6], raw[7]]);
-            self.observe(store, info, store.locate(self.keys[i]).shard, load);
+        if tracking && self.probe != Probe::Find {
+            self.observe_get(store, info, r, j, store.locate(self.keys[i]).shard);
         }
         match store.get_reply(r, j) {
             Ok((status, hit)) => self.answer(store, i, status, hit, tracking, sink),
@@ -285,12 +290,8 @@ impl<'k> Lookups<'k> {
     ) -> bool {
         let key = self.keys[i];
         let second = store.second_home(key, store.locate(key).shard);
-        if tracking
-            && let Ok(raw) = r.data(j)
-            && raw.len() >= wire::GET_HEAD
-        {
-            let load = u32::from_le_bytes([raw[4], raw[5], raw[6], raw[7]]);
-            self.observe(store, info, second, load);
+        if tracking {
+            self.observe_get(store, info, r, j, second);
         }
         let copy = match store.get_reply(r, j) {
             Ok((wire::HIT, Some((_, _, _, v)))) => crate::hot::copy_value(&v, now_ms()),
