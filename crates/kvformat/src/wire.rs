@@ -523,6 +523,23 @@ impl ShardStats {
 mod tests {
     use super::*;
 
+    proptest::proptest! {
+        /// Whatever a peer sends, the decoders answer with a value or an error.
+        #[test]
+        fn decoders_never_panic(b in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
+            let _ = decode_mget(&b);
+            let _ = decode_mget_reply(&b);
+            let _ = scan_reply(&b);
+            let _ = decode_hot(&b);
+            let _ = Lookup::decode(&b);
+            let _ = GetReply::decode(&b);
+            let _ = FindReply::decode(&b);
+            let _ = ShardStats::decode(&b);
+            let _ = crate::manifest::Manifest::decode(&b);
+            let _ = crate::Descriptor::decode(&b);
+        }
+    }
+
     #[test]
     fn mget_args_and_replies_round_trip() {
         let mut a = Vec::new();
