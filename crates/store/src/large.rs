@@ -252,7 +252,12 @@ impl Store {
         }
     }
 
-    fn get_large_as(&self, key: &[u8], manifest_bytes: &[u8], wait_all: bool) -> Result<Option<Bytes>> {
+    fn get_large_as(
+        &self,
+        key: &[u8],
+        manifest_bytes: &[u8],
+        wait_all: bool,
+    ) -> Result<Option<Bytes>> {
         let m = Manifest::decode(manifest_bytes)?;
         let now = crate::store::now_ms();
         let mut args = Vec::new();
