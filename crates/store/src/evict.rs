@@ -40,8 +40,14 @@ impl Store {
             let refs = r.data(ri)?;
             let mut b = cache.batch();
             let mut tries = Vec::new();
-            for k in 0..n as usize {
+            // Like a textbook CLOCK hand, stop at the last victim: items past it keep
+            // their reference bytes (clearing the whole window turned the hand several
+            // times faster and cost about 3 points of hit ratio against LRU).
+            'window: for k in 0..n as usize {
                 for s in 0..SLOTS {
+                    if tries.len() == TAKE {
+                        break 'window;
+                    }
                     let w = le(&words[k * 64 + s * 8..]);
                     // Hot keys stay: their copies would outlive them.
                     if !SlotWord::is_item(w) || SlotWord(w).is_hot() {
@@ -50,7 +56,7 @@ impl Store {
                     let bucket = start as u32 + k as u32;
                     if refs[k * 8 + s] != 0 {
                         b.write(lay.refs_addr(shard, bucket) + s as u64, &[0]);
-                    } else if SlotWord(w).class() == class && tries.len() < TAKE {
+                    } else if SlotWord(w).class() == class {
                         let i = b.cas(lay.slot_addr(shard, bucket, s), w, TOMB);
                         tries.push((i, w));
                     }

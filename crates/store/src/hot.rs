@@ -184,9 +184,20 @@ impl Store {
         self.inner.hot.copy_reads.load(Ordering::Relaxed)
     }
 
-    /// The shard of `key`'s second copy.
+    /// The shard of `key`'s second copy: picked by the independent hash, then moved
+    /// on to the next shard held by a server other than the home's (two homes on
+    /// one server would balance nothing). Readers and the controller both use the
+    /// current region table; while theirs differ a read misses the copy and goes
+    /// to the home.
     pub(crate) fn second_home(&self, key: &[u8], home: u32) -> u32 {
-        second_shard(key, self.inner.layout.0.shards, home)
+        let shards = self.inner.layout.0.shards;
+        let first = second_shard(key, shards, home);
+        let info = self.inner.cache.info();
+        let home_server = self.server_of(&info, home);
+        (0..shards)
+            .map(|i| (first + i) % shards)
+            .find(|&s| self.server_of(&info, s) != home_server)
+            .unwrap_or(first)
     }
 
     /// Server of `shard` in the current table (0 if unknown).
@@ -326,7 +337,8 @@ impl Store {
             }
             // The lease starts before the value is read (see the module's notes).
             let t0 = now_ms();
-            let Some(Ok(Some((flags, v)))) = self.lookup_raw(&[key], Probe::Value).pop() else {
+            // From the home, never from the copy (a lease must rest on a home read).
+            let Some(Ok(Some((flags, v)))) = self.lookup_raw(&[key], Probe::Home).pop() else {
                 return Ok(false);
             };
             if flags & item::FLAG_MANIFEST != 0 {
@@ -398,12 +410,6 @@ impl Store {
 
 /// Returns once no copy made before a swap at `swapped_at` can still be served.
 pub(crate) fn wait_lease(swapped_at: Instant) {
-    if std::env::var_os("FC_NO_LEASE").is_some() {
-        return;
-    }
-    if std::env::var_os("FC_NO_LEASE").is_some() {
-        return;
-    }
     let until = swapped_at + Duration::from_millis(LEASE_MS + SKEW_MS);
     let now = Instant::now();
     if until > now {

@@ -68,6 +68,8 @@ impl<K: AsRef<[u8]>> PendingGets<'_, K> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Probe {
     Value,
+    /// The value, read from the key's home even if the key is hot.
+    Home,
     Exists,
     /// The key's slot and its bucket (for a write).
     Find,
@@ -292,7 +294,7 @@ impl Store {
     ) -> usize {
         let lay = &self.inner.layout;
         let (proc, mode) = match probe {
-            Probe::Value => (wire::KV_GET, wire::MODE_VALUE),
+            Probe::Value | Probe::Home => (wire::KV_GET, wire::MODE_VALUE),
             Probe::Exists => (wire::KV_GET, wire::MODE_EXISTS),
             Probe::Find => (wire::KV_FIND, wire::MODE_VALUE),
         };
