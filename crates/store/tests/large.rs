@@ -44,7 +44,9 @@ fn large_values_round_trip_on_distinct_servers() {
     let c = cluster();
     let s = store(&c, "ec");
     let base = s.stats().expect("stats").live;
-    for (i, len) in [64 << 10 | 1, 200_000, 1 << 20, 3 * (1 << 20) + 7]
+    // 9 MiB: a chunk's 64 KiB pieces go to one server in one batch whose replies
+    // together exceed one procedure output's limit (each reply must count alone).
+    for (i, len) in [64 << 10 | 1, 200_000, 1 << 20, 3 * (1 << 20) + 7, 9 << 20]
         .into_iter()
         .enumerate()
     {
@@ -119,7 +121,7 @@ fn large_values_round_trip_on_distinct_servers() {
         Some(&b"now small"[..])
     );
     assert!(s.manifest(b"obj2").expect("manifest").is_none());
-    for k in ["obj0", "obj1", "obj2", "obj3", "via-put", "small"] {
+    for k in ["obj0", "obj1", "obj2", "obj3", "obj4", "via-put", "small"] {
         assert!(s.delete(k.as_bytes()).expect("delete"), "{k}");
     }
     assert_eq!(s.get(b"obj3").expect("get"), None);

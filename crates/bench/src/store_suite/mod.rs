@@ -10,7 +10,12 @@
 //! `put`. Keys are `key:%012d` and values `value_bytes(size)` on both systems.
 //!
 //! `measure` holds the farcache loops, `redis` the baseline, `output` rows and files.
+//! `hot` (its chart in `hot_chart`) is `bench store-hot`, `eviction` `bench store-evict`.
 
+mod eviction;
+mod hot;
+mod hot_chart;
+pub mod large;
 mod measure;
 mod output;
 mod redis;
@@ -26,6 +31,16 @@ use crate::error::{BenchError, Result};
 use crate::io_suite::{prefill, progress};
 use crate::tools::{Tool, ensure_tools};
 
+pub use eviction::{
+    BucketClock, Clock, Fifo, HitCount, Lru, Policy, Sharded, SimResult, StoreEvictOptions,
+    StoreEvictReport, TARGET_POINTS, format_store_evict_table, run_store_evict_bench,
+    write_store_evict_json, write_store_evict_json_to,
+};
+pub use hot::{
+    HotOptionsView, StoreHotOptions, StoreHotReport, StoreHotRow, TARGET_MAX_MEAN, TopKey,
+    format_store_hot_table, run_store_hot_bench, write_store_hot_json, write_store_hot_json_to,
+};
+pub use hot_chart::write_store_hot_chart;
 pub use output::{
     RedisSetLatency, SizeCensus, StoreReport, StoreRow, format_store_table, write_store_json,
     write_store_json_to,

@@ -197,7 +197,8 @@ impl Procedure for KvGet {
                     if let Err(m) = mem.read(ref_at, &mut r) {
                         return missed(P, mem, m, ref_at, 1, addr, args).map(Some);
                     }
-                    if out.len() + wire::GET_HEAD + it.value.len() > crate::procedure::MAX_OUTPUT {
+                    // `out` may already hold other replies: only this one counts.
+                    if wire::GET_HEAD + it.value.len() > crate::procedure::MAX_OUTPUT {
                         return Err(SprocError::TooLarge {
                             proc: P,
                             limit: crate::procedure::MAX_OUTPUT,
