@@ -100,3 +100,41 @@ fn hot_keys_get_a_copy_and_reads_never_go_stale() {
     store.put(b"k1", &value(9)).expect("put");
     assert!(t.elapsed() < Duration::from_millis(farcache_store::hot::LEASE_MS));
 }
+
+/// The heavy-hitter report is the whole server's, but a caller only sees keys of its
+/// own cache: another tenant's hot key stays private.
+#[test]
+fn hot_key_reports_stay_within_the_callers_cache() {
+    let opts = ClusterOptions::default()
+        .servers(1)
+        .region_size(1 << 20)
+        .server_memory(64 << 20);
+    let c = LocalCluster::start(&opts).expect("cluster");
+    let client = c.client().expect("client");
+    let a = client
+        .create_store("tenant-a", 2 << 20, &StoreOptions::default())
+        .expect("store a");
+    let b = client
+        .create_store("tenant-b", 2 << 20, &StoreOptions::default())
+        .expect("store b");
+    a.put(b"secret-key", b"v").expect("put");
+    b.put(b"other", b"v").expect("put");
+    for _ in 0..2000 {
+        a.get(b"secret-key").expect("get");
+    }
+    let report = |s: &farcache_store::Store| {
+        let raw = s
+            .cache()
+            .execute(farcache_kvformat::wire::KV_HOT, 0, &[])
+            .expect("kv_hot");
+        farcache_kvformat::wire::decode_hot(&raw).expect("decode").1
+    };
+    assert!(
+        report(&a).iter().any(|h| h.key == b"secret-key"),
+        "the owner sees its hot key"
+    );
+    assert!(
+        report(&b).iter().all(|h| h.key != b"secret-key"),
+        "another cache's caller must not see it"
+    );
+}

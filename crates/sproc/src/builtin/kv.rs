@@ -507,12 +507,16 @@ impl Procedure for KvHot {
         Self::NAME
     }
 
-    fn run(&self, _mem: &dyn Memory, _addr: u64, args: &[u8]) -> Result<Outcome, SprocError> {
+    fn run(&self, mem: &dyn Memory, _addr: u64, args: &[u8]) -> Result<Outcome, SprocError> {
         if !args.is_empty() {
             return Err(SprocError::bad(wire::KV_HOT, "takes no arguments"));
         }
+        // The sketch is the whole server's: report only keys present in the caller's
+        // own cache, so no tenant learns another cache's keys.
+        let mut buf = Vec::new();
         let hot: Vec<wire::HotKey> = super::hot::top()
             .into_iter()
+            .filter(|h| in_this_cache(mem, h.shard_base, &h.key, &mut buf))
             .map(|h| wire::HotKey {
                 shard_base: h.shard_base,
                 count: h.count,
@@ -521,6 +525,36 @@ impl Procedure for KvHot {
             .collect();
         Ok(Outcome::Done(wire::encode_hot(super::hot::lookups(), &hot)))
     }
+}
+
+/// Whether `key` is in the store whose shard starts at `shard_base` in the cache
+/// `mem` serves (a lookup there, as `kv_get` would do it).
+fn in_this_cache(mem: &dyn Memory, shard_base: u64, key: &[u8], buf: &mut Vec<u8>) -> bool {
+    let mut head = [0u8; layout::DESCRIPTOR_LEN];
+    if mem.read(shard_base, &mut head).is_err() {
+        return false;
+    }
+    let Ok(d) = Descriptor::decode(&head) else {
+        return false;
+    };
+    let lay = Layout(d);
+    let h = farcache_kvformat::hash::locate(key, d.shards, d.buckets);
+    if lay.shard_base(h.shard) != shard_base {
+        return false;
+    }
+    let l = Lookup {
+        mode: wire::MODE_EXISTS,
+        tag: h.tag,
+        now_ms: 0,
+        shard_base,
+        refs_addr: lay.refs_addr(h.shard, h.bucket),
+        key,
+    };
+    let mut words = [0u64; SLOTS + 1];
+    matches!(
+        lookup(mem, lay.bucket_addr(h.shard, h.bucket), &l, buf, &mut words),
+        Ok(Found::Hit { .. })
+    )
 }
 
 /// `kv_scan`: the keys and values of a shard's items whose flags meet a mask (the
