@@ -10,20 +10,21 @@
 //! `put`. Keys are `key:%012d` and values `value_bytes(size)` on both systems.
 //!
 //! `measure` holds the farcache loops, `redis` the baseline, `output` rows and files.
-//! `hot` (its chart in `hot_chart`) is `bench store-hot`, `eviction` `bench store-evict`.
+//! `hot` is `bench store-hot`, `eviction` `bench store-evict`, `large` `bench
+//! store-large`; `start_cluster` here starts the cluster of every store bench but
+//! `large`.
 
 mod eviction;
 mod hot;
-mod hot_chart;
 pub mod large;
 mod measure;
 mod output;
 mod redis;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use farcache_client::ClientConfig;
+use farcache_client::{Client, ClientConfig};
 use farcache_testkit::{ClusterOptions, ProcessCluster};
 
 use crate::baseline::driver::KEY_LEN;
@@ -38,9 +39,9 @@ pub use eviction::{
 };
 pub use hot::{
     HotOptionsView, StoreHotOptions, StoreHotReport, StoreHotRow, TARGET_MAX_MEAN, TopKey,
-    format_store_hot_table, run_store_hot_bench, write_store_hot_json, write_store_hot_json_to,
+    format_store_hot_table, run_store_hot_bench, write_store_hot_chart, write_store_hot_json,
+    write_store_hot_json_to,
 };
-pub use hot_chart::write_store_hot_chart;
 pub use output::{
     RedisSetLatency, SizeCensus, StoreReport, StoreRow, format_store_table, write_store_json,
     write_store_json_to,
@@ -140,6 +141,29 @@ pub(crate) fn cluster_err(e: impl std::fmt::Display) -> BenchError {
     BenchError::Cluster(e.to_string())
 }
 
+/// A manager and `servers` server processes of `bin` (one worker thread each,
+/// `memory` bytes each in regions of `region` bytes), and a client of them with
+/// `config`. The cluster stops when the returned handle is dropped.
+fn start_cluster(
+    bin: &Path,
+    servers: usize,
+    memory: u64,
+    region: u64,
+    config: ClientConfig,
+) -> Result<(ProcessCluster, Client)> {
+    let cluster = ProcessCluster::start(
+        bin,
+        &ClusterOptions::default()
+            .servers(servers)
+            .server_threads(1)
+            .server_memory(memory)
+            .region_size(region),
+    )
+    .map_err(cluster_err)?;
+    let client = cluster.client_with(config).map_err(cluster_err)?;
+    Ok((cluster, client))
+}
+
 /// Runs the whole benchmark and returns the report (not yet printed or saved).
 pub fn run_store_bench(opts: &StoreBenchOptions) -> Result<StoreReport> {
     opts.validate()?;
@@ -153,25 +177,18 @@ pub fn run_store_bench(opts: &StoreBenchOptions) -> Result<StoreReport> {
         .map(|&s| store_capacity(opts.keys, s))
         .max()
         .unwrap_or(REGION);
-    let cluster = ProcessCluster::start(
-        &opts.bin,
-        &ClusterOptions::default()
-            .servers(1)
-            .server_threads(1)
-            .server_memory(largest + BYTE_CACHE + REGION)
-            .region_size(REGION),
-    )
-    .map_err(cluster_err)?;
     // One connection: GETs keep `q` batches in flight from one thread, PUTs from `q`
     // threads sharing it.
-    let client = cluster
-        .client_with(
-            ClientConfig::new("")
-                .connections(1)
-                .batch_size(opts.batch)
-                .queue_depth(opts.depth),
-        )
-        .map_err(cluster_err)?;
+    let (_cluster, client) = start_cluster(
+        &opts.bin,
+        1,
+        largest + BYTE_CACHE + REGION,
+        REGION,
+        ClientConfig::new("")
+            .connections(1)
+            .batch_size(opts.batch)
+            .queue_depth(opts.depth),
+    )?;
     let bytes = client
         .create("bench-store-bytes", BYTE_CACHE)
         .map_err(cluster_err)?;

@@ -6,7 +6,8 @@ use std::path::Path;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use super::hot::{StoreHotReport, StoreHotRow, TARGET_MAX_MEAN};
+use super::TARGET_MAX_MEAN;
+use super::report::{StoreHotReport, StoreHotRow};
 use crate::error::{BenchError, Result};
 use crate::report::{locate_chart_font, register_chart_font};
 
