@@ -112,6 +112,16 @@ fn bench_store_writes_rows_with_ratios() {
         );
     }
 
+    // Batched 64 B GETs carry the throughput target; its verdict agrees with
+    // the ratio.
+    let mget = row("farcache store GET (mget) 64B");
+    assert_eq!(mget["target"], ">= 5x best peer");
+    assert_eq!(
+        mget["meets_target"].as_bool(),
+        Some(f(mget, "ratio_vs_best_peer") >= 5.0),
+        "{mget:#}"
+    );
+
     // Unbatched GET: its p50 over the 8-byte read's, against the 1.3x target.
     let get = row("farcache store unbatched GET 64B");
     let read = row("farcache unbatched read 8B (beside 64B GET)");

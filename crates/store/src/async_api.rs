@@ -147,7 +147,7 @@ impl Store {
     ) -> Result<Vec<Result<Option<Bytes>>>> {
         let (checked, at, mut out) = Self::check_keys(keys);
         let raw = {
-            let mut l = Lookups::new(checked, probe);
+            let mut l = Lookups::new(self, checked, probe);
             while !l.is_done() {
                 let r = l.batch(self).submit().await;
                 // A busy bucket is asked again at once: nothing to sleep on here.

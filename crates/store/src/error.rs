@@ -3,12 +3,14 @@
 use farcache_client::{ClientError, OpError};
 use farcache_kvformat::FormatError;
 
+/// The client's errors ride boxed: every key of an MGET carries a `Result`, and a
+/// small error type keeps those results small (they were 216 bytes each).
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error(transparent)]
-    Client(#[from] ClientError),
+    Client(Box<ClientError>),
     #[error(transparent)]
-    Op(#[from] OpError),
+    Op(Box<OpError>),
     #[error("store format: {0}")]
     Format(#[from] FormatError),
     #[error("invalid key: {0}")]
@@ -46,14 +48,37 @@ pub enum StoreError {
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
+impl From<ClientError> for StoreError {
+    fn from(e: ClientError) -> Self {
+        Self::Client(Box::new(e))
+    }
+}
+
+impl From<OpError> for StoreError {
+    fn from(e: OpError) -> Self {
+        Self::Op(Box::new(e))
+    }
+}
+
 impl StoreError {
+    /// The failed op behind this error, if one is.
+    pub fn op(&self) -> Option<&OpError> {
+        match self {
+            Self::Op(op) => Some(op),
+            Self::Client(c) => match &**c {
+                ClientError::Op(op) => Some(op),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
     /// A failure that a retry may not see: a server unreachable or slow while its
     /// regions fail over or move. Store calls retry these for
     /// [`crate::store::TRANSIENT_BUDGET`].
     pub fn is_transient(&self) -> bool {
-        let op = match self {
-            Self::Op(op) | Self::Client(ClientError::Op(op)) => op,
-            _ => return false,
+        let Some(op) = self.op() else {
+            return false;
         };
         matches!(
             op,
@@ -65,5 +90,17 @@ impl StoreError {
                 | OpError::Status(farcache_client::Status::WrongServer)
                 | OpError::Status(farcache_client::Status::NoSuchCache)
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn results_stay_small() {
+        // An MGET's per-key results are moved several times on the hot path.
+        assert!(std::mem::size_of::<StoreError>() <= 48);
+        assert!(std::mem::size_of::<Result<Option<bytes::Bytes>>>() <= 56);
     }
 }

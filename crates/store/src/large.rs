@@ -368,9 +368,8 @@ impl Store {
 
     /// Whether `e` says the key's home shard is gone (its bytes lost with a server).
     pub(crate) fn home_unreadable(&self, e: &StoreError) -> bool {
-        let op = match e {
-            StoreError::Op(op) | StoreError::Client(farcache_client::ClientError::Op(op)) => op,
-            _ => return false,
+        let Some(op) = e.op() else {
+            return false;
         };
         match op {
             OpError::DataLost { .. } => true,

@@ -10,6 +10,7 @@ use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use farcache_client::{BatchResults, CacheInfo};
+use farcache_kvformat::hash::KeyHash;
 use farcache_kvformat::manifest::hot_key;
 use farcache_kvformat::wire::{self, MgetKey};
 
@@ -32,6 +33,8 @@ enum Sent {
 
 pub(crate) struct Lookups<'k> {
     keys: Vec<&'k [u8]>,
+    /// Each key's home, hashed once.
+    homes: Vec<KeyHash>,
     probe: Probe,
     out: Vec<Option<RawLookup>>,
     todo: Vec<usize>,
@@ -52,8 +55,9 @@ struct Sink<'a> {
 }
 
 impl<'k> Lookups<'k> {
-    pub fn new(keys: Vec<&'k [u8]>, probe: Probe) -> Self {
+    pub fn new(store: &Store, keys: Vec<&'k [u8]>, probe: Probe) -> Self {
         Self {
+            homes: keys.iter().map(|k| store.locate(k)).collect(),
             probe,
             out: (0..keys.len()).map(|_| None).collect(),
             todo: (0..keys.len()).collect(),
@@ -85,7 +89,7 @@ impl<'k> Lookups<'k> {
         let mut groups: Vec<(u32, Vec<usize>)> = Vec::new();
         for &i in &self.todo {
             let k = self.keys[i];
-            let h = store.locate(k);
+            let h = self.homes[i];
             if let Some(hot) = hot.as_mut()
                 && !self.home_only[i]
             {
@@ -124,7 +128,7 @@ impl<'k> Lookups<'k> {
             for chunk in g.chunks(MGET_KEYS) {
                 if let [i] = chunk {
                     let k = self.keys[*i];
-                    store.push_lookup(&mut b, self.probe, k, store.locate(k), now, &mut self.args);
+                    store.push_lookup(&mut b, self.probe, k, self.homes[*i], now, &mut self.args);
                     self.sent.push(Sent::One(*i, false));
                     continue;
                 }
@@ -133,7 +137,7 @@ impl<'k> Lookups<'k> {
                 let mut first = 0;
                 for (n, &i) in chunk.iter().enumerate() {
                     let k = self.keys[i];
-                    let h = store.locate(k);
+                    let h = self.homes[i];
                     let bucket_addr = lay.bucket_addr(h.shard, h.bucket);
                     if n == 0 {
                         first = bucket_addr;
@@ -225,7 +229,7 @@ impl<'k> Lookups<'k> {
             })),
             (wire::HIT, Some((slot, referenced, flags, v))) => {
                 if referenced == 0 {
-                    let h = store.locate(key);
+                    let h = self.homes[i];
                     let at = store.inner.layout.refs_addr(h.shard, h.bucket) + slot;
                     sink.touch.write(at, &[1]);
                 }
@@ -268,7 +272,7 @@ impl<'k> Lookups<'k> {
         sink: &mut Sink<'_>,
     ) {
         if tracking && self.probe != Probe::Find {
-            self.observe_get(store, info, r, j, store.locate(self.keys[i]).shard);
+            self.observe_get(store, info, r, j, self.homes[i].shard);
         }
         match store.get_reply(r, j) {
             Ok((status, hit)) => self.answer(store, i, status, hit, tracking, sink),
@@ -289,7 +293,7 @@ impl<'k> Lookups<'k> {
         sink: &mut Sink<'_>,
     ) -> bool {
         let key = self.keys[i];
-        let second = store.second_home(key, store.locate(key).shard);
+        let second = store.second_home(key, self.homes[i].shard);
         if tracking {
             self.observe_get(store, info, r, j, second);
         }
@@ -353,7 +357,7 @@ impl<'k> Lookups<'k> {
             }
         };
         if tracking && let Some(&i) = keys.first() {
-            self.observe(store, info, store.locate(self.keys[i]).shard, load);
+            self.observe(store, info, self.homes[i].shard, load);
         }
         let mut alone = Vec::new();
         for (e, &i) in entries.iter().zip(keys) {
@@ -363,6 +367,10 @@ impl<'k> Lookups<'k> {
                     sink.again.push(i);
                 }
                 wire::AGAIN => sink.again.push(i),
+                // A plain hit whose CLOCK byte is set: nothing to learn or touch.
+                wire::HIT if e.referenced != 0 && !tracking && e.flags & wire::REPLY_HOT == 0 => {
+                    sink.out[i] = Some(Ok(Some((e.flags, raw.slice(e.value.0..e.value.1)))));
+                }
                 status => {
                     let hit = (status == wire::HIT).then(|| {
                         (

@@ -53,8 +53,17 @@ impl<K: AsRef<[u8]>> PendingGets<'_, K> {
             }
         }
         let raw = self.lookups.finish();
+        let probe = self.probe;
+        if self.at.len() == self.keys.len() {
+            // Every key was looked up (none refused): one pass, in order.
+            return Ok(raw
+                .into_iter()
+                .zip(self.keys)
+                .map(|(r, k)| store.resolve(k.as_ref(), r, probe))
+                .collect());
+        }
         for (r, i) in raw.into_iter().zip(self.at) {
-            self.out[i] = Some(store.resolve(self.keys[i].as_ref(), r, self.probe));
+            self.out[i] = Some(store.resolve(self.keys[i].as_ref(), r, probe));
         }
         Ok(self
             .out
@@ -359,7 +368,7 @@ impl Store {
         probe: Probe,
     ) -> PendingGets<'k, K> {
         let (checked, at, out) = Self::check_keys(keys);
-        let mut lookups = Lookups::new(checked, probe);
+        let mut lookups = Lookups::new(self, checked, probe);
         let ticket = (!lookups.is_done()).then(|| lookups.batch(self).submit());
         PendingGets {
             store: self,
@@ -395,8 +404,10 @@ impl Store {
 
     /// A user key's value from its lookup: erasure-coded values are read from their
     /// chunks, and a lost home shard falls back to a manifest copy.
+    #[inline]
     pub(crate) fn resolve(&self, key: &[u8], r: RawLookup, probe: Probe) -> Result<Option<Bytes>> {
         match r {
+            Ok(Some((flags, v))) if flags & item::FLAG_MANIFEST == 0 => Ok(Some(v)),
             Ok(Some((flags, v))) if flags & item::FLAG_MANIFEST != 0 => match probe {
                 Probe::Value => self.get_large(key, &v),
                 _ => Ok(Some(v)),
@@ -423,7 +434,7 @@ impl Store {
     /// Lookups of keys the caller checked (the store's own placed keys included):
     /// on a hit, the item's flags and value.
     pub(crate) fn lookup_raw(&self, keys: &[&[u8]], probe: Probe) -> Vec<RawLookup> {
-        let mut l = Lookups::new(keys.to_vec(), probe);
+        let mut l = Lookups::new(self, keys.to_vec(), probe);
         while !l.is_done() {
             let r = l.batch(self).run();
             if l.absorb(self, &r) {

@@ -21,13 +21,9 @@ use rand::{Rng, SeedableRng};
 const REGION: u64 = 256 << 10;
 /// Seeded random argument blobs per procedure.
 const RANDOM_BLOBS: usize = 300;
-/// Highest shard base the main test sends with a key's real bucket and tag. The
-/// lookup behind `kv_get`, `kv_find` and `kv_mget` (crates/sproc/src/builtin/kv.rs,
-/// `lookup`) adds the item's offset (below 2^43) to the caller's shard base
-/// unchecked: above this a build with overflow checks panics the worker thread
-/// (every connection it serves is dropped), a build without wraps. Those inputs are
-/// in `shard_and_refs_addresses_at_the_top_are_refused_not_crashes`, ignored until
-/// the lookups check their sums.
+/// Highest shard base the main test's random cases send with a key's real bucket and
+/// tag; the top of the address space has its own test
+/// (`shard_and_refs_addresses_at_the_top_are_refused_not_crashes`).
 const SHARD_BASE_LIMIT: u64 = u64::MAX - (1 << 44);
 
 fn cluster() -> LocalCluster {
@@ -509,10 +505,9 @@ fn hostile_mget_and_scan_args_get_errors_or_replies_not_crashes() {
 /// Shard bases and reference-byte addresses at the top of the address space, with a
 /// key's real bucket and tag (so the lookup reaches the item and its CLOCK byte), to
 /// every lookup procedure. The key sits in slot 1 of its bucket, so `refs_addr +
-/// slot` can overflow too. Fails today: see [`SHARD_BASE_LIMIT`]; `kv_get` also adds
-/// the slot to `refs_addr` unchecked.
+/// slot` would overflow too: the lookups saturate these sums (a worker panicked on
+/// them once).
 #[test]
-#[ignore = "bug: kv.rs lookup adds the item offset to the caller's shard base unchecked (worker panic)"]
 fn shard_and_refs_addresses_at_the_top_are_refused_not_crashes() {
     let (c, s, mut keys) = stored_keys();
     let d = s.descriptor();

@@ -49,6 +49,10 @@ pub use output::{
 
 /// Unbatched GET p50 allowed vs an unbatched 8-byte read p50 on the same cluster.
 pub const TARGET_GET_VS_READ: f64 = 1.3;
+/// Batched GET throughput needed vs the best Redis row, for values of
+/// [`TARGET_GET_SIZE`] bytes.
+pub const TARGET_GET_VS_REDIS: f64 = 5.0;
+pub const TARGET_GET_SIZE: usize = 64;
 /// Largest value size accepted: this bench is about small values.
 pub const MAX_VALUE: usize = 64 << 10;
 /// Most keys: the keys and their random rings are held in memory by every client

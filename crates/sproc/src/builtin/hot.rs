@@ -22,6 +22,10 @@ static LOOKUPS: AtomicU64 = AtomicU64::new(0);
 static SAMPLES: AtomicU64 = AtomicU64::new(0);
 static SKETCH: [AtomicU32; ROWS * WIDTH] = [const { AtomicU32::new(0) }; ROWS * WIDTH];
 static TOPK: Mutex<Vec<Hot>> = Mutex::new(Vec::new());
+/// The smallest count in a full top-k (0 while it has room): an estimate at or
+/// below it changes nothing there, so it skips the lock (most samples of a flat
+/// workload).
+static TOP_FLOOR: AtomicU32 = AtomicU32::new(0);
 
 thread_local! {
     static TICK: Cell<u32> = const { Cell::new(0) };
@@ -51,6 +55,19 @@ pub fn count_only() {
 #[inline]
 pub fn record(shard_base: u64, key: &[u8]) {
     LOOKUPS.fetch_add(1, Ordering::Relaxed);
+    sample(shard_base, key);
+}
+
+/// Counts `n` lookups at once (a `kv_mget`'s keys, each also [`sample`]d): one
+/// shared-counter update per call instead of one per key.
+#[inline]
+pub fn count_many(n: usize) {
+    LOOKUPS.fetch_add(n as u64, Ordering::Relaxed);
+}
+
+/// Every [`SAMPLE`]th call puts `key` into the sketch; counts nothing else.
+#[inline]
+pub fn sample(shard_base: u64, key: &[u8]) {
     let sampled = TICK.with(|t| {
         let n = t.get().wrapping_add(1);
         t.set(n);
@@ -73,7 +90,24 @@ fn count(shard_base: u64, key: &[u8]) {
     if SAMPLES.fetch_add(1, Ordering::Relaxed) % AGE_EVERY == AGE_EVERY - 1 {
         age();
     }
+    if est <= TOP_FLOOR.load(Ordering::Relaxed) {
+        return;
+    }
     let mut top = TOPK.lock();
+    update_top(&mut top, shard_base, key, est);
+    set_floor(&top);
+}
+
+fn set_floor(top: &[Hot]) {
+    let floor = if top.len() < TOP {
+        0
+    } else {
+        top.iter().map(|e| e.count).min().unwrap_or(0)
+    };
+    TOP_FLOOR.store(floor, Ordering::Relaxed);
+}
+
+fn update_top(top: &mut Vec<Hot>, shard_base: u64, key: &[u8], est: u32) {
     if let Some(e) = top
         .iter_mut()
         .find(|e| e.shard_base == shard_base && e.key == key)
@@ -109,6 +143,7 @@ fn age() {
         e.count /= 2;
     }
     top.retain(|e| e.count > 0);
+    set_floor(&top);
 }
 
 /// The current heavy hitters, most popular first.

@@ -26,14 +26,29 @@ thread_local! {
 }
 
 enum Found {
-    /// The key's slot and word; its item is in the scratch buffer at `[0, len)`.
+    /// The key's slot and word; its checked item is in the scratch buffer.
     Hit {
         slot: usize,
         word: u64,
-        item_len: usize,
+        item: Checked,
     },
     Miss,
     Busy,
+}
+
+/// What a lookup learnt of the item it checked (its checksum is verified once).
+#[derive(Clone, Copy)]
+struct Checked {
+    /// Where the value lies in the scratch buffer.
+    value: (usize, usize),
+    flags: u8,
+    expires_ms: u64,
+}
+
+impl Checked {
+    fn expired(&self, now_ms: u64) -> bool {
+        self.expires_ms != item::NO_EXPIRY && self.expires_ms <= now_ms
+    }
 }
 
 /// A failed read as the lookup's outcome: continue where the bucket is, or an error.
@@ -111,7 +126,7 @@ fn lookup(
             let slot_at = addr + i as u64 * 8;
             let sw = SlotWord(w);
             let whole = match class::size(sw.class()) {
-                Some(size) => read_item(mem, l.shard_base + sw.offset(), size, buf)?,
+                Some(size) => read_item(mem, l.shard_base.saturating_add(sw.offset()), size, buf)?,
                 None => None,
             };
             // Whatever was read counts only if the slot still points at it: if not,
@@ -124,7 +139,11 @@ fn lookup(
                     return Ok(Found::Hit {
                         slot: i,
                         word: w,
-                        item_len: total,
+                        item: Checked {
+                            value: (total - it.value.len(), total),
+                            flags: it.flags,
+                            expires_ms: it.expires_ms,
+                        },
                     });
                 }
                 // Another key with the same tag.
@@ -181,24 +200,19 @@ impl Procedure for KvGet {
                 Err((m, at, len)) => return missed(P, mem, m, at, len, addr, args).map(Some),
             };
             match found {
-                Found::Hit {
-                    slot,
-                    word,
-                    item_len,
-                } => {
-                    let it = item::decode(&buf[..item_len])
-                        .map_err(|e| SprocError::bad(P, e.to_string()))?;
-                    if it.expired(l.now_ms) {
+                Found::Hit { slot, word, item } => {
+                    let value = &buf[item.value.0..item.value.1];
+                    if item.expired(l.now_ms) {
                         out.extend_from_slice(&wire::get_head(wire::MISS, 0, 0, 0, load));
                         return Ok(None);
                     }
-                    let ref_at = l.refs_addr + slot as u64;
+                    let ref_at = l.refs_addr.saturating_add(slot as u64);
                     let mut r = [0u8; 1];
                     if let Err(m) = mem.read(ref_at, &mut r) {
                         return missed(P, mem, m, ref_at, 1, addr, args).map(Some);
                     }
                     // `out` may already hold other replies: only this one counts.
-                    if wire::GET_HEAD + it.value.len() > crate::procedure::MAX_OUTPUT {
+                    if wire::GET_HEAD + value.len() > crate::procedure::MAX_OUTPUT {
                         return Err(SprocError::TooLarge {
                             proc: P,
                             limit: crate::procedure::MAX_OUTPUT,
@@ -208,7 +222,7 @@ impl Procedure for KvGet {
                         wire::HIT,
                         slot as u8,
                         r[0],
-                        it.flags
+                        item.flags
                             | if SlotWord(word).is_hot() {
                                 wire::REPLY_HOT
                             } else {
@@ -217,7 +231,7 @@ impl Procedure for KvGet {
                         load,
                     ));
                     if l.mode == wire::MODE_VALUE {
-                        out.extend_from_slice(it.value);
+                        out.extend_from_slice(value);
                     }
                 }
                 Found::Miss => out.extend_from_slice(&wire::get_head(wire::MISS, 0, 0, 0, load)),
@@ -256,35 +270,36 @@ impl Procedure for KvMget {
         const P: &str = wire::KV_MGET;
         let (mode, now_ms, keys) =
             wire::decode_mget(args).map_err(|e| SprocError::bad(P, e.to_string()))?;
+        super::hot::count_many(keys.len());
         let start = out.len();
         out.extend_from_slice(&[0u8; 4]);
         out.extend_from_slice(&(keys.len() as u32).to_le_bytes());
         let limit = crate::procedure::MAX_OUTPUT;
-        // The keys' memory is scattered: ask for every bucket, then for the items
-        // their tags point at, before reading any, so the misses overlap.
-        for k in &keys {
+        // The keys' memory is scattered: a software pipeline keeps the misses of
+        // several keys in flight. Key `i + 2 * AHEAD`'s bucket and key `i + AHEAD`'s
+        // item lines are asked for while key `i` is served.
+        for k in keys.iter().take(2 * AHEAD) {
             mem.prefetch(k.bucket_addr);
         }
-        for k in &keys {
-            if let Ok(words) = read_words(mem, k.bucket_addr) {
-                for &w in &words[..SLOTS] {
-                    if SlotWord::is_item(w) && SlotWord(w).tag() == k.tag {
-                        mem.prefetch(k.shard_base.saturating_add(SlotWord(w).offset()));
-                    }
-                }
-            }
-            mem.prefetch(k.refs_addr);
+        for k in keys.iter().take(AHEAD) {
+            prefetch_items(mem, k);
         }
         SCRATCH.with(|s| {
             let mut buf = s.borrow_mut();
             let mut words = [0u64; SLOTS + 1];
             let mut full = false;
-            for k in &keys {
+            for (i, k) in keys.iter().enumerate() {
+                if let Some(next) = keys.get(i + 2 * AHEAD) {
+                    mem.prefetch(next.bucket_addr);
+                }
+                if let Some(next) = keys.get(i + AHEAD) {
+                    prefetch_items(mem, next);
+                }
                 if full {
                     out.extend_from_slice(&[wire::AGAIN, 0, 0, 0, 0, 0, 0, 0]);
                     continue;
                 }
-                super::hot::record(k.shard_base, k.key);
+                super::hot::sample(k.shard_base, k.key);
                 let l = Lookup {
                     mode,
                     tag: k.tag,
@@ -302,19 +317,13 @@ impl Procedure for KvMget {
                     }
                 };
                 match found {
-                    Found::Hit {
-                        slot,
-                        word,
-                        item_len,
-                    } => {
-                        let it = item::decode(&buf[..item_len])
-                            .map_err(|e| SprocError::bad(P, e.to_string()))?;
-                        if it.expired(now_ms) {
+                    Found::Hit { slot, word, item } => {
+                        if item.expired(now_ms) {
                             out.extend_from_slice(&[wire::MISS, 0, 0, 0, 0, 0, 0, 0]);
                             continue;
                         }
                         let value = if mode == wire::MODE_VALUE {
-                            it.value
+                            &buf[item.value.0..item.value.1]
                         } else {
                             &[]
                         };
@@ -334,7 +343,7 @@ impl Procedure for KvMget {
                         } else {
                             0
                         };
-                        out.extend_from_slice(&[wire::HIT, slot as u8, r[0], it.flags | hot]);
+                        out.extend_from_slice(&[wire::HIT, slot as u8, r[0], item.flags | hot]);
                         out.extend_from_slice(&(value.len() as u32).to_le_bytes());
                         out.extend_from_slice(value);
                     }
@@ -347,6 +356,37 @@ impl Procedure for KvMget {
             Ok(None)
         })
     }
+}
+
+/// Keys between a key's item prefetch and its lookup in `kv_mget` (its bucket is
+/// asked for twice as far ahead): enough misses in flight to fill the core's line
+/// fill buffers, few enough that the lines are still there when used.
+const AHEAD: usize = 8;
+
+/// Asks for every cache line of the items `k`'s bucket points at under its tag (as
+/// far as a lookup's first read goes), and for its CLOCK byte: hints only.
+fn prefetch_items(mem: &dyn Memory, k: &wire::MgetKey<'_>) {
+    if let Ok(words) = read_words(mem, k.bucket_addr) {
+        for &w in &words[..SLOTS] {
+            if !SlotWord::is_item(w) || SlotWord(w).tag() != k.tag {
+                continue;
+            }
+            let sw = SlotWord(w);
+            let at = k.shard_base.saturating_add(sw.offset());
+            let len = class::size(sw.class()).map_or(0, |s| (s as usize).min(FIRST_READ)) as u64;
+            // From the line holding the first byte to the one holding the last.
+            let end = at.saturating_add(len);
+            let mut line = at & !63;
+            while line < end {
+                mem.prefetch(line);
+                let Some(next) = line.checked_add(64) else {
+                    break;
+                };
+                line = next;
+            }
+        }
+    }
+    mem.prefetch(k.refs_addr);
 }
 
 /// `kv_find`: where a key is in its bucket, with the bucket's words and CLOCK bytes
@@ -392,10 +432,8 @@ impl Procedure for KvFind {
                 Err(m) => return missed(P, mem, m, gen_at, 4, addr, args).map(Some),
             };
             let (status, slot, expired) = match found {
-                Found::Hit { slot, item_len, .. } => {
-                    let expired = item::decode(&buf[..item_len])
-                        .map(|it| it.expired(l.now_ms))
-                        .unwrap_or(false);
+                Found::Hit { slot, item, .. } => {
+                    let expired = item.expired(l.now_ms);
                     (wire::HIT, Some(slot as u8), expired)
                 }
                 Found::Miss => (wire::MISS, None, false),
