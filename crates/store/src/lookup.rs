@@ -114,7 +114,12 @@ impl<'k> Lookups<'k> {
             let server = store.server_of(&info, h.shard);
             match groups.iter_mut().find(|(s, _)| *s == server) {
                 Some((_, g)) => g.push(i),
-                None => groups.push((server, vec![i])),
+                None => {
+                    // Room for every key: a group never grows by reallocation.
+                    let mut g = Vec::with_capacity(self.todo.len());
+                    g.push(i);
+                    groups.push((server, g));
+                }
             }
         }
         drop(hot);
@@ -123,39 +128,60 @@ impl<'k> Lookups<'k> {
         } else {
             wire::MODE_VALUE
         };
-        let lay = store.inner.layout;
         for (_, g) in groups {
+            if g.len() <= MGET_KEYS {
+                // The common case: the whole group in one `kv_mget`, its list kept.
+                if self.push_keys(store, &mut b, mode, now, &g) {
+                    self.sent.push(Sent::Many(g));
+                }
+                continue;
+            }
             for chunk in g.chunks(MGET_KEYS) {
-                if let [i] = chunk {
-                    let k = self.keys[*i];
-                    store.push_lookup(&mut b, self.probe, k, self.homes[*i], now, &mut self.args);
-                    self.sent.push(Sent::One(*i, false));
-                    continue;
+                if self.push_keys(store, &mut b, mode, now, chunk) {
+                    self.sent.push(Sent::Many(chunk.to_vec()));
                 }
-                self.args.clear();
-                wire::mget_head(&mut self.args, mode, now, chunk.len() as u32);
-                let mut first = 0;
-                for (n, &i) in chunk.iter().enumerate() {
-                    let k = self.keys[i];
-                    let h = self.homes[i];
-                    let bucket_addr = lay.bucket_addr(h.shard, h.bucket);
-                    if n == 0 {
-                        first = bucket_addr;
-                    }
-                    MgetKey {
-                        tag: h.tag,
-                        bucket_addr,
-                        shard_base: lay.shard_base(h.shard),
-                        refs_addr: lay.refs_addr(h.shard, h.bucket),
-                        key: k,
-                    }
-                    .encode_into(&mut self.args);
-                }
-                b.execute(wire::KV_MGET, first, &self.args);
-                self.sent.push(Sent::Many(chunk.to_vec()));
             }
         }
         b
+    }
+
+    /// Appends the lookups of `keys` (all on one server): a `kv_get` for a lone key
+    /// (recorded here), else one `kv_mget`, whose key list the caller records (true).
+    fn push_keys(
+        &mut self,
+        store: &Store,
+        b: &mut farcache_client::Batch,
+        mode: u8,
+        now: u64,
+        keys: &[usize],
+    ) -> bool {
+        if let [i] = keys {
+            let k = self.keys[*i];
+            store.push_lookup(b, self.probe, k, self.homes[*i], now, &mut self.args);
+            self.sent.push(Sent::One(*i, false));
+            return false;
+        }
+        let lay = store.inner.layout;
+        self.args.clear();
+        wire::mget_head(&mut self.args, mode, now, keys.len() as u32);
+        let mut first = 0;
+        for (n, &i) in keys.iter().enumerate() {
+            let h = self.homes[i];
+            let bucket_addr = lay.bucket_addr(h.shard, h.bucket);
+            if n == 0 {
+                first = bucket_addr;
+            }
+            MgetKey {
+                tag: h.tag,
+                bucket_addr,
+                shard_base: lay.shard_base(h.shard),
+                refs_addr: lay.refs_addr(h.shard, h.bucket),
+                key: self.keys[i],
+            }
+            .encode_into(&mut self.args);
+        }
+        b.execute(wire::KV_MGET, first, &self.args);
+        true
     }
 
     /// Takes a round's results; true if keys go again after a pause.
