@@ -141,6 +141,28 @@ pub fn store_capacity(keys: u64, size: usize) -> u64 {
     keys.saturating_mul(per_key).div_ceil(REGION).max(1) * REGION
 }
 
+/// The checks every Zipf-trace bench (store-hot, store-evict) makes of its keys,
+/// value size and exponent.
+pub(crate) fn check_trace(keys: u64, value_size: usize, theta: f64) -> Result<()> {
+    let bad = |m: String| Err(BenchError::InvalidArgument(m));
+    if !(1000..=MAX_KEYS).contains(&keys) {
+        return bad(format!(
+            "keys must be between 1000 and {MAX_KEYS}, got {keys}"
+        ));
+    }
+    if value_size == 0 || value_size > MAX_VALUE {
+        return bad(format!(
+            "value size must be between 1 and {MAX_VALUE} bytes, got {value_size}"
+        ));
+    }
+    if !(theta.is_finite() && theta > 0.0 && theta <= 10.0) {
+        return bad(format!(
+            "zipf exponent must be above 0 and at most 10, got {theta}"
+        ));
+    }
+    Ok(())
+}
+
 pub(crate) fn cluster_err(e: impl std::fmt::Display) -> BenchError {
     BenchError::Cluster(e.to_string())
 }

@@ -34,7 +34,7 @@ use farcache_kvformat::{class, item};
 use farcache_store::{StoreExt, StoreOptions};
 
 use super::measure::key;
-use super::{MAX_KEYS, MAX_VALUE, cluster_err, start_cluster};
+use super::{cluster_err, start_cluster};
 use crate::baseline::driver::KEY_LEN;
 use crate::error::{BenchError, Result};
 use crate::report::{BenchRow, MachineInfo, build_kind, unix_now};
@@ -100,24 +100,7 @@ impl StoreEvictOptions {
 
     pub(crate) fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(BenchError::InvalidArgument(m));
-        if !(1000..=MAX_KEYS).contains(&self.keys) {
-            return bad(format!(
-                "keys must be between 1000 and {MAX_KEYS}, got {}",
-                self.keys
-            ));
-        }
-        if self.value_size == 0 || self.value_size > MAX_VALUE {
-            return bad(format!(
-                "value size must be between 1 and {MAX_VALUE} bytes, got {}",
-                self.value_size
-            ));
-        }
-        if !(self.theta.is_finite() && self.theta > 0.0 && self.theta <= 10.0) {
-            return bad(format!(
-                "zipf exponent must be above 0 and at most 10, got {}",
-                self.theta
-            ));
-        }
+        super::check_trace(self.keys, self.value_size, self.theta)?;
         if !(self.cache_fraction > 0.0 && self.cache_fraction < 1.0) {
             return bad(format!(
                 "cache fraction must be between 0 and 1 (exclusive), got {}",

@@ -30,7 +30,7 @@ use farcache_store::{HotOptions, StoreExt, StoreOptions};
 use indicatif::ProgressBar;
 
 use super::measure::Key;
-use super::{MAX_KEYS, MAX_VALUE, cluster_err, start_cluster};
+use super::{cluster_err, start_cluster};
 use crate::error::{BenchError, Result};
 use crate::io_suite::progress;
 use crate::report::{MachineInfo, build_kind, unix_now};
@@ -122,24 +122,7 @@ impl StoreHotOptions {
                 "servers must be between 2 and {MAX_SERVERS} (a hot key needs two homes), got {n}"
             ));
         }
-        if !(1000..=MAX_KEYS).contains(&self.keys) {
-            return bad(format!(
-                "keys must be between 1000 and {MAX_KEYS}, got {}",
-                self.keys
-            ));
-        }
-        if self.value_size == 0 || self.value_size > MAX_VALUE {
-            return bad(format!(
-                "value size must be between 1 and {MAX_VALUE} bytes, got {}",
-                self.value_size
-            ));
-        }
-        if !(self.theta.is_finite() && self.theta > 0.0 && self.theta <= 10.0) {
-            return bad(format!(
-                "zipf exponent must be above 0 and at most 10, got {}",
-                self.theta
-            ));
-        }
+        super::check_trace(self.keys, self.value_size, self.theta)?;
         if !(1..=4096).contains(&self.batch) {
             return bad("batch must be between 1 and 4096".into());
         }
