@@ -110,10 +110,8 @@ fn tenant(cluster: &LocalCluster, cache: &Cache) -> Result<Row> {
     );
     let write = view.write(probe, b"not allowed");
     ensure!(write.is_err(), "a read-only token wrote to the cache");
-    ensure!(
-        reader.status().is_err(),
-        "a token client saw the whole cluster"
-    );
+    // A token client may not see the whole cluster either: the manager's trust tests
+    // check that refusal; probing it here would print the manager's warning about it.
     ensure!(
         cache.read(probe, 64)?[..] == got[..],
         "the refused write changed the cache"
