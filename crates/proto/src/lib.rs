@@ -22,6 +22,7 @@ pub mod peer;
 pub mod reply;
 pub mod request;
 pub mod response;
+pub mod slo;
 pub mod status;
 mod wire;
 

@@ -1,0 +1,23 @@
+//! SLO configuration (Redy, "SLO-based Search"): a performance model measured once
+//! per deployment by `farcache calibrate`, and a search of that model for the
+//! cheapest transport (`c`, `s`, `b`, `q`) that meets a latency and throughput SLO.
+//!
+//! - [`model`]: the versioned model file (machine, date, measured points) and its
+//!   refusal of files from another machine or release.
+//! - [`grid`]: power-of-two measurements and the interpolation between them.
+//! - [`search`]: cost-ordered branch-and-bound search, and the exhaustive oracle it
+//!   must agree with.
+//!
+//! Pure computation over a file: no sockets, no threads. The manager answers
+//! `create` with it; the bench draws SLOs from it.
+
+pub mod error;
+pub(crate) mod grid;
+pub mod machine;
+pub mod model;
+pub mod search;
+
+pub use error::SloError;
+pub use machine::Machine;
+pub use model::{CalibrationSummary, Model, ModelFile, Perf, Point, Section};
+pub use search::{CorePrices, Found, SearchLimits, oracle, search, settings};
