@@ -862,6 +862,7 @@ fn manager_control_ops_from_a_client_are_refused() {
                 len: u64::MAX,
             },
             ControlRequest::CreateCache {
+                slo: None,
                 name: "sneaky".into(),
                 capacity: REGION,
                 region_size: None,

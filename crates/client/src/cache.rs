@@ -139,6 +139,18 @@ impl Cache {
         self.shared.info()
     }
 
+    /// The SLO this cache was created with and the transport chosen for it.
+    pub fn slo(&self) -> Option<farcache_proto::slo::SloChoice> {
+        self.shared.info().slo.clone()
+    }
+
+    /// The transport settings this handle runs with (`connections` = `c`,
+    /// `batch_size` = `b`, `queue_depth` = `q`): a cache with an SLO gets those chosen
+    /// for it.
+    pub fn config(&self) -> &crate::ClientConfig {
+        &self.shared.client.config
+    }
+
     pub fn id(&self) -> CacheId {
         self.shared.id()
     }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use farcache_proto::control::{
     CacheInfo, ClusterStatus, ControlRequest, ControlResponse, MigrationMode,
 };
+use farcache_proto::slo::{Slo, Transport};
 use farcache_proto::{Rights, ServerId};
 use parking_lot::Mutex;
 
@@ -70,19 +71,28 @@ impl Client {
     }
 
     fn cache_reply(&self, r: ControlResponse) -> Result<Cache, ClientError> {
-        match r {
-            ControlResponse::Cache(info) => Ok(Cache::new(CacheShared::new(
-                self.shared.clone(),
-                info,
-                None,
-            ))),
-            ControlResponse::Created { cache, tokens } => Ok(Cache::new(CacheShared::new(
-                self.shared.clone(),
-                cache,
-                Some(tokens),
-            ))),
-            other => Err(unexpected(other)),
+        let (info, tokens) = match r {
+            ControlResponse::Cache(info) => (info, None),
+            ControlResponse::Created { cache, tokens } => (cache, Some(tokens)),
+            other => return Err(unexpected(other)),
+        };
+        let client = match &info.slo {
+            Some(choice) => self.shared_for(choice.transport)?,
+            None => self.shared.clone(),
+        };
+        Ok(Cache::new(CacheShared::new(client, info, tokens)))
+    }
+
+    /// This client's connections when they already run transport `t`'s `c`, `b`
+    /// and `q`; otherwise a client of its own for the cache, configured so.
+    fn shared_for(&self, t: Transport) -> Result<Arc<ClientShared>, ClientError> {
+        let cfg = &self.shared.config;
+        let (c, b, q) = (t.c as usize, t.b as usize, t.q as usize);
+        if cfg.connections == c && cfg.batch_size == b && cfg.queue_depth == q {
+            return Ok(self.shared.clone());
         }
+        let cfg = cfg.clone().connections(c).batch_size(b).queue_depth(q);
+        Ok(Client::with_config(cfg)?.shared)
     }
 
     /// Creates a cache of `capacity` bytes with the manager's default region size. The
@@ -117,6 +127,7 @@ impl Client {
         opts: &CreateOptions,
     ) -> Result<Cache, ClientError> {
         let r = self.shared.manager.call(&ControlRequest::CreateCache {
+            slo: None,
             name: name.into(),
             capacity,
             region_size: opts.region_size,
@@ -124,6 +135,40 @@ impl Client {
             from_file: opts.from_file.clone(),
         })?;
         self.cache_reply(r)
+    }
+
+    /// Creates a cache that meets `slo` at the least cost: the manager searches its
+    /// performance model for the transport (`c`, `s`, `b`, `q`) and places the cache
+    /// on servers running `s` threads; the returned handle uses `c` connections,
+    /// batches of up to `b` ops and `q` batches in flight ([`Cache::config`]). An SLO
+    /// the model cannot meet fails with the best figures it predicts.
+    pub fn create_with_slo(
+        &self,
+        name: &str,
+        capacity: u64,
+        slo: &Slo,
+    ) -> Result<Cache, ClientError> {
+        let r = self.shared.manager.call(&ControlRequest::CreateCache {
+            slo: Some(slo.clone()),
+            name: name.into(),
+            capacity,
+            region_size: None,
+            replicas: slo.replicas,
+            from_file: None,
+        })?;
+        self.cache_reply(r)
+    }
+
+    /// Gives cache `name` a new SLO; the manager searches again. Open the cache
+    /// again for a handle with the new transport.
+    pub fn set_slo(&self, name: &str, slo: &Slo) -> Result<CacheInfo, ClientError> {
+        match self.shared.manager.call(&ControlRequest::SetSlo {
+            name: name.into(),
+            slo: slo.clone(),
+        })? {
+            ControlResponse::Cache(info) => Ok(info),
+            other => Err(unexpected(other)),
+        }
     }
 
     pub fn open(&self, name: &str) -> Result<Cache, ClientError> {

@@ -1278,6 +1278,7 @@ mod tests {
             memory: 1 << 30,
             used: 0,
             cores: 1,
+            threads: 1,
             price_class: PriceClass::OnDemand,
             price_per_gib_hour: 0.0,
             state: ServerState::Alive,
@@ -1298,6 +1299,7 @@ mod tests {
             replicas: 1,
             backups: vec![],
             from_file: None,
+            slo: None,
         }
     }
 

@@ -59,6 +59,7 @@ mod tests {
             replicas: 1,
             backups: vec![],
             from_file: None,
+            slo: None,
         }
     }
 

@@ -22,6 +22,9 @@ pub struct ServerRecord {
     pub addr: String,
     pub memory: u64,
     pub cores: u32,
+    /// Worker threads (0: not reported).
+    #[serde(default)]
+    pub threads: u32,
     pub price_class: PriceClass,
     pub price_per_gib_hour: f64,
     /// Where clients reach the server over TLS, if it serves TLS.
@@ -51,6 +54,9 @@ pub struct CacheRecord {
     /// The file a read-only cache was loaded from.
     #[serde(default)]
     pub from_file: Option<String>,
+    /// The SLO the cache was created with and the transport chosen for it.
+    #[serde(default)]
+    pub slo: Option<farcache_proto::slo::SloChoice>,
 }
 
 fn one() -> u32 {
@@ -406,6 +412,7 @@ impl Catalogue {
             memory: e.record.memory,
             used: e.used,
             cores: e.record.cores,
+            threads: e.record.threads,
             price_class: e.record.price_class,
             price_per_gib_hour: e.record.price_per_gib_hour,
             state: e.state,
@@ -430,6 +437,7 @@ impl Catalogue {
             replicas: cache.replicas.max(1),
             backups: cache.backups.clone(),
             from_file: cache.from_file.clone(),
+            slo: cache.slo.clone(),
         }
     }
 
@@ -460,6 +468,7 @@ mod tests {
             addr: format!("10.0.0.{id}:7000"),
             memory,
             cores: 4,
+            threads: 1,
             price_class: PriceClass::OnDemand,
             price_per_gib_hour: 1.0,
             tls_addr: None,
@@ -478,6 +487,7 @@ mod tests {
             replicas: 1,
             backups: Vec::new(),
             from_file: None,
+            slo: None,
         }
     }
 

@@ -34,6 +34,8 @@ pub struct ManagerConfig {
     pub tls: Option<TlsAcceptor>,
     /// Connection caps and timeouts.
     pub guard: GuardConfig,
+    /// The performance model and prices that answer caches created from an SLO.
+    pub slo: crate::slo::SloSettings,
 }
 
 impl ManagerConfig {
@@ -49,6 +51,7 @@ impl ManagerConfig {
             tls_listen: None,
             tls: None,
             guard: GuardConfig::default(),
+            slo: crate::slo::SloSettings::default(),
         }
     }
 

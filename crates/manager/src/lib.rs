@@ -27,6 +27,7 @@ mod membership;
 mod placement;
 mod server_link;
 mod service;
+mod slo;
 mod store;
 
 use std::net::{SocketAddr, TcpListener};
@@ -38,6 +39,7 @@ use farcache_proto::control::ClusterStatus;
 
 pub use config::{DEFAULT_REGION_SIZE, ManagerConfig, REGION_ALIGN};
 pub use error::ManagerError;
+pub use slo::SloSettings;
 
 use catalogue::Catalogue;
 use listener::{Listener, ListenerConfig};
@@ -61,7 +63,8 @@ impl Manager {
             loaded.next_cache_id,
         );
         let status = catalogue.status();
-        let service = Arc::new(Service::new(&config, catalogue, store));
+        let planner = slo::Planner::load(&config.slo)?;
+        let service = Arc::new(Service::new(&config, catalogue, store, planner));
         // Only fails if already set, which cannot happen to a fresh service.
         let _ = service.this.set(Arc::downgrade(&service));
         let listener = TcpListener::bind(config.listen)?;

@@ -516,6 +516,7 @@ fn is_change(req: &ControlRequest) -> bool {
         req,
         ControlRequest::CreateCache { .. }
             | ControlRequest::ReshapeCache { .. }
+            | ControlRequest::SetSlo { .. }
             | ControlRequest::DeleteCache { .. }
             | ControlRequest::RegisterProc { .. }
     )

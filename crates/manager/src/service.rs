@@ -18,6 +18,7 @@ use farcache_proto::control::{
     CacheInfo, CacheTokens, ClusterStatus, ControlErrorCode, ControlRequest, ControlResponse,
     HeldRegion, ServerState,
 };
+use farcache_proto::slo::Slo;
 use farcache_proto::{Access, Authority, CacheId, Rights, Role, ServerId};
 use parking_lot::Mutex;
 
@@ -26,6 +27,7 @@ use crate::config::{ManagerConfig, REGION_ALIGN};
 use crate::error::Reject;
 use crate::placement;
 use crate::server_link::{LinkError, ServerLinks};
+use crate::slo::Planner;
 use crate::store::{Store, Write};
 
 /// Longest cache name, so names stay printable in status tables and logs.
@@ -85,11 +87,19 @@ pub struct Service {
     pub(crate) links: ServerLinks,
     /// This service, for the threads it starts (draining a reclaimed server).
     pub(crate) this: std::sync::OnceLock<std::sync::Weak<Service>>,
+    /// Answers caches created from an SLO.
+    slo: Planner,
 }
 
 impl Service {
-    pub fn new(config: &ManagerConfig, catalogue: Catalogue, store: Store) -> Self {
+    pub(crate) fn new(
+        config: &ManagerConfig,
+        catalogue: Catalogue,
+        store: Store,
+        slo: Planner,
+    ) -> Self {
         Self {
+            slo,
             region_size: config.region_size,
             heartbeat_ms: u64::try_from(config.heartbeat_interval.as_millis()).unwrap_or(u64::MAX),
             heartbeat_timeout: config.heartbeat_timeout,
@@ -192,6 +202,7 @@ impl Service {
                 addr,
                 memory,
                 cores,
+                threads,
                 price_class,
                 price_per_gib_hour,
                 tls_addr,
@@ -201,6 +212,7 @@ impl Service {
                     addr,
                     memory,
                     cores,
+                    threads,
                     price_class,
                     price_per_gib_hour,
                     tls_addr,
@@ -219,7 +231,11 @@ impl Service {
                 region_size,
                 replicas,
                 from_file,
-            } => self.create(name, capacity, region_size, replicas, from_file),
+                slo,
+            } => self.create(name, capacity, region_size, replicas, from_file, slo),
+            ControlRequest::SetSlo { name, slo } => {
+                self.set_slo(&name, slo).map(ControlResponse::Cache)
+            }
             ControlRequest::OpenCache { name } => self.open(&name).map(ControlResponse::Cache),
             ControlRequest::ReshapeCache { name, capacity } => {
                 self.reshape(&name, capacity).map(ControlResponse::Cache)
@@ -311,7 +327,9 @@ impl Service {
             ControlRequest::OpenCache { name } => {
                 self.token_reaches(caller, name, Rights::ReadOnly)
             }
-            ControlRequest::ReshapeCache { name, .. } | ControlRequest::DeleteCache { name } => {
+            ControlRequest::ReshapeCache { name, .. }
+            | ControlRequest::DeleteCache { name }
+            | ControlRequest::SetSlo { name, .. } => {
                 self.token_reaches(caller, name, Rights::ReadWrite)
             }
             ControlRequest::RegisterProc { cache, .. } => {
@@ -515,11 +533,15 @@ impl Service {
         region_size: Option<u64>,
         replicas: u32,
         from_file: Option<String>,
+        slo: Option<Slo>,
     ) -> Result<ControlResponse, Reject> {
         validate_name(&name)?;
         let region_size = region_size.unwrap_or(self.region_size);
         let n = region_count(capacity, region_size)?;
-        let replicas = replicas.max(1);
+        let replicas = replicas.max(1).max(slo.as_ref().map_or(1, |s| s.replicas));
+        if let Some(s) = &slo {
+            s.validate().map_err(Reject::invalid)?;
+        }
         if replicas > MAX_REPLICAS {
             return Err(Reject::invalid(format!(
                 "at most {MAX_REPLICAS} copies of a region (asked for {replicas})"
@@ -530,7 +552,7 @@ impl Service {
         }
         let _changes = self.changes.lock();
 
-        let (id, plan, backups) = {
+        let (id, plan, backups, choice) = {
             let mut st = self.state.lock();
             if st.catalogue.cache_by_name(&name).is_some() {
                 return Err(Reject::new(
@@ -538,7 +560,16 @@ impl Service {
                     format!("a cache named '{name}' already exists"),
                 ));
             }
-            let plan = self.plan(&st.catalogue, n, region_size, &name)?;
+            let (plan, choice) = match &slo {
+                None => (self.plan(&st.catalogue, n, region_size, &name)?, None),
+                Some(slo) => {
+                    let regions =
+                        usize::try_from(n).map_err(|_| Reject::invalid("too many regions"))?;
+                    let cands = crate::slo::candidates(&st.catalogue);
+                    let p = self.slo.plan(slo, &cands, &[], regions, region_size)?;
+                    (self.targets(&st.catalogue, &p.servers), Some(p.choice))
+                }
+            };
             let backups = if replicas > 1 {
                 let owners: Vec<ServerId> = plan.iter().map(|t| t.server).collect();
                 placement::place_backups(
@@ -560,7 +591,7 @@ impl Service {
             // Persist the id before any server sees it, so it is never handed out twice.
             st.commit(&[Write::NextCacheId(id.saturating_add(1))])?;
             st.catalogue.take_cache_id();
-            (id, plan, backups)
+            (id, plan, backups, choice)
         };
 
         let epoch = 1;
@@ -614,6 +645,7 @@ impl Service {
             replicas,
             backups,
             from_file,
+            slo: choice,
         };
         let mut st = self.state.lock();
         if let Err(e) = st.commit(&[Write::Cache(&record)]) {
@@ -634,6 +666,31 @@ impl Service {
         })
     }
 
+    /// Gives a cache a new SLO: the search runs again over the servers holding it
+    /// (their threads bound `s`; regions do not move).
+    fn set_slo(&self, name: &str, slo: Slo) -> Result<CacheInfo, Reject> {
+        slo.validate().map_err(Reject::invalid)?;
+        let _changes = self.changes.lock();
+        let mut st = self.state.lock();
+        let mut record = st
+            .catalogue
+            .cache_by_name(name)
+            .ok_or_else(|| Reject::not_found(name))?
+            .clone();
+        let p = self.slo.plan(
+            &slo,
+            &crate::slo::candidates(&st.catalogue),
+            &record.regions,
+            0,
+            record.region_size,
+        )?;
+        tracing::info!(cache = record.id, name, transport = %p.choice.transport, slo = %slo, "SLO set");
+        record.slo = Some(p.choice);
+        st.commit(&[Write::Cache(&record)])?;
+        st.catalogue.insert_cache(record.clone());
+        Ok(st.catalogue.cache_info(&record))
+    }
+
     /// Changes a cache's capacity. Servers keeping regions learn the new capacity
     /// before the table commits (a grow makes the old last region accept bytes past
     /// the old end; a shrink stops serving, and zeroes, the bytes past the new end),
@@ -642,7 +699,7 @@ impl Service {
         let _changes = self.changes.lock();
         let (mut record, grow, shrink, kept) = {
             let st = self.state.lock();
-            let record = st
+            let mut record = st
                 .catalogue
                 .cache_by_name(name)
                 .ok_or_else(|| Reject::not_found(name))?
@@ -655,10 +712,25 @@ impl Service {
             }
             let n = region_count(capacity, record.region_size)? as usize;
             let old = record.regions.len();
-            let grow = if n > old {
-                self.plan(&st.catalogue, (n - old) as u64, record.region_size, name)?
-            } else {
-                Vec::new()
+            let grow = match &record.slo {
+                // The search runs again: the cost changes, and new regions go to
+                // servers with enough threads.
+                Some(choice) => {
+                    let p = self.slo.plan(
+                        &choice.slo,
+                        &crate::slo::candidates(&st.catalogue),
+                        &record.regions[..old.min(n)],
+                        n.saturating_sub(old),
+                        record.region_size,
+                    )?;
+                    let grown = p.servers.get(old.min(n)..).unwrap_or_default().to_vec();
+                    record.slo = Some(p.choice);
+                    self.targets(&st.catalogue, &grown)
+                }
+                None if n > old => {
+                    self.plan(&st.catalogue, (n - old) as u64, record.region_size, name)?
+                }
+                None => Vec::new(),
             };
             let shrink = self.targets(&st.catalogue, record.regions.get(n..).unwrap_or_default());
             let mut keep: Vec<ServerId> = record.regions[..old.min(n)].to_vec();

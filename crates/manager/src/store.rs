@@ -133,6 +133,7 @@ mod tests {
             addr: "127.0.0.1:1".into(),
             memory: 1 << 30,
             cores: 2,
+            threads: 1,
             price_class: PriceClass::Spot,
             price_per_gib_hour: 0.25,
             tls_addr: Some("127.0.0.1:2".into()),
@@ -148,6 +149,7 @@ mod tests {
             replicas: 2,
             backups: vec![vec![4]],
             from_file: None,
+            slo: None,
         };
         let (a, b) = (cache(1, "a"), cache(2, "b"));
         {

@@ -101,6 +101,7 @@ fn create_spreads_over_equal_price_servers_and_prefers_cheaper() {
 
     // Explicit region size, and validation.
     let three = cache(c.call(&ControlRequest::CreateCache {
+        slo: None,
         name: "three".into(),
         capacity: 3 * R,
         region_size: Some(2 * R),
@@ -112,6 +113,7 @@ fn create_spreads_over_equal_price_servers_and_prefers_cheaper() {
     assert_eq!(error_code(&dup), Some(ControlErrorCode::AlreadyExists));
     for bad in [
         ControlRequest::CreateCache {
+            slo: None,
             name: "z".into(),
             capacity: 0,
             region_size: None,
@@ -119,6 +121,7 @@ fn create_spreads_over_equal_price_servers_and_prefers_cheaper() {
             from_file: None,
         },
         ControlRequest::CreateCache {
+            slo: None,
             name: String::new(),
             capacity: R,
             region_size: None,
@@ -126,6 +129,7 @@ fn create_spreads_over_equal_price_servers_and_prefers_cheaper() {
             from_file: None,
         },
         ControlRequest::CreateCache {
+            slo: None,
             name: "x".repeat(129),
             capacity: R,
             region_size: None,
@@ -133,6 +137,7 @@ fn create_spreads_over_equal_price_servers_and_prefers_cheaper() {
             from_file: None,
         },
         ControlRequest::CreateCache {
+            slo: None,
             name: "z".into(),
             capacity: R,
             region_size: Some(1000),
@@ -140,6 +145,7 @@ fn create_spreads_over_equal_price_servers_and_prefers_cheaper() {
             from_file: None,
         },
         ControlRequest::CreateCache {
+            slo: None,
             name: "z".into(),
             capacity: R,
             region_size: Some(0),
@@ -242,6 +248,7 @@ fn unreachable_server_fails_create_cleanly() {
         addr: format!("127.0.0.1:{port}"),
         memory: 4 * R,
         cores: 1,
+        threads: 1,
         price_class: farcache_proto::control::PriceClass::Spot,
         price_per_gib_hour: 0.1,
         tls_addr: None,
@@ -393,6 +400,7 @@ fn silent_servers_die_get_no_placements_and_come_back() {
             addr: f.addr.to_string(),
             memory: 8 * R,
             cores: 2,
+            threads: 1,
             price_class: farcache_proto::control::PriceClass::OnDemand,
             // b is cheaper, so only its death keeps regions off it.
             price_per_gib_hour: if f.addr == fb.addr { 0.5 } else { 1.0 },
@@ -440,6 +448,7 @@ fn silent_servers_die_get_no_placements_and_come_back() {
         addr: fb.addr.to_string(),
         memory: 16 * R,
         cores: 2,
+        threads: 1,
         price_class: farcache_proto::control::PriceClass::OnDemand,
         price_per_gib_hour: 0.5,
         tls_addr: None,
@@ -645,6 +654,7 @@ fn registering_with_an_id_the_store_lost_keeps_that_id() {
         addr: String::new(),
         memory: R,
         cores: 1,
+        threads: 1,
         price_class: farcache_proto::control::PriceClass::Spot,
         price_per_gib_hour: 1.0,
         tls_addr: None,

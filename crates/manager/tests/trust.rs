@@ -22,6 +22,7 @@ fn register_req(addr: &str, id: Option<u32>) -> ControlRequest {
         addr: addr.into(),
         memory: 8 * R,
         cores: 2,
+        threads: 1,
         price_class: PriceClass::Spot,
         price_per_gib_hour: 1.0,
         tls_addr: None,
@@ -133,6 +134,7 @@ fn a_token_reaches_its_own_cache_only() {
         open("nosuch"),
         ControlRequest::Status,
         ControlRequest::CreateCache {
+            slo: None,
             name: "three".into(),
             capacity: R,
             region_size: None,

@@ -12,6 +12,7 @@ use crate::auth::Rights;
 pub use crate::elastic::{
     LostRegion, MigrationMode, MigrationPhase, MigrationRecord, MigrationReport, Promotion,
 };
+use crate::slo::{Slo, SloChoice};
 use crate::wire::Cursor;
 use crate::{CacheId, DecodeError, ServerId};
 
@@ -66,6 +67,9 @@ pub struct ServerInfo {
     /// Bytes promised to placed regions.
     pub used: u64,
     pub cores: u32,
+    /// Worker threads (0: not reported).
+    #[serde(default)]
+    pub threads: u32,
     pub price_class: PriceClass,
     pub price_per_gib_hour: f64,
     pub state: ServerState,
@@ -97,6 +101,9 @@ pub struct CacheInfo {
     /// The file a read-only cache was loaded from (lost regions reload from it).
     #[serde(default)]
     pub from_file: Option<String>,
+    /// Set for a cache created from an SLO: the transport chosen to meet it.
+    #[serde(default)]
+    pub slo: Option<SloChoice>,
 }
 
 fn one() -> u32 {
@@ -256,6 +263,9 @@ pub enum ControlRequest {
         addr: String,
         memory: u64,
         cores: u32,
+        /// Worker threads (`s` of the SLO model); 0 from servers that predate it.
+        #[serde(default)]
+        threads: u32,
         price_class: PriceClass,
         price_per_gib_hour: f64,
         /// Where clients reach this server over TLS, if it serves TLS.
@@ -285,6 +295,15 @@ pub enum ControlRequest {
         /// read-only and regions lost with a server are reloaded from the file.
         #[serde(default)]
         from_file: Option<String>,
+        /// Choose the transport (and servers) from the manager's performance model
+        /// so that the cache meets this SLO at the least cost.
+        #[serde(default)]
+        slo: Option<Slo>,
+    },
+    /// Sets (or replaces) a cache's SLO: the manager searches its model again.
+    SetSlo {
+        name: String,
+        slo: Slo,
     },
     OpenCache {
         name: String,
@@ -590,6 +609,7 @@ mod tests {
     #[test]
     fn control_json_roundtrip() {
         let r = ControlRequest::CreateCache {
+            slo: None,
             name: "a".into(),
             capacity: 10,
             region_size: None,

@@ -324,6 +324,7 @@ fn control_request() -> impl Strategy<Value = ControlRequest> {
                         addr,
                         memory,
                         cores,
+                        threads: cores % 64,
                         price_class,
                         price_per_gib_hour,
                     }
@@ -362,6 +363,7 @@ fn control_request() -> impl Strategy<Value = ControlRequest> {
         Just(ControlRequest::ListRegions),
         (name(), any::<u64>(), proptest::option::of(any::<u64>())).prop_map(
             |(name, capacity, region_size)| ControlRequest::CreateCache {
+                slo: None,
                 from_file: (capacity % 5 == 0).then(|| format!("/data/{name}")),
                 name,
                 capacity,
@@ -473,6 +475,7 @@ fn control_response() -> impl Strategy<Value = ControlResponse> {
                     servers: vec![],
                     replicas: 2,
                     from_file: None,
+                    slo: None,
                 }
             )
         ),

@@ -39,6 +39,7 @@ fn register(sh: &Shared, stream: &mut TcpStream) -> Result<Duration, RpcError> {
         addr: sh.advertise.clone(),
         memory: c.memory,
         cores: c.cores,
+        threads: u32::try_from(c.threads).unwrap_or(u32::MAX),
         price_class: c.price_class,
         price_per_gib_hour: c.price_per_gib_hour,
         tls_addr: sh.tls_advertise.clone(),

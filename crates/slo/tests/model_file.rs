@@ -70,7 +70,10 @@ fn another_release_or_format_is_refused() {
     let mut f = model();
     f.format_version = 99;
     f.save(&p).unwrap();
-    assert!(matches!(Model::load(&p, true), Err(SloError::WrongVersion { .. })));
+    assert!(matches!(
+        Model::load(&p, true),
+        Err(SloError::WrongVersion { .. })
+    ));
 
     std::fs::write(&p, br#"{"format": "something-else", "sections": []}"#).unwrap();
     let e = Model::load(&p, true).unwrap_err();

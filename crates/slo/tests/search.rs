@@ -27,9 +27,7 @@ fn shaped(max: [u32; 4]) -> ModelFile {
                         perf: Perf {
                             p50_us: lat,
                             p99_us: 2.0 * lat,
-                            throughput: 1e5
-                                * f64::from(c * b * q)
-                                * (1.0 + f64::from(s) / 4.0),
+                            throughput: 1e5 * f64::from(c * b * q) * (1.0 + f64::from(s) / 4.0),
                         },
                     });
                 }
@@ -60,7 +58,12 @@ fn cheapest_configuration_is_the_known_answer() {
     assert!(f.perf.throughput >= 1e6 && f.perf.p50_us <= 40.0, "{f:?}");
     // Smallest b first, then smallest q: b=1 needs q=8 (latency 13).
     assert_eq!(f.transport, t(1, 1, 1, 8));
-    assert_eq!(oracle(&m, &slo, &SearchLimits::default(), &EVEN).unwrap().transport, f.transport);
+    assert_eq!(
+        oracle(&m, &slo, &SearchLimits::default(), &EVEN)
+            .unwrap()
+            .transport,
+        f.transport
+    );
 }
 
 #[test]
@@ -96,7 +99,9 @@ fn core_prices_decide_between_client_and_server_threads() {
     assert!(a.transport.s >= b.transport.s, "{a:?} vs {b:?}");
     for (p, f) in [(dear_client, a), (dear_server, b)] {
         assert_eq!(
-            oracle(&m, &slo, &SearchLimits::default(), &p).unwrap().core_cost,
+            oracle(&m, &slo, &SearchLimits::default(), &p)
+                .unwrap()
+                .core_cost,
             f.core_cost
         );
     }
@@ -121,7 +126,10 @@ fn limits_and_headroom_are_respected() {
         }) => {
             assert!((best_latency_us - 6.0).abs() < 1e-9, "{best_latency_us}");
             // c=1, s=1, b=64, q=8: 1.25e5 · 512.
-            assert!((best_throughput_mops - 64.0).abs() < 1e-6, "{best_throughput_mops}");
+            assert!(
+                (best_throughput_mops - 64.0).abs() < 1e-6,
+                "{best_throughput_mops}"
+            );
             // Within 12 us: b·q ≤ 7 → 0.875 Mops.
             assert!((throughput_within_latency_mops - 0.875).abs() < 1e-6);
         }
@@ -134,7 +142,10 @@ fn limits_and_headroom_are_respected() {
         ..SearchLimits::default()
     };
     let f = search(&m, &exact, &tight, &EVEN).unwrap();
-    assert!(f.perf.throughput >= 1.1e6 && f.perf.p50_us * 1.1 <= 13.0, "{f:?}");
+    assert!(
+        f.perf.throughput >= 1.1e6 && f.perf.p50_us * 1.1 <= 13.0,
+        "{f:?}"
+    );
 }
 
 #[test]
@@ -201,40 +212,38 @@ fn invalid_slos_are_refused() {
 fn random_model() -> impl Strategy<Value = ModelFile> {
     (1u32..=3, 1u32..=3, 1u32..=6, 1u32..=4).prop_flat_map(|(ls, lc, lb, lq)| {
         let n = (ls * lc * lb * lq) as usize;
-        proptest::collection::vec((1.0f64..100.0, 1e3f64..1e7, 0u8..10), n).prop_map(
-            move |cells| {
-                let mut points = Vec::new();
-                let mut i = 0;
-                for s in 0..ls {
-                    for c in 0..lc {
-                        for b in 0..lb {
-                            for q in 0..lq {
-                                let (lat, tput, gone) = cells[i];
-                                i += 1;
-                                if gone == 0 && i > 1 {
-                                    continue;
-                                }
-                                points.push(Point {
-                                    transport: t(1 << s, 1 << c, 1 << b, 1 << q),
-                                    perf: Perf {
-                                        p50_us: lat,
-                                        p99_us: lat * 3.0,
-                                        throughput: tput,
-                                    },
-                                });
+        proptest::collection::vec((1.0f64..100.0, 1e3f64..1e7, 0u8..10), n).prop_map(move |cells| {
+            let mut points = Vec::new();
+            let mut i = 0;
+            for s in 0..ls {
+                for c in 0..lc {
+                    for b in 0..lb {
+                        for q in 0..lq {
+                            let (lat, tput, gone) = cells[i];
+                            i += 1;
+                            if gone == 0 && i > 1 {
+                                continue;
                             }
+                            points.push(Point {
+                                transport: t(1 << s, 1 << c, 1 << b, 1 << q),
+                                perf: Perf {
+                                    p50_us: lat,
+                                    p99_us: lat * 3.0,
+                                    throughput: tput,
+                                },
+                            });
                         }
                     }
                 }
-                let mut f = ModelFile::new(Machine::detect(), 1);
-                f.sections.push(Section {
-                    record_size: 8,
-                    read_fraction: 1.0,
-                    points,
-                });
-                f
-            },
-        )
+            }
+            let mut f = ModelFile::new(Machine::detect(), 1);
+            f.sections.push(Section {
+                record_size: 8,
+                read_fraction: 1.0,
+                points,
+            });
+            f
+        })
     })
 }
 

@@ -18,6 +18,8 @@ pub struct ClusterOptions {
     pub server_args: Vec<String>,
     /// Extra environment for every server process (`ProcessCluster`).
     pub server_env: Vec<(String, String)>,
+    /// Extra command-line arguments for the manager process (`ProcessCluster`).
+    pub manager_args: Vec<String>,
 }
 
 impl Default for ClusterOptions {
@@ -33,6 +35,7 @@ impl Default for ClusterOptions {
             tls: false,
             server_args: Vec::new(),
             server_env: Vec::new(),
+            manager_args: Vec::new(),
         }
     }
 }
@@ -70,6 +73,11 @@ impl ClusterOptions {
     }
 
     /// Sets `key=value` in every server's environment (`ProcessCluster`).
+    pub fn manager_args<I: IntoIterator<Item = S>, S: Into<String>>(mut self, args: I) -> Self {
+        self.manager_args = args.into_iter().map(Into::into).collect();
+        self
+    }
+
     pub fn server_env(mut self, key: &str, value: &str) -> Self {
         self.server_env.push((key.into(), value.into()));
         self

@@ -147,6 +147,7 @@ impl ProcessCluster {
             .arg(self.opts.heartbeat_timeout.as_millis().to_string())
             .arg("--addr-file")
             .arg(&addr_file)
+            .args(&self.opts.manager_args)
             .spawn()?;
         let (addr, tls) = read_addr_file(&addr_file, &mut child, Duration::from_secs(20))?;
         self.manager_addr = addr;

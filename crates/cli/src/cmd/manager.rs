@@ -3,7 +3,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Result;
-use farcache_manager::{Manager, ManagerConfig};
+use farcache_manager::{Manager, ManagerConfig, SloSettings};
 
 use crate::size::parse_size;
 
@@ -28,6 +28,33 @@ pub struct Args {
     addr_file: Option<PathBuf>,
     #[command(flatten)]
     net: super::Listening,
+    #[command(flatten)]
+    slo: SloArgs,
+}
+
+/// How the manager answers caches created from an SLO.
+#[derive(clap::Args)]
+struct SloArgs {
+    /// The performance model `farcache calibrate` wrote; without one, caches cannot
+    /// be created from an SLO.
+    #[arg(long)]
+    slo_model: Option<PathBuf>,
+    /// Accept a model measured on another machine.
+    #[arg(long)]
+    slo_model_any_machine: bool,
+    /// Margin on predictions: latency × (1 + h) within the bound, throughput
+    /// ≥ SLO × (1 + h).
+    #[arg(long, default_value_t = 0.1)]
+    slo_headroom: f64,
+    /// $/hour of one server core on spot servers.
+    #[arg(long, default_value_t = 0.012)]
+    spot_core_price: f64,
+    /// $/hour of one server core on on-demand servers.
+    #[arg(long, default_value_t = 0.04)]
+    on_demand_core_price: f64,
+    /// $/hour of one client core.
+    #[arg(long, default_value_t = 0.04)]
+    client_core_price: f64,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -40,6 +67,14 @@ pub fn run(a: Args) -> Result<()> {
     c.region_size = a.region_size;
     c.heartbeat_interval = Duration::from_millis(a.heartbeat_ms);
     c.heartbeat_timeout = Duration::from_millis(a.dead_after_ms);
+    c.slo = SloSettings {
+        model: a.slo.slo_model,
+        any_machine: a.slo.slo_model_any_machine,
+        headroom: a.slo.slo_headroom,
+        spot_core_hour: a.slo.spot_core_price,
+        on_demand_core_hour: a.slo.on_demand_core_price,
+        client_core_hour: a.slo.client_core_price,
+    };
     let h = Manager::start(c)?;
     super::announce("manager", h.addr(), h.tls_addr(), a.addr_file.as_deref())?;
     loop {

@@ -183,6 +183,17 @@ pub fn run(a: Args) -> Result<()> {
                 .as_deref()
                 .map_or_else(String::new, |f| format!("  (read-only, from {f})"))
         );
+        if let Some(slo) = &c.slo {
+            println!(
+                "       SLO {}: {} predicted {:.1} us {}, {:.3} Mops/s; ${:.4}/h with cores",
+                slo.slo,
+                slo.transport,
+                slo.predicted_latency_us,
+                slo.slo.percentile,
+                slo.predicted_throughput / 1e6,
+                slo.dollars_per_hour
+            );
+        }
         if a.regions {
             for (i, r) in c.regions.iter().enumerate() {
                 let start = i as u64 * c.region_size;
@@ -251,6 +262,7 @@ mod tests {
             memory: 1 << 34,
             used: 0,
             cores: 1,
+            threads: 1,
             price_class: farcache_proto::control::PriceClass::Spot,
             price_per_gib_hour: price,
             state: ServerState::Alive,
@@ -272,6 +284,7 @@ mod tests {
             replicas: 1,
             backups: vec![],
             from_file: None,
+            slo: None,
         };
         // The cluster list's price wins over the cache's copy.
         let cost = cost_per_hour(&c, &[server(1, 0.01), server(2, 0.04)]);

@@ -285,6 +285,7 @@ impl Conn {
             addr: fake.addr.to_string(),
             memory,
             cores: 4,
+            threads: 1,
             price_class: PriceClass::OnDemand,
             price_per_gib_hour: price,
             tls_addr: None,
@@ -298,6 +299,7 @@ impl Conn {
     /// Creates a cache; the reply is `Created` (or an error).
     pub fn create(&mut self, name: &str, capacity: u64) -> ControlResponse {
         self.call(&ControlRequest::CreateCache {
+            slo: None,
             name: name.into(),
             capacity,
             region_size: None,

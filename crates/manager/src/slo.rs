@@ -1,0 +1,256 @@
+//! Caches created from an SLO: the manager searches its performance model for the
+//! cheapest transport that meets the SLO on the servers it has, then places the
+//! cache on servers that can run that many worker threads.
+//!
+//! Cost ($/hour) is the memory (capacity at each holding server's price per
+//! GiB-hour), plus `s` server cores at the price of the holding servers' class, plus
+//! `c` client cores. Only the cores depend on the transport, so the search ranks by
+//! them; the memory part is added once the servers are known.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use farcache_proto::ServerId;
+use farcache_proto::control::{ControlErrorCode, PriceClass};
+use farcache_proto::slo::{Slo, SloChoice, Transport};
+use farcache_slo::{CorePrices, Model, SearchLimits, SloError};
+
+use crate::catalogue::Catalogue;
+use crate::error::{ManagerError, Reject};
+use crate::placement::{self, Candidate};
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// How the manager answers SLOs.
+#[derive(Debug, Clone)]
+pub struct SloSettings {
+    /// The model `farcache calibrate` wrote; without one, SLO requests are refused.
+    pub model: Option<PathBuf>,
+    /// Use a model measured on another machine.
+    pub any_machine: bool,
+    /// Margin on both figures: predicted latency × (1 + headroom) within the bound,
+    /// predicted throughput ≥ SLO × (1 + headroom). Absorbs measurement noise.
+    pub headroom: f64,
+    /// $/hour of one server core, by price class, and of one client core.
+    pub spot_core_hour: f64,
+    pub on_demand_core_hour: f64,
+    pub client_core_hour: f64,
+}
+
+impl Default for SloSettings {
+    fn default() -> Self {
+        // Core prices in the ratio of public spot and on-demand list prices.
+        Self {
+            model: None,
+            any_machine: false,
+            headroom: 0.1,
+            spot_core_hour: 0.012,
+            on_demand_core_hour: 0.04,
+            client_core_hour: 0.04,
+        }
+    }
+}
+
+/// A server that could hold the cache.
+#[derive(Debug, Clone)]
+pub(crate) struct SloCandidate {
+    pub place: Candidate,
+    /// Worker threads it runs.
+    pub threads: u32,
+    pub class: PriceClass,
+}
+
+/// The choice, and the servers that may hold the cache's regions.
+pub(crate) struct Plan {
+    pub choice: SloChoice,
+    pub servers: Vec<ServerId>,
+}
+
+pub(crate) struct Planner {
+    model: Option<Model>,
+    settings: SloSettings,
+}
+
+impl Planner {
+    /// Loads the model named in `settings`: a file from another machine or release
+    /// stops the manager with the reason, rather than answering SLOs wrongly.
+    pub fn load(settings: &SloSettings) -> Result<Self, ManagerError> {
+        if !(settings.headroom >= 0.0 && settings.headroom < 10.0) {
+            return Err(ManagerError::Config(format!(
+                "SLO headroom must be within [0, 10), not {}",
+                settings.headroom
+            )));
+        }
+        let model = match &settings.model {
+            Some(p) => {
+                let m = Model::load(p, settings.any_machine)
+                    .map_err(|e| ManagerError::Config(e.to_string()))?;
+                tracing::info!(model = %p.display(), id = %m.id(), sizes = ?m.record_sizes(), "SLO model loaded");
+                Some(m)
+            }
+            None => None,
+        };
+        Ok(Self {
+            model,
+            settings: settings.clone(),
+        })
+    }
+
+    fn core_hour(&self, class: PriceClass) -> f64 {
+        match class {
+            PriceClass::Spot => self.settings.spot_core_hour,
+            PriceClass::OnDemand => self.settings.on_demand_core_hour,
+        }
+    }
+
+    /// Searches the model for `slo` on a cache whose regions stay on `kept` (one
+    /// server per region) and grow by `regions` new ones, given the alive servers
+    /// (`candidates`), and places the new regions. `Plan::servers` lists every
+    /// region's server, kept ones first.
+    pub fn plan(
+        &self,
+        slo: &Slo,
+        candidates: &[SloCandidate],
+        kept: &[ServerId],
+        regions: usize,
+        region_size: u64,
+    ) -> Result<Plan, Reject> {
+        let model = self.model.as_ref().ok_or_else(|| {
+            Reject::invalid(
+                "this manager has no SLO model: run `farcache calibrate`, then start the \
+                 manager with --slo-model FILE",
+            )
+        })?;
+        let started = Instant::now();
+        // Most threads a set of servers that can hold the whole cache all run.
+        let mut levels: Vec<u32> = candidates.iter().map(|c| c.threads).collect();
+        levels.sort_unstable();
+        levels.dedup();
+        let fits = |t: u32| {
+            let room: u64 = candidates
+                .iter()
+                .filter(|c| c.threads >= t)
+                .map(|c| c.place.free.checked_div(region_size).unwrap_or(0))
+                .sum();
+            room >= regions as u64
+        };
+        let max_s = levels
+            .iter()
+            .rev()
+            .copied()
+            .find(|&t| fits(t))
+            .ok_or_else(|| {
+                Reject::new(
+                    ControlErrorCode::InsufficientMemory,
+                    format!(
+                        "no alive servers have room for {regions} region(s) of {region_size} bytes"
+                    ),
+                )
+            })?;
+        // Regions that stay where they are bound `s` by their servers' threads.
+        let kept_threads = kept
+            .iter()
+            .map(|&id| {
+                candidates
+                    .iter()
+                    .find(|c| c.place.id == id)
+                    .map_or(0, |c| c.threads)
+            })
+            .min()
+            .unwrap_or(u32::MAX);
+        let max_s = max_s.min(kept_threads);
+        // Server cores are priced at the class the cheapest server with room is in.
+        let class = candidates
+            .iter()
+            .filter(|c| c.threads >= 1 && c.place.free >= region_size)
+            .min_by(|a, b| {
+                a.place
+                    .price_per_gib_hour
+                    .total_cmp(&b.place.price_per_gib_hour)
+            })
+            .map_or(PriceClass::OnDemand, |c| c.class);
+        let prices = CorePrices {
+            server_core_hour: self.core_hour(class),
+            client_core_hour: self.settings.client_core_hour,
+        };
+        let limits = SearchLimits {
+            max_s,
+            max_c: u32::MAX,
+            headroom: self.settings.headroom,
+        };
+        let found = farcache_slo::search(model, slo, &limits, &prices).map_err(slo_reject)?;
+        let search_us = started.elapsed().as_secs_f64() * 1e6;
+
+        let t = found.transport;
+        let eligible: Vec<Candidate> = candidates
+            .iter()
+            .filter(|c| c.threads >= t.s)
+            .map(|c| c.place.clone())
+            .collect();
+        let placed = placement::place(&eligible, regions, region_size).map_err(|s| {
+            Reject::new(
+                ControlErrorCode::InsufficientMemory,
+                format!("servers with {} worker thread(s): {s}", t.s),
+            )
+        })?;
+        let servers: Vec<ServerId> = kept.iter().copied().chain(placed).collect();
+        let choice = SloChoice {
+            slo: slo.clone(),
+            transport: t,
+            predicted_latency_us: found.perf.latency(slo.percentile),
+            predicted_throughput: found.perf.throughput,
+            dollars_per_hour: self.cost(t, &servers, candidates, region_size),
+            model: model.id(),
+            search_us,
+        };
+        Ok(Plan { choice, servers })
+    }
+
+    /// $/hour of `t` with regions on `servers` (one entry per region).
+    fn cost(
+        &self,
+        t: Transport,
+        servers: &[ServerId],
+        candidates: &[SloCandidate],
+        region_size: u64,
+    ) -> f64 {
+        let find = |id: ServerId| candidates.iter().find(|c| c.place.id == id);
+        let memory: f64 = servers
+            .iter()
+            .filter_map(|&id| find(id))
+            .map(|c| c.place.price_per_gib_hour * region_size as f64 / GIB)
+            .sum();
+        // The class holding most regions prices the server cores.
+        let spot = servers
+            .iter()
+            .filter(|&&id| find(id).is_some_and(|c| c.class == PriceClass::Spot))
+            .count();
+        let class = if spot * 2 >= servers.len() && spot > 0 {
+            PriceClass::Spot
+        } else {
+            PriceClass::OnDemand
+        };
+        memory
+            + f64::from(t.s) * self.core_hour(class)
+            + f64::from(t.c) * self.settings.client_core_hour
+    }
+}
+
+/// Every alive server, with its threads (its cores when it did not report them).
+pub(crate) fn candidates(cat: &Catalogue) -> Vec<SloCandidate> {
+    cat.candidates()
+        .into_iter()
+        .filter_map(|place| {
+            let r = cat.server_record(place.id)?;
+            Some(SloCandidate {
+                threads: if r.threads == 0 { r.cores } else { r.threads },
+                class: r.price_class,
+                place,
+            })
+        })
+        .collect()
+}
+
+fn slo_reject(e: SloError) -> Reject {
+    Reject::invalid(e.to_string())
+}
