@@ -50,6 +50,9 @@ pub enum BenchError {
     /// JSON serialization error.
     #[error(transparent)]
     Json(#[from] serde_json::Error),
+    /// The SLO model being calibrated (building it, or interpolating from it).
+    #[error(transparent)]
+    Slo(#[from] farcache_slo::SloError),
 }
 
 /// Result alias for this crate.

@@ -35,6 +35,15 @@ pub struct IoSpec {
     /// Batches kept in flight (`q`).
     pub depth: usize,
     pub duration: Duration,
+    /// Share of reads, the rest writes (`op` is then ignored); `None`: every op is `op`.
+    pub read_fraction: Option<f64>,
+}
+
+/// Whether op `i` of a thread's stream reads: reads spread evenly (Bresenham), so any
+/// `b` consecutive ops hold `b·f` reads rounded down or up.
+#[inline]
+fn reads_at(i: u64, f: f64) -> bool {
+    ((i + 1) as f64 * f).floor() > (i as f64 * f).floor()
 }
 
 #[derive(Debug, Clone)]
@@ -121,6 +130,7 @@ fn run_one(
     let mut hist = LatencyHistogram::new();
     let mut inflight: VecDeque<(Instant, usize, Ticket)> = VecDeque::with_capacity(spec.depth + 1);
     let mut next = 0usize;
+    let mut op_index = 0u64;
     let (mut ops, mut errors) = (0u64, 0u64);
     // Only ops completed inside the measured window count towards throughput
     // (`measured` is false for batches finished during the warm-up).
@@ -155,7 +165,13 @@ fn run_one(
         for _ in 0..spec.batch {
             let a = addrs[next];
             next = if next + 1 == addrs.len() { 0 } else { next + 1 };
-            match spec.op {
+            let op = match spec.read_fraction {
+                Some(f) if reads_at(op_index, f) => IoOp::Read,
+                Some(_) => IoOp::Write,
+                None => spec.op,
+            };
+            op_index += 1;
+            match op {
                 IoOp::Read => b.read(a, spec.record_size as u64),
                 IoOp::Write => b.write(a, &payload),
             };
@@ -193,6 +209,7 @@ pub fn run_latency(
         batch: 1,
         depth: 1,
         duration: Duration::ZERO,
+        read_fraction: None,
     };
     let addrs = addresses(&spec, 7)?;
     let payload = vec![0x5Au8; record_size];
@@ -219,4 +236,23 @@ pub fn run_latency(
         bytes_per_sec: record_size as f64 / (s.mean_us / 1e6),
         latency: s,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reads_at;
+
+    #[test]
+    fn read_fraction_spreads_reads_evenly() {
+        let count =
+            |f: f64, from: u64, b: u64| (from..from + b).filter(|&i| reads_at(i, f)).count();
+        assert_eq!(count(1.0, 0, 64), 64);
+        assert_eq!(count(0.0, 0, 64), 0);
+        // Any window of 8 ops at f = 0.5 holds exactly 4 reads; at 0.3, 2 or 3.
+        for from in 0..20 {
+            assert_eq!(count(0.5, from, 8), 4);
+            assert!((2..=3).contains(&count(0.3, from, 8)));
+        }
+        assert_eq!(count(0.25, 0, 1000), 250);
+    }
 }

@@ -503,6 +503,7 @@ impl Run<'_> {
                             batch: batch_for(b, size),
                             depth: q,
                             duration: self.opts.duration,
+                            read_fraction: None,
                         };
                         let out = run_throughput_threads(self.cache, &spec, c)?;
                         let ceiling = self

@@ -5,6 +5,7 @@
 //! rows against the baselines here.
 
 pub mod baseline;
+pub mod calibrate;
 pub mod ceiling;
 pub mod chaos_chart;
 pub mod drain;

@@ -44,6 +44,8 @@ enum Command {
     /// Benchmarks against Redis and raw TCP.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCommand),
+    /// Measure the SLO performance model on this machine (for `manager --slo-model`).
+    Calibrate(cmd::calibrate::Args),
 }
 
 fn init_logging(default: &str) {
@@ -102,6 +104,10 @@ fn main() -> Result<()> {
         Command::Bench(b) => {
             init_logging("warn");
             cmd::bench::run(b)
+        }
+        Command::Calibrate(a) => {
+            init_logging("warn");
+            cmd::calibrate::run(a)
         }
     }
 }

@@ -165,6 +165,7 @@ pub fn run_replication_bench(opts: &ReplicationBenchOptions) -> Result<Replicati
                 batch: opts.batch,
                 depth: opts.depth,
                 duration: opts.seconds,
+                read_fraction: None,
             };
             let before = counters.backup_bytes()?;
             let out = run_throughput(cache, &spec)?;

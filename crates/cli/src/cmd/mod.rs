@@ -1,4 +1,5 @@
 pub mod bench;
+pub mod calibrate;
 pub mod chaos;
 pub mod create;
 pub mod demo;

@@ -1,0 +1,55 @@
+//! `farcache calibrate` end to end on a tiny grid: the file it writes loads, predicts
+//! measured and interpolated settings, its counts add up, and batching pays.
+
+mod common;
+
+use std::process::Command;
+
+use farcache_proto::slo::Transport;
+use farcache_slo::Model;
+
+#[test]
+fn calibrate_writes_a_model_that_loads_and_predicts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("model.json");
+    let mut cmd = Command::new(common::bin());
+    cmd.args(["calibrate", "--record-sizes", "8", "--read-fractions", "1"])
+        .args(["--max-server-threads", "1", "--max-client-threads", "1"])
+        .args(["--max-batch", "4", "--max-depth", "2"])
+        .args(["--seconds-per-point", "0.05", "--held-out", "2", "--out"])
+        .arg(&path);
+    let stdout = common::run_ok(&mut cmd, "farcache calibrate");
+    assert!(stdout.contains("held-out error"), "{stdout}");
+    assert!(stdout.contains("--slo-model"), "{stdout}");
+
+    let model = Model::load(&path, false).expect("the model loads on the machine it was made on");
+    let t = |b, q| Transport { s: 1, c: 1, b, q };
+    let one = model.predict(8, 1.0, t(1, 1)).expect("b=1 q=1 measured");
+    let four = model
+        .predict(8, 1.0, t(4, 1))
+        .expect("b=4 measured: b=2 and b=4 must each pay over the batch before");
+    let three = model.predict(8, 1.0, t(3, 1)).expect("b=3 interpolated");
+    assert!(
+        four.throughput > one.throughput,
+        "batching must pay: b=1 {one:?}, b=4 {four:?}"
+    );
+    assert!(three.throughput > 0.0 && three.p50_us > 0.0, "{three:?}");
+
+    let f = &model.file;
+    let c = &f.calibration;
+    let points: u64 = f.sections.iter().map(|s| s.points.len() as u64).sum();
+    // b ∈ {1, 2, 4} × q ∈ {1, 2}.
+    assert_eq!(c.grid, 6, "{c:?}");
+    assert!(points <= c.grid, "{c:?}");
+    assert_eq!(c.measured, points + c.held_out, "{c:?}");
+    assert!(c.held_out <= 2 && c.configurations >= points, "{c:?}");
+    if c.held_out > 0 {
+        assert!(c.latency_error_median.is_some() && c.throughput_error_max.is_some());
+    }
+    assert!(c.seconds > 0.0 && (c.seconds_per_point - 0.05).abs() < 1e-9);
+    // Every measured knob is a power of two; none of them was measured twice.
+    for p in &f.sections[0].points {
+        let tr = p.transport;
+        assert!([tr.s, tr.c, tr.b, tr.q].iter().all(|v| v.is_power_of_two()));
+    }
+}
