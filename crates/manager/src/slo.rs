@@ -21,6 +21,9 @@ use crate::placement::{self, Candidate};
 
 const GIB: f64 = (1u64 << 30) as f64;
 
+/// The manager's default margin on predictions.
+pub const DEFAULT_HEADROOM: f64 = 0.1;
+
 /// How the manager answers SLOs.
 #[derive(Debug, Clone)]
 pub struct SloSettings {
@@ -39,14 +42,13 @@ pub struct SloSettings {
 
 impl Default for SloSettings {
     fn default() -> Self {
-        // Core prices in the ratio of public spot and on-demand list prices.
         Self {
             model: None,
             any_machine: false,
-            headroom: 0.1,
-            spot_core_hour: 0.012,
-            on_demand_core_hour: 0.04,
-            client_core_hour: 0.04,
+            headroom: DEFAULT_HEADROOM,
+            spot_core_hour: farcache_slo::SPOT_CORE_HOUR,
+            on_demand_core_hour: farcache_slo::ON_DEMAND_CORE_HOUR,
+            client_core_hour: farcache_slo::CLIENT_CORE_HOUR,
         }
     }
 }

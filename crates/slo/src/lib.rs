@@ -20,4 +20,7 @@ pub mod search;
 pub use error::SloError;
 pub use machine::Machine;
 pub use model::{CalibrationSummary, Model, ModelFile, Perf, Point, Section};
-pub use search::{CorePrices, Found, SearchLimits, oracle, search, settings};
+pub use search::{
+    CLIENT_CORE_HOUR, CorePrices, Found, ON_DEMAND_CORE_HOUR, SPOT_CORE_HOUR, SearchLimits, oracle,
+    search, settings,
+};

@@ -23,6 +23,12 @@ pub struct CorePrices {
     pub client_core_hour: f64,
 }
 
+/// Default $/hour of a server core on spot and on-demand servers, and of a client
+/// core: in the ratio of public cloud list prices (spot ≈ 30 % of on-demand).
+pub const SPOT_CORE_HOUR: f64 = 0.012;
+pub const ON_DEMAND_CORE_HOUR: f64 = 0.04;
+pub const CLIENT_CORE_HOUR: f64 = 0.04;
+
 impl CorePrices {
     pub fn cost(&self, t: Transport) -> f64 {
         f64::from(t.s) * self.server_core_hour + f64::from(t.c) * self.client_core_hour

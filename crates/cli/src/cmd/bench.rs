@@ -67,6 +67,11 @@ pub enum BenchCommand {
     /// regions take to move to a second server, under a light load; then read every
     /// byte back. The target: a 4 GiB server drains within a 30 s grace.
     Drain(DrainArgs),
+    /// SLO configuration (Redy's evaluation): random SLOs drawn from a calibrated
+    /// model, each searched, created as a cache and run at its offered load; how many
+    /// runs meet their SLO, predicted vs measured CDFs, search times, cost vs an
+    /// exhaustive oracle.
+    Slo(super::bench_slo::SloArgs),
 }
 
 #[derive(clap::Args)]
@@ -414,6 +419,7 @@ pub fn run(b: BenchCommand) -> Result<()> {
         BenchCommand::Migrate(a) => migrate(a),
         BenchCommand::Replication(a) => replication(a),
         BenchCommand::Drain(a) => drain(a),
+        BenchCommand::Slo(a) => super::bench_slo::run(a),
     }
 }
 

@@ -1,0 +1,124 @@
+//! CDFs of the SLO, predicted and measured figures (Redy's Figures 5.13–5.14):
+//! latency on the left, throughput on the right.
+
+use std::path::Path;
+
+use plotters::prelude::*;
+
+use super::output::SloReport;
+use crate::error::{BenchError, Result};
+use crate::report::{locate_chart_font, register_chart_font};
+
+const SLO: RGBColor = RGBColor(127, 127, 127);
+const PREDICTED: RGBColor = RGBColor(31, 119, 180);
+const MEASURED: RGBColor = RGBColor(214, 39, 40);
+
+fn err(e: impl std::fmt::Display) -> BenchError {
+    BenchError::Chart(e.to_string())
+}
+
+/// `(value, cumulative fraction)` steps of `v`.
+fn cdf(mut v: Vec<f64>) -> Vec<(f64, f64)> {
+    v.retain(|x| x.is_finite() && *x > 0.0);
+    v.sort_by(f64::total_cmp);
+    let n = v.len() as f64;
+    v.into_iter()
+        .enumerate()
+        .map(|(i, x)| (x, (i + 1) as f64 / n))
+        .collect()
+}
+
+type Series = (&'static str, RGBColor, Vec<(f64, f64)>);
+
+fn panel(
+    area: &DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>,
+    title: &str,
+    x_label: &str,
+    series: &[Series],
+    text: bool,
+) -> Result<()> {
+    let (lo, hi) = series
+        .iter()
+        .flat_map(|s| s.2.iter().map(|p| p.0))
+        .fold((f64::INFINITY, 0f64), |(a, b), x| (a.min(x), b.max(x)));
+    let (lo, hi) = if hi > 0.0 {
+        (lo * 0.8, hi * 1.25)
+    } else {
+        (0.1, 1.0)
+    };
+    let mut b = ChartBuilder::on(area);
+    b.margin(15);
+    if text {
+        b.caption(title, ("sans-serif", 20))
+            .x_label_area_size(40)
+            .y_label_area_size(50);
+    }
+    let mut chart = b
+        .build_cartesian_2d((lo..hi).log_scale(), 0f64..1.0)
+        .map_err(err)?;
+    if text {
+        chart
+            .configure_mesh()
+            .x_desc(x_label)
+            .y_desc("fraction of SLOs")
+            .draw()
+            .map_err(err)?;
+    }
+    for (name, color, pts) in series {
+        let line = chart
+            .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
+            .map_err(err)?;
+        if text {
+            let c = *color;
+            line.label(*name)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c));
+        }
+    }
+    if text {
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::LowerRight)
+            .draw()
+            .map_err(err)?;
+    }
+    Ok(())
+}
+
+pub fn write_slo_chart(r: &SloReport, path: &Path) -> Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    let text = locate_chart_font()
+        .as_deref()
+        .is_some_and(register_chart_font);
+    let root = BitMapBackend::new(path, (1400, 560)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let (left, right) = root.split_horizontally(700);
+    let pick = |f: fn(&super::output::SloRun) -> f64| cdf(r.runs.iter().map(f).collect());
+    panel(
+        &left,
+        &format!("latency at each SLO's percentile ({} SLOs)", r.slos),
+        "microseconds (log)",
+        &[
+            ("SLO bound", SLO, pick(|x| x.slo.latency_us)),
+            ("predicted", PREDICTED, pick(|x| x.predicted_latency_us)),
+            ("measured", MEASURED, pick(|x| x.measured_latency_us)),
+        ],
+        text,
+    )?;
+    panel(
+        &right,
+        &format!("throughput ({} of {} met)", r.met, r.slos),
+        "ops/s (log)",
+        &[
+            ("SLO", SLO, pick(|x| x.slo.throughput)),
+            ("predicted", PREDICTED, pick(|x| x.predicted_throughput)),
+            ("measured", MEASURED, pick(|x| x.measured_throughput)),
+        ],
+        text,
+    )?;
+    root.present().map_err(err)?;
+    Ok(())
+}
