@@ -21,9 +21,6 @@ use crate::placement::{self, Candidate};
 
 const GIB: f64 = (1u64 << 30) as f64;
 
-/// The manager's default margin on predictions.
-pub const DEFAULT_HEADROOM: f64 = 0.1;
-
 /// How the manager answers SLOs.
 #[derive(Debug, Clone)]
 pub struct SloSettings {
@@ -45,7 +42,7 @@ impl Default for SloSettings {
         Self {
             model: None,
             any_machine: false,
-            headroom: DEFAULT_HEADROOM,
+            headroom: farcache_slo::DEFAULT_HEADROOM,
             spot_core_hour: farcache_slo::SPOT_CORE_HOUR,
             on_demand_core_hour: farcache_slo::ON_DEMAND_CORE_HOUR,
             client_core_hour: farcache_slo::CLIENT_CORE_HOUR,
@@ -77,7 +74,7 @@ impl Planner {
     /// Loads the model named in `settings`: a file from another machine or release
     /// stops the manager with the reason, rather than answering SLOs wrongly.
     pub fn load(settings: &SloSettings) -> Result<Self, ManagerError> {
-        if !(settings.headroom >= 0.0 && settings.headroom < 10.0) {
+        if !(0.0..10.0).contains(&settings.headroom) {
             return Err(ManagerError::Config(format!(
                 "SLO headroom must be within [0, 10), not {}",
                 settings.headroom

@@ -21,6 +21,6 @@ pub use error::SloError;
 pub use machine::Machine;
 pub use model::{CalibrationSummary, Model, ModelFile, Perf, Point, Section};
 pub use search::{
-    CLIENT_CORE_HOUR, CorePrices, Found, ON_DEMAND_CORE_HOUR, SPOT_CORE_HOUR, SearchLimits, oracle,
-    search, settings,
+    CLIENT_CORE_HOUR, CorePrices, DEFAULT_HEADROOM, Found, ON_DEMAND_CORE_HOUR, SPOT_CORE_HOUR,
+    SearchLimits, oracle, search, settings,
 };

@@ -47,7 +47,7 @@ pub struct Measured {
 const SLEEP_SLACK: Duration = Duration::from_micros(300);
 
 pub fn run_offered(cache: &Cache, o: &Offered) -> Result<Measured> {
-    if o.threads == 0 || o.batch == 0 || o.depth == 0 || !(o.rate > 0.0) {
+    if o.threads == 0 || o.batch == 0 || o.depth == 0 || !(o.rate.is_finite() && o.rate > 0.0) {
         return Err(BenchError::InvalidArgument(format!(
             "offered load needs threads, batch, depth and rate > 0: {o:?}"
         )));
@@ -134,17 +134,6 @@ fn one_thread(cache: &Cache, o: &Offered, seed: u64) -> Result<(u64, u64, f64, L
         if measuring && now >= end {
             break;
         }
-        // Collect finished batches, oldest first.
-        while let Some((t0, t)) = inflight.front_mut() {
-            match t.try_take() {
-                Some(r) => {
-                    let t0 = *t0;
-                    inflight.pop_front();
-                    finish(t0, r, measuring);
-                }
-                None => break,
-            }
-        }
         let now = Instant::now();
         if now >= next {
             if inflight.len() >= o.depth {
@@ -153,6 +142,7 @@ fn one_thread(cache: &Cache, o: &Offered, seed: u64) -> Result<(u64, u64, f64, L
                     let r = t.wait();
                     finish(t0, r, measuring);
                 }
+                continue;
             }
             let mut b = cache.batch().with_capacity(o.batch);
             for _ in 0..o.batch {
@@ -169,10 +159,16 @@ fn one_thread(cache: &Cache, o: &Offered, seed: u64) -> Result<(u64, u64, f64, L
             }
             inflight.push_back((Instant::now(), b.submit()));
             next += interval;
-        } else if inflight.is_empty() && next - now > SLEEP_SLACK {
+        } else if let Some((t0, t)) = inflight.pop_front() {
+            // Ahead of schedule: wait for the oldest batch, as a closed loop does.
+            // Completions arrive in order, so the waited one is timed when it lands;
+            // polling every ticket instead costs the shared cores a syscall per poll.
+            let r = t.wait();
+            finish(t0, r, measuring);
+        } else if next - now > SLEEP_SLACK {
             std::thread::sleep(next - now - SLEEP_SLACK);
         } else {
-            std::thread::yield_now();
+            std::hint::spin_loop();
         }
     }
     // Batches submitted inside the window count when they finish.

@@ -30,7 +30,7 @@ pub use chart::write_slo_chart;
 pub use output::{format_slo_table, write_slo_json, write_slo_json_to};
 
 /// The headroom the manager applies by default (`--slo-headroom`).
-pub const DEFAULT_HEADROOM: f64 = 0.1;
+pub use farcache_slo::DEFAULT_HEADROOM;
 
 #[derive(Debug, Clone)]
 pub struct SloBenchOptions {

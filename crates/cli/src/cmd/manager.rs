@@ -44,7 +44,7 @@ struct SloArgs {
     slo_model_any_machine: bool,
     /// Margin on predictions: latency × (1 + h) within the bound, throughput
     /// ≥ SLO × (1 + h).
-    #[arg(long, default_value_t = 0.1)]
+    #[arg(long, default_value_t = farcache_slo::DEFAULT_HEADROOM)]
     slo_headroom: f64,
     /// $/hour of one server core on spot servers.
     #[arg(long, default_value_t = 0.012)]

@@ -28,6 +28,10 @@ pub struct Args {
     /// (`farcache create --from-file`); none without it.
     #[arg(long)]
     load_dir: Option<String>,
+    /// The manager answers `farcache create --slo-throughput ...` from this model
+    /// (`farcache calibrate` writes one).
+    #[arg(long)]
+    slo_model: Option<String>,
 }
 
 struct Children(Vec<Child>);
@@ -49,10 +53,14 @@ pub fn run(a: Args) -> Result<()> {
     let secret = ClusterSecret::load_or_create(&secret_path)?;
     let secret_file = secret_path.display().to_string();
     let mut kids = Children(Vec::new());
+    let mut manager_cmd = Command::new(&exe);
+    manager_cmd.arg("manager");
+    if let Some(m) = &a.slo_model {
+        manager_cmd.args(["--slo-model", m]);
+    }
     kids.0.push(
-        Command::new(&exe)
+        manager_cmd
             .args([
-                "manager",
                 "--listen",
                 &manager,
                 "--data-dir",
