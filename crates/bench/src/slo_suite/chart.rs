@@ -36,6 +36,7 @@ fn panel(
     x_label: &str,
     series: &[Series],
     text: bool,
+    label: &dyn Fn(&f64) -> String,
 ) -> Result<()> {
     let (lo, hi) = series
         .iter()
@@ -60,6 +61,7 @@ fn panel(
         chart
             .configure_mesh()
             .x_desc(x_label)
+            .x_label_formatter(label)
             .y_desc("fraction of SLOs")
             .draw()
             .map_err(err)?;
@@ -107,17 +109,19 @@ pub fn write_slo_chart(r: &SloReport, path: &Path) -> Result<()> {
             ("measured", MEASURED, pick(|x| x.measured_latency_us)),
         ],
         text,
+        &|v| format!("{v:.0}"),
     )?;
     panel(
         &right,
         &format!("throughput ({} of {} met)", r.met, r.slos),
-        "ops/s (log)",
+        "Mops/s (log)",
         &[
             ("SLO", SLO, pick(|x| x.slo.throughput)),
             ("predicted", PREDICTED, pick(|x| x.predicted_throughput)),
             ("measured", MEASURED, pick(|x| x.measured_throughput)),
         ],
         text,
+        &|v| format!("{}", v / 1e6),
     )?;
     root.present().map_err(err)?;
     Ok(())
