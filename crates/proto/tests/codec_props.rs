@@ -305,6 +305,23 @@ fn price() -> impl Strategy<Value = f64> {
     (0u32..100_000).prop_map(|n| f64::from(n) / 1024.0)
 }
 
+/// An SLO whose figures JSON represents exactly.
+fn slo(n: u64) -> farcache_proto::slo::Slo {
+    farcache_proto::slo::Slo {
+        record_size: (n % 4096) as u32 + 1,
+        read_fraction: (n % 5) as f64 / 4.0,
+        throughput: (n % 100_000) as f64 * 64.0,
+        latency_us: (n % 1000) as f64 / 8.0 + 1.0,
+        percentile: if n % 2 == 0 {
+            farcache_proto::slo::Percentile::P50
+        } else {
+            farcache_proto::slo::Percentile::P99
+        },
+        replicas: (n % 3) as u32,
+        duration_s: (n % 7 == 0).then_some(n % 86_400),
+    }
+}
+
 fn control_request() -> impl Strategy<Value = ControlRequest> {
     let price_class = prop_oneof![Just(PriceClass::Spot), Just(PriceClass::OnDemand)];
     prop_oneof![
@@ -363,7 +380,7 @@ fn control_request() -> impl Strategy<Value = ControlRequest> {
         Just(ControlRequest::ListRegions),
         (name(), any::<u64>(), proptest::option::of(any::<u64>())).prop_map(
             |(name, capacity, region_size)| ControlRequest::CreateCache {
-                slo: None,
+                slo: (capacity % 3 == 0).then(|| slo(capacity)),
                 from_file: (capacity % 5 == 0).then(|| format!("/data/{name}")),
                 name,
                 capacity,
@@ -371,6 +388,10 @@ fn control_request() -> impl Strategy<Value = ControlRequest> {
                 replicas: (capacity % 4) as u32,
             }
         ),
+        (name(), any::<u64>()).prop_map(|(name, n)| ControlRequest::SetSlo {
+            name,
+            slo: slo(n),
+        }),
         name().prop_map(|name| ControlRequest::OpenCache { name }),
         (name(), any::<u64>())
             .prop_map(|(name, capacity)| ControlRequest::ReshapeCache { name, capacity }),
