@@ -48,7 +48,8 @@ pub struct Slo {
     /// Copies of every region (0 or 1: none extra).
     #[serde(default)]
     pub replicas: u32,
-    /// How long the cache is needed, in seconds (informs the reported cost only).
+    /// How long the cache is needed, in seconds: kept with the SLO for the operator;
+    /// the search does not use it (a cache costs the same per hour whatever its life).
     #[serde(default)]
     pub duration_s: Option<u64>,
 }
