@@ -388,10 +388,7 @@ fn control_request() -> impl Strategy<Value = ControlRequest> {
                 replicas: (capacity % 4) as u32,
             }
         ),
-        (name(), any::<u64>()).prop_map(|(name, n)| ControlRequest::SetSlo {
-            name,
-            slo: slo(n),
-        }),
+        (name(), any::<u64>()).prop_map(|(name, n)| ControlRequest::SetSlo { name, slo: slo(n) }),
         name().prop_map(|name| ControlRequest::OpenCache { name }),
         (name(), any::<u64>())
             .prop_map(|(name, capacity)| ControlRequest::ReshapeCache { name, capacity }),
