@@ -230,26 +230,12 @@ pub struct MachineInfo {
 impl MachineInfo {
     /// Reads core count, hostname, kernel release and CPU model (Linux `/proc`).
     pub fn detect() -> Self {
-        let read = |p: &str| {
-            std::fs::read_to_string(p)
-                .map(|s| s.trim().to_string())
-                .unwrap_or_default()
-        };
-        let mut hostname = read("/proc/sys/kernel/hostname");
-        if hostname.is_empty() {
-            hostname = read("/etc/hostname");
-        }
-        let cpu_model = std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_string())
-        });
+        let m = farcache_slo::Machine::detect();
         MachineInfo {
-            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
-            hostname,
-            kernel: read("/proc/sys/kernel/osrelease"),
-            cpu_model,
+            cores: m.cores as usize,
+            hostname: m.hostname,
+            kernel: m.kernel,
+            cpu_model: (!m.cpu_model.is_empty()).then_some(m.cpu_model),
         }
     }
 }

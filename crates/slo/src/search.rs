@@ -129,21 +129,27 @@ impl<'a> Space<'a> {
         v
     }
 
+    /// Every setting of the space in order, with the model's figures where it
+    /// covers it.
+    fn all(&self) -> impl Iterator<Item = (Transport, Option<Perf>)> + '_ {
+        let (mb, mq) = (self.max[2], self.max[3]);
+        self.pairs()
+            .into_iter()
+            .flat_map(move |(s, c)| {
+                (1..=mb).flat_map(move |b| (1..=mq).map(move |q| Transport { s, c, b, q }))
+            })
+            .map(|t| (t, self.view.predict(t)))
+    }
+
     fn infeasible(&self) -> SloError {
         let h = self.slo.latency_us / self.need_latency;
         let p = self.slo.percentile;
         let (mut best_lat, mut best_tput, mut within) = (f64::INFINITY, 0f64, 0f64);
-        for (s, c) in self.pairs() {
-            for b in 1..=self.max[2] {
-                for q in 1..=self.max[3] {
-                    if let Some(f) = self.view.predict(Transport { s, c, b, q }) {
-                        best_lat = best_lat.min(f.latency(p));
-                        best_tput = best_tput.max(f.throughput);
-                        if f.latency(p) <= self.need_latency {
-                            within = within.max(f.throughput);
-                        }
-                    }
-                }
+        for f in self.all().filter_map(|(_, f)| f) {
+            best_lat = best_lat.min(f.latency(p));
+            best_tput = best_tput.max(f.throughput);
+            if f.latency(p) <= self.need_latency {
+                within = within.max(f.throughput);
             }
         }
         // Stated as what an SLO could ask for, the headroom taken into account.
@@ -216,31 +222,22 @@ pub fn oracle(
     let sp = Space::new(model, slo, limits)?;
     let mut best: Option<Found> = None;
     let mut visited = 0u64;
-    for (s, c) in sp.pairs() {
-        for b in 1..=sp.max[2] {
-            for q in 1..=sp.max[3] {
-                let t = Transport { s, c, b, q };
-                visited += 1;
-                let Some(p) = sp.view.predict(t) else {
-                    continue;
-                };
-                if !sp.meets(&p) {
-                    continue;
-                }
-                let cost = prices.cost(t);
-                let better = best.as_ref().is_none_or(|f| {
-                    cost.total_cmp(&f.core_cost).then(t.cmp(&f.transport))
-                        == std::cmp::Ordering::Less
-                });
-                if better {
-                    best = Some(Found {
-                        transport: t,
-                        perf: p,
-                        core_cost: cost,
-                        visited: 0,
-                    });
-                }
-            }
+    for (t, p) in sp.all() {
+        visited += 1;
+        let Some(p) = p.filter(|p| sp.meets(p)) else {
+            continue;
+        };
+        let cost = prices.cost(t);
+        let better = best.as_ref().is_none_or(|f| {
+            cost.total_cmp(&f.core_cost).then(t.cmp(&f.transport)) == std::cmp::Ordering::Less
+        });
+        if better {
+            best = Some(Found {
+                transport: t,
+                perf: p,
+                core_cost: cost,
+                visited: 0,
+            });
         }
     }
     match best {
@@ -265,16 +262,5 @@ pub fn settings(
         ..Slo::new(record_size, 1.0, 1.0)
     };
     let sp = Space::new(model, &slo, limits)?;
-    let mut out = Vec::new();
-    for (s, c) in sp.pairs() {
-        for b in 1..=sp.max[2] {
-            for q in 1..=sp.max[3] {
-                let t = Transport { s, c, b, q };
-                if let Some(p) = sp.view.predict(t) {
-                    out.push((t, p));
-                }
-            }
-        }
-    }
-    Ok(out)
+    Ok(sp.all().filter_map(|(t, p)| Some((t, p?))).collect())
 }
