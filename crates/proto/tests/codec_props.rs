@@ -312,13 +312,13 @@ fn slo(n: u64) -> farcache_proto::slo::Slo {
         read_fraction: (n % 5) as f64 / 4.0,
         throughput: (n % 100_000) as f64 * 64.0,
         latency_us: (n % 1000) as f64 / 8.0 + 1.0,
-        percentile: if n % 2 == 0 {
+        percentile: if n.is_multiple_of(2) {
             farcache_proto::slo::Percentile::P50
         } else {
             farcache_proto::slo::Percentile::P99
         },
         replicas: (n % 3) as u32,
-        duration_s: (n % 7 == 0).then_some(n % 86_400),
+        duration_s: n.is_multiple_of(7).then_some(n % 86_400),
     }
 }
 
@@ -380,7 +380,7 @@ fn control_request() -> impl Strategy<Value = ControlRequest> {
         Just(ControlRequest::ListRegions),
         (name(), any::<u64>(), proptest::option::of(any::<u64>())).prop_map(
             |(name, capacity, region_size)| ControlRequest::CreateCache {
-                slo: (capacity % 3 == 0).then(|| slo(capacity)),
+                slo: capacity.is_multiple_of(3).then(|| slo(capacity)),
                 from_file: (capacity % 5 == 0).then(|| format!("/data/{name}")),
                 name,
                 capacity,
