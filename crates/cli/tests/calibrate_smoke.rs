@@ -53,3 +53,52 @@ fn calibrate_writes_a_model_that_loads_and_predicts() {
         assert!([tr.s, tr.c, tr.b, tr.q].iter().all(|v| v.is_power_of_two()));
     }
 }
+
+/// `--manager`: a running cluster is calibrated where it runs, at the threads its
+/// server has, and its calibration cache is gone afterwards.
+#[test]
+fn calibrate_measures_a_running_cluster_at_its_threads() {
+    use farcache_testkit::{ClusterOptions, ProcessCluster};
+
+    let cl = ProcessCluster::start(
+        common::bin(),
+        &ClusterOptions::default()
+            .servers(1)
+            .server_threads(2)
+            .server_memory(256 << 20)
+            .region_size(64 << 20),
+    )
+    .expect("cluster");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("model.json");
+    let mut cmd = Command::new(common::bin());
+    cmd.args(["calibrate", "--record-sizes", "8", "--read-fractions", "1"])
+        .args([
+            "--max-batch",
+            "2",
+            "--max-depth",
+            "2",
+            "--max-client-threads",
+            "2",
+        ])
+        .args(["--seconds-per-point", "0.05", "--held-out", "1"])
+        .args(["--manager", cl.manager_addr(), "--secret-file"])
+        .arg(cl.secret_path())
+        .arg("--out")
+        .arg(&path);
+    let stdout = common::run_ok(&mut cmd, "farcache calibrate --manager");
+    assert!(stdout.contains("2 <= s <= 2"), "{stdout}");
+
+    let model = Model::load(&path, false).expect("model");
+    let points = &model.file.sections[0].points;
+    assert!(!points.is_empty());
+    for p in points {
+        // The server runs 2 threads: only s = 2 (and so c >= 2) is measured.
+        assert_eq!((p.transport.s, p.transport.c), (2, 2), "{p:?}");
+    }
+    let status = cl.client().expect("client").status().expect("status");
+    assert!(
+        status.caches.is_empty(),
+        "calibration cache left: {status:?}"
+    );
+}

@@ -23,6 +23,8 @@ pub fn powers(max: u32) -> Vec<u32> {
 /// The largest value each knob reaches in one section.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Plan {
+    /// Smallest `s` measured (a cluster calibrated where it runs has one `s`).
+    pub min_s: u32,
     pub max_s: u32,
     pub max_c: u32,
     pub max_b: u32,
@@ -46,7 +48,15 @@ impl Plan {
     /// Every power-of-two configuration with `s ≤ c`: what calibration would measure
     /// without early termination.
     pub fn grid_size(&self) -> u64 {
-        powers(self.max_s).iter().map(|&s| self.subtree(s)).sum()
+        self.s_values().iter().map(|&s| self.subtree(s)).sum()
+    }
+
+    /// The `s` values measured, increasing.
+    pub fn s_values(&self) -> Vec<u32> {
+        powers(self.max_s)
+            .into_iter()
+            .filter(|&s| s >= self.min_s)
+            .collect()
     }
 }
 
@@ -79,7 +89,9 @@ impl Walk {
 
     /// Whether the subtree of `s` is still to be measured.
     pub fn wants(&self, s: u32) -> bool {
-        !self.s_stopped && s <= self.plan.max_s && !self.plan.cs(s).is_empty()
+        !self.s_stopped
+            && (self.plan.min_s..=self.plan.max_s).contains(&s)
+            && !self.plan.cs(s).is_empty()
     }
 
     /// Measures the subtree of `s` (called with increasing `s`). Returns how many grid
@@ -107,7 +119,9 @@ impl Walk {
             .is_some_and(|p| !pays(p, best, self.threshold))
         {
             self.s_stopped = true;
-            skipped += powers(self.plan.max_s)
+            skipped += self
+                .plan
+                .s_values()
                 .into_iter()
                 .filter(|&x| x > s)
                 .map(|x| self.plan.subtree(x))
@@ -190,6 +204,7 @@ mod tests {
     #[test]
     fn grid_size_keeps_s_at_most_c() {
         let p = Plan {
+            min_s: 1,
             max_s: 2,
             max_c: 2,
             max_b: 4,
@@ -204,6 +219,7 @@ mod tests {
     #[test]
     fn stops_raising_a_knob_that_does_not_pay() {
         let plan = Plan {
+            min_s: 1,
             max_s: 2,
             max_c: 2,
             max_b: 16,

@@ -53,6 +53,9 @@ pub struct CalibrateOptions {
     /// Held-out configurations per section.
     pub held_out: usize,
     pub seed: u64,
+    /// Calibrate this running cluster (a cache of its own on one of its servers, `s`
+    /// fixed by that server's threads) instead of starting a local one.
+    pub remote: Option<farcache_client::ClientConfig>,
 }
 
 impl CalibrateOptions {
@@ -69,6 +72,7 @@ impl CalibrateOptions {
             min_gain: 0.05,
             held_out: 12,
             seed: 1,
+            remote: None,
         }
     }
 
@@ -89,6 +93,13 @@ impl CalibrateOptions {
     pub fn knob_limits(&self) -> (u32, u32) {
         let cores = cores();
         let floor_pow2 = |x: u32| powers(x.max(1)).last().copied().unwrap_or(1);
+        if self.remote.is_some() {
+            // The server runs elsewhere: the client has the cores, and `s` is what the
+            // server runs (set once connected); `c` is at least `s`.
+            let s = floor_pow2(self.max_server_threads.unwrap_or(1));
+            let c = floor_pow2(self.max_client_threads.unwrap_or(cores)).max(s);
+            return (s, c);
+        }
         let c = floor_pow2(self.max_client_threads.unwrap_or(cores / 2));
         let s = floor_pow2(
             self.max_server_threads
@@ -102,7 +113,7 @@ impl CalibrateOptions {
     pub fn oversubscribed(&self) -> Option<String> {
         let (s, c) = self.knob_limits();
         let cores = cores();
-        (s + c > cores).then(|| {
+        (self.remote.is_none() && s + c > cores).then(|| {
             format!(
                 "{s} server + {c} client threads on {cores} core(s): the server and the \
                  client share cores, so the largest settings measure contention"
@@ -116,6 +127,7 @@ impl CalibrateOptions {
         let by_bytes = (MAX_BATCH_BYTES / u64::from(record_size.max(1))).max(1);
         let max_b = u64::from(self.max_batch).min(by_bytes) as u32;
         Plan {
+            min_s: if self.remote.is_some() { max_s } else { 1 },
             max_s,
             max_c,
             max_b,
@@ -193,6 +205,17 @@ fn cores() -> u32 {
 pub fn run_calibration(opts: &CalibrateOptions) -> Result<ModelFile> {
     opts.validate()?;
     let started = Instant::now();
+    let remote = match &opts.remote {
+        Some(cfg) => Some(runner::Remote::connect(cfg.clone(), CACHE_BYTES)?),
+        None => None,
+    };
+    // A running cluster's server has the threads it has: only that `s` (rounded
+    // down to a power of two, so the model never promises more) is measured.
+    let fixed = CalibrateOptions {
+        max_server_threads: remote.as_ref().map(|r| r.threads),
+        ..opts.clone()
+    };
+    let opts = if remote.is_some() { &fixed } else { opts };
     let sections = opts.sections();
     let mut walks: Vec<Walk> = sections
         .iter()
@@ -203,6 +226,9 @@ pub fn run_calibration(opts: &CalibrateOptions) -> Result<ModelFile> {
     let pb = progress(grid + held_total);
     let duration = Duration::from_secs_f64(opts.seconds_per_point);
     let mut runner = Runner::new(&opts.bin, CACHE_BYTES, duration);
+    if let Some(r) = remote {
+        runner = runner.on(r);
+    }
     let (max_s, _) = opts.knob_limits();
 
     // `s` outermost: one server start per `s` for all sections.

@@ -1,7 +1,9 @@
 //! Random SLOs as Redy draws them (§5.7.3): latency and throughput each uniform
-//! between the lowest and highest figure the model holds, independently. A pair no
-//! configuration can meet (fast *and* high throughput past what any setting does)
-//! is drawn again; how many were redrawn is reported.
+//! between the lowest and highest figure the model can promise, independently. What
+//! it can promise is its figures with the search's headroom applied (latency × (1+h),
+//! throughput / (1+h)); otherwise the fastest setting could never meet an SLO drawn
+//! at the model's lowest latency. A pair no configuration can meet (fast *and* more
+//! throughput than any setting has) is drawn again; how many were is reported.
 
 use farcache_proto::slo::{Percentile, Slo};
 use farcache_slo::{CorePrices, Model, SearchLimits, SloError, search, settings};
@@ -35,6 +37,7 @@ pub fn draw_slos(
     limits: &SearchLimits,
     prices: &CorePrices,
 ) -> Result<Drawn> {
+    let h = 1.0 + limits.headroom.max(0.0);
     let mut ranges = Vec::new();
     for s in &model.file.sections {
         let all = settings(model, s.record_size, s.read_fraction, limits)?;
@@ -44,12 +47,14 @@ pub fn draw_slos(
             let min_max = |it: &mut dyn Iterator<Item = f64>| {
                 it.fold((f64::INFINITY, 0f64), |(a, b), v| (a.min(v), b.max(v)))
             };
+            let (l0, l1) = min_max(&mut { lat });
+            let (t0, t1) = min_max(&mut { tput });
             ranges.push(Range {
                 record_size: s.record_size,
                 read_fraction: s.read_fraction,
                 percentile: p,
-                lat: min_max(&mut { lat }),
-                tput: min_max(&mut { tput }),
+                lat: (l0 * h, l1 * h),
+                tput: (t0 / h, t1 / h),
             });
         }
     }
@@ -64,7 +69,14 @@ pub fn draw_slos(
         redrawn: 0,
     };
     while out.slos.len() < n {
-        let r = &ranges[rng.gen_range(0..ranges.len())];
+        if ranges.is_empty() {
+            return Err(BenchError::InvalidArgument(format!(
+                "no feasible SLO in {MAX_TRIES} draws for any section: the model's \
+                 figures leave no room for the headroom"
+            )));
+        }
+        let k = rng.gen_range(0..ranges.len());
+        let r = &ranges[k];
         let mut found = None;
         for _ in 0..MAX_TRIES {
             let slo = Slo {
@@ -85,14 +97,13 @@ pub fn draw_slos(
                 Err(e) => return Err(e.into()),
             }
         }
-        let slo = found.ok_or_else(|| {
-            BenchError::InvalidArgument(format!(
-                "no feasible SLO in {MAX_TRIES} draws for {} B records: the model's \
-                 figures leave no room for the headroom",
-                r.record_size
-            ))
-        })?;
-        out.slos.push(slo);
+        match found {
+            Some(slo) => out.slos.push(slo),
+            // A section with no room: drawn from the others.
+            None => {
+                ranges.swap_remove(k);
+            }
+        }
     }
     Ok(out)
 }

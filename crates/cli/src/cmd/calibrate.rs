@@ -52,6 +52,14 @@ pub struct Args {
     /// Seed of the held-out sample.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Calibrate this running cluster (its manager's address) instead of starting a
+    /// local one: a 64 MiB cache of its own on one server, `s` fixed by that server's
+    /// threads, deleted afterwards. The model records this (client) machine; a
+    /// manager elsewhere needs --slo-model-any-machine.
+    #[arg(long)]
+    manager: Option<String>,
+    #[command(flatten)]
+    creds: super::Credentials,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -78,6 +86,9 @@ pub fn run(a: Args) -> Result<()> {
         o.seconds_per_point = s;
     }
     o.min_gain = a.min_gain;
+    if let Some(m) = &a.manager {
+        o.remote = Some(a.creds.config(m)?);
+    }
     o.held_out = a.held_out;
     o.seed = a.seed;
     if let Some(w) = o.oversubscribed() {
@@ -97,10 +108,18 @@ pub fn run(a: Args) -> Result<()> {
     let c = &file.calibration;
     print!("{}", format_calibration_table(&file));
     println!();
-    let (s, cl) = o.knob_limits();
+    let knob = |f: fn(&farcache_proto::slo::Transport) -> u32| {
+        let all = file.sections.iter().flat_map(|x| x.points.iter());
+        let v: Vec<u32> = all.map(|p| f(&p.transport)).collect();
+        (
+            v.iter().copied().min().unwrap_or(0),
+            v.iter().copied().max().unwrap_or(0),
+        )
+    };
+    let ((s0, s), (c0, cl)) = (knob(|t| t.s), knob(|t| t.c));
     println!(
         "measured {} configurations ({} held out) of a {}-point power-of-two grid \
-         (s <= {s}, c <= {cl}); the model covers {} configurations",
+         ({s0} <= s <= {s}, {c0} <= c <= {cl}); the model covers {} configurations",
         c.measured, c.held_out, c.grid, c.configurations
     );
     println!(
