@@ -178,3 +178,77 @@ fn a_manager_refuses_a_model_from_another_machine() {
     assert!(err.contains("another machine"), "{err}");
     assert!(err.contains("another-host"), "{err}");
 }
+
+/// A server holding part of an SLO cache is killed (SIGKILL): the SLO search waits for
+/// recovery with a clear refusal rather than guessing, then succeeds; bytes on the
+/// surviving server read back intact and the lost ones read as lost, never as wrong
+/// bytes.
+#[test]
+fn an_slo_cache_survives_a_killed_server_and_searches_again_after_recovery() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.json");
+    model(Machine::detect()).save(&path).unwrap();
+    let mut cl = cluster(&path);
+    let client = cl.client().unwrap();
+    let slo = Slo::new(8, 1e6, 20.0);
+    let cache = client.create_with_slo("kill", 4 << 20, &slo).unwrap();
+    let info = cache.info();
+    let rs = info.region_size;
+    // One marked record per region, each acknowledged.
+    for r in 0..info.regions.len() as u64 {
+        cache.write(r * rs, &(r + 100).to_le_bytes()).unwrap();
+    }
+    let victim = info
+        .servers
+        .iter()
+        .find(|s| s.addr == cl.server_addr(0))
+        .map(|s| s.id)
+        .expect("server 0 holds part of the cache");
+    assert!(info.regions.contains(&victim) && info.regions.iter().any(|&s| s != victim));
+    cl.kill_server(0).unwrap();
+
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        match client.set_slo("kill", &slo) {
+            Ok(i) => {
+                assert!(i.slo.is_some());
+                break;
+            }
+            Err(e) => {
+                let m = e.to_string();
+                // Before the manager notices, the search still sees the server alive
+                // and succeeds; in between it refuses, naming the server.
+                assert!(m.contains("not alive"), "{m}");
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "set_slo never recovered"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // Wait until the dead server's regions are placed again, then check every region.
+    let fresh = loop {
+        let c = client.open("kill").unwrap();
+        if !c.info().regions.contains(&victim) {
+            break c;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "regions never recovered"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    for (r, &owner) in info.regions.iter().enumerate() {
+        let got = fresh.read(r as u64 * rs, 8);
+        if owner == victim {
+            match got {
+                Err(ClientError::Op(e)) if e.to_string().contains("lost") => {}
+                other => panic!("region {r} lost with its server read as {other:?}"),
+            }
+        } else {
+            let got = got.unwrap_or_else(|e| panic!("region {r}: {e}"));
+            assert_eq!(&got[..], &(r as u64 + 100).to_le_bytes(), "region {r}");
+        }
+    }
+}

@@ -146,17 +146,21 @@ impl Planner {
                     ),
                 )
             })?;
-        // Regions that stay where they are bound `s` by their servers' threads.
-        let kept_threads = kept
-            .iter()
-            .map(|&id| {
-                candidates
-                    .iter()
-                    .find(|c| c.place.id == id)
-                    .map_or(0, |c| c.threads)
-            })
-            .min()
-            .unwrap_or(u32::MAX);
+        // Regions that stay where they are bound `s` by their servers' threads; a
+        // holder that is not alive has no threads to count (recovery moves first).
+        let mut kept_threads = u32::MAX;
+        for &id in kept {
+            let c = candidates
+                .iter()
+                .find(|c| c.place.id == id)
+                .ok_or_else(|| {
+                    Reject::unavailable(format!(
+                        "server {id} holds part of this cache and is not alive: search again \
+                     once its regions are recovered"
+                    ))
+                })?;
+            kept_threads = kept_threads.min(c.threads);
+        }
         let max_s = max_s.min(kept_threads);
         // Server cores are priced at the class the cheapest server with room is in.
         let class = candidates
@@ -252,4 +256,84 @@ pub(crate) fn candidates(cat: &Catalogue) -> Vec<SloCandidate> {
 
 fn slo_reject(e: SloError) -> Reject {
     Reject::invalid(e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use farcache_slo::{Machine, ModelFile, Perf, Point, Section};
+
+    fn planner() -> Planner {
+        let mut f = ModelFile::new(Machine::detect(), 1);
+        let points = [1u32, 2, 4]
+            .iter()
+            .map(|&b| Point {
+                transport: Transport {
+                    s: 1,
+                    c: 1,
+                    b,
+                    q: 1,
+                },
+                perf: Perf {
+                    p50_us: 10.0,
+                    p99_us: 20.0,
+                    throughput: 1e5 * f64::from(b),
+                },
+            })
+            .collect();
+        f.sections.push(Section {
+            record_size: 8,
+            read_fraction: 1.0,
+            points,
+        });
+        Planner {
+            model: Some(Model::from_file(f).expect("model")),
+            settings: SloSettings::default(),
+        }
+    }
+
+    fn server(id: ServerId, threads: u32) -> SloCandidate {
+        SloCandidate {
+            place: Candidate {
+                id,
+                price_per_gib_hour: 0.01,
+                free: 1 << 30,
+            },
+            threads,
+            class: PriceClass::Spot,
+        }
+    }
+
+    #[test]
+    fn a_holder_that_is_not_alive_is_refused_by_name() {
+        let p = planner();
+        let slo = Slo::new(8, 1e5, 100.0);
+        let alive = [server(1, 1), server(2, 1)];
+        let ok = p
+            .plan(&slo, &alive, &[1, 2], 0, 1 << 20)
+            .expect("both alive");
+        assert_eq!(ok.servers, vec![1, 2]);
+        assert_eq!(ok.choice.transport.b, 2, "{:?}", ok.choice);
+        let e = p
+            .plan(&slo, &alive, &[1, 3], 0, 1 << 20)
+            .err()
+            .expect("3 is gone");
+        assert!(
+            e.message.contains("server 3") && e.message.contains("not alive"),
+            "{}",
+            e.message
+        );
+    }
+
+    #[test]
+    fn servers_without_enough_threads_get_no_regions() {
+        let p = planner();
+        let slo = Slo::new(8, 1e5, 100.0);
+        // Only s = 1 is in the model; a 0-thread entry never holds a region.
+        let plan = p
+            .plan(&slo, &[server(1, 0), server(2, 1)], &[], 3, 1 << 20)
+            .expect("plan");
+        assert_eq!(plan.servers, vec![2, 2, 2]);
+        assert!(plan.choice.dollars_per_hour > 0.0);
+    }
 }
