@@ -44,6 +44,8 @@ enum Command {
     /// Benchmarks against Redis and raw TCP.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCommand),
+    /// Serve a keyed store over the Redis protocol (redis-cli, redis-benchmark, redis-py).
+    Resp(cmd::resp::Args),
     /// Measure the SLO performance model on this machine (for `manager --slo-model`).
     Calibrate(cmd::calibrate::Args),
 }
@@ -104,6 +106,10 @@ fn main() -> Result<()> {
         Command::Bench(b) => {
             init_logging("warn");
             cmd::bench::run(b)
+        }
+        Command::Resp(a) => {
+            init_logging("info");
+            cmd::resp::run(a)
         }
         Command::Calibrate(a) => {
             init_logging("warn");

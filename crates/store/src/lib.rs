@@ -27,7 +27,7 @@
 //! [`alloc`] (item allocation and recycling), [`evict`] (the CLOCK sweep),
 //! [`large`] (erasure-coded values), [`repair`] (rebuilding after lost servers),
 //! [`hot`] (second copies of hot keys, reads to the less loaded home),
-//! [`stats`] (occupancy and fragmentation).
+//! [`stats`] (occupancy and fragmentation), [`meta`] (value with expiry).
 
 pub mod alloc;
 pub mod async_api;
@@ -36,6 +36,7 @@ pub mod evict;
 pub mod hot;
 pub mod large;
 pub mod lookup;
+pub mod meta;
 pub mod options;
 pub mod put;
 pub mod repair;
@@ -46,6 +47,7 @@ pub use async_api::StoreFuture;
 pub use error::{Result, StoreError};
 pub use farcache_kvformat::manifest::Manifest;
 pub use hot::{HotController, HotOptions};
+pub use meta::Entry;
 pub use options::{Condition, PutOptions, StoreOptions};
 pub use repair::{RepairReport, Repairer};
 pub use stats::StoreStats;

@@ -6,6 +6,7 @@ pub mod create;
 pub mod demo;
 pub mod manager;
 pub mod reclaim;
+pub mod resp;
 pub mod secret;
 pub mod server;
 pub mod status;

@@ -1,0 +1,390 @@
+//! String commands: GET, SET (EX PX EXAT PXAT KEEPTTL NX XX GET), SETNX, SETEX,
+//! PSETEX, GETSET, GETDEL, MGET, MSET, INCR/DECR(BY), APPEND, GETRANGE, SETRANGE,
+//! STRLEN.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use farcache_store::{Condition, PutOptions};
+
+use super::int_arg;
+use super::rmw::{Change, Ttl, rmw};
+use crate::error::store_error_line;
+use crate::parse::{Args, MAX_BULK};
+use crate::reply::Out;
+use crate::session::Session;
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+pub fn get(s: &mut Session, a: &Args, out: &mut Out) {
+    match s.shared.store.get(&a[1]) {
+        Ok(v) => out.opt_bulk(v.as_deref()),
+        Err(e) => out.error(&store_error_line(&e)),
+    }
+}
+
+/// When a `SET` expires.
+enum Expiry {
+    None,
+    In(Duration),
+    /// An absolute time already past: the key is gone at once.
+    Past,
+    Keep,
+}
+
+struct SetArgs {
+    expiry: Expiry,
+    cond: Condition,
+    get: bool,
+}
+
+fn parse_set(a: &Args) -> Result<SetArgs, String> {
+    let mut o = SetArgs {
+        expiry: Expiry::None,
+        cond: Condition::Always,
+        get: false,
+    };
+    let syntax = || "ERR syntax error".to_string();
+    let mut i = 3;
+    let mut expiry_given = false;
+    while i < a.len() {
+        let opt = a[i].to_ascii_lowercase();
+        match &opt[..] {
+            b"nx" | b"xx" if o.cond != Condition::Always => return Err(syntax()),
+            b"nx" => o.cond = Condition::IfAbsent,
+            b"xx" => o.cond = Condition::IfPresent,
+            b"get" => o.get = true,
+            b"keepttl" if expiry_given => return Err(syntax()),
+            b"keepttl" => {
+                o.expiry = Expiry::Keep;
+                expiry_given = true;
+            }
+            b"ex" | b"px" | b"exat" | b"pxat" => {
+                if expiry_given {
+                    return Err(syntax());
+                }
+                expiry_given = true;
+                let v = a.get(i + 1).ok_or_else(syntax)?;
+                let n = int_arg(v).map_err(str::to_string)?;
+                if n <= 0 {
+                    return Err("ERR invalid expire time in 'set' command".into());
+                }
+                let ms = match &opt[..] {
+                    b"ex" => n.checked_mul(1000),
+                    b"px" => Some(n),
+                    b"exat" => n.checked_mul(1000).map(|at| at - now_ms()),
+                    _ => Some(n - now_ms()),
+                }
+                .ok_or("ERR invalid expire time in 'set' command")?;
+                o.expiry = if ms <= 0 {
+                    Expiry::Past
+                } else {
+                    Expiry::In(Duration::from_millis(ms as u64))
+                };
+                i += 1;
+            }
+            _ => return Err(syntax()),
+        }
+        i += 1;
+    }
+    Ok(o)
+}
+
+pub fn set(s: &mut Session, a: &Args, out: &mut Out) {
+    let o = match parse_set(a) {
+        Ok(o) => o,
+        Err(e) => return out.error(&e),
+    };
+    let (key, value) = (&a[1], &a[2]);
+    if o.get || matches!(o.expiry, Expiry::Keep | Expiry::Past) {
+        // Needs the old entry: a read-modify-write.
+        let r = rmw(s, key, |old| {
+            let present = old.is_some();
+            let applies = match o.cond {
+                Condition::Always => true,
+                Condition::IfAbsent => !present,
+                Condition::IfPresent => present,
+            };
+            let prior = old.map(|e| e.value.clone());
+            let change = match (applies, &o.expiry) {
+                (false, _) => Change::None,
+                (true, Expiry::Past) => Change::Delete,
+                (true, Expiry::Keep) => Change::Put(value.to_vec(), Ttl::Keep),
+                (true, Expiry::In(d)) => Change::Put(value.to_vec(), Ttl::Set(*d)),
+                (true, Expiry::None) => Change::Put(value.to_vec(), Ttl::Clear),
+            };
+            Ok((change, (applies, prior)))
+        });
+        match r {
+            Err(e) => out.error(&e),
+            Ok((_, prior)) if o.get => out.opt_bulk(prior.as_deref()),
+            Ok((true, _)) => out.ok(),
+            Ok((false, _)) => out.null(),
+        }
+        return;
+    }
+    let opts = PutOptions {
+        ttl: match o.expiry {
+            Expiry::In(d) => Some(d),
+            _ => None,
+        },
+        condition: o.cond,
+    };
+    let r = {
+        let _held = s.shared.lock_keys([key]);
+        s.shared.store.put_with(key, value, opts)
+    };
+    match r {
+        Ok(true) => out.ok(),
+        Ok(false) => out.null(),
+        Err(e) => out.error(&store_error_line(&e)),
+    }
+}
+
+pub fn setnx(s: &mut Session, a: &Args, out: &mut Out) {
+    let opts = PutOptions {
+        ttl: None,
+        condition: Condition::IfAbsent,
+    };
+    let r = {
+        let _held = s.shared.lock_keys([&a[1]]);
+        s.shared.store.put_with(&a[1], &a[2], opts)
+    };
+    match r {
+        Ok(set) => out.int(i64::from(set)),
+        Err(e) => out.error(&store_error_line(&e)),
+    }
+}
+
+fn set_with_ttl(s: &mut Session, a: &Args, out: &mut Out, unit_ms: i64, name: &str) {
+    let ms = match int_arg(&a[2]) {
+        Ok(n) if n > 0 => n.checked_mul(unit_ms),
+        Ok(_) => None,
+        Err(e) => return out.error(e),
+    };
+    let Some(ms) = ms else {
+        return out.error(&format!("ERR invalid expire time in '{name}' command"));
+    };
+    let r = {
+        let _held = s.shared.lock_keys([&a[1]]);
+        s.shared.store.put_with(
+            &a[1],
+            &a[3],
+            PutOptions::ttl(Duration::from_millis(ms as u64)),
+        )
+    };
+    match r {
+        Ok(_) => out.ok(),
+        Err(e) => out.error(&store_error_line(&e)),
+    }
+}
+
+pub fn setex(s: &mut Session, a: &Args, out: &mut Out) {
+    set_with_ttl(s, a, out, 1000, "setex");
+}
+
+pub fn psetex(s: &mut Session, a: &Args, out: &mut Out) {
+    set_with_ttl(s, a, out, 1, "psetex");
+}
+
+pub fn getset(s: &mut Session, a: &Args, out: &mut Out) {
+    let r = rmw(s, &a[1], |old| {
+        Ok((
+            Change::Put(a[2].to_vec(), Ttl::Clear),
+            old.map(|e| e.value.clone()),
+        ))
+    });
+    match r {
+        Ok(v) => out.opt_bulk(v.as_deref()),
+        Err(e) => out.error(&e),
+    }
+}
+
+pub fn getdel(s: &mut Session, a: &Args, out: &mut Out) {
+    let r = rmw(s, &a[1], |old| match old {
+        Some(e) => Ok((Change::Delete, Some(e.value.clone()))),
+        None => Ok((Change::None, None)),
+    });
+    match r {
+        Ok(v) => out.opt_bulk(v.as_deref()),
+        Err(e) => out.error(&e),
+    }
+}
+
+pub fn mget(s: &mut Session, a: &Args, out: &mut Out) {
+    let keys = &a[1..];
+    match s.shared.store.mget(keys) {
+        Ok(vals) => {
+            // A key that cannot be read fails the command, not just its slot: a nil
+            // would claim the key is absent.
+            if let Some(e) = vals.iter().find_map(|v| v.as_ref().err()) {
+                return out.error(&store_error_line(e));
+            }
+            out.array(vals.len());
+            for v in vals.into_iter().flatten() {
+                out.opt_bulk(v.as_deref());
+            }
+        }
+        Err(e) => out.error(&store_error_line(&e)),
+    }
+}
+
+pub fn mset(s: &mut Session, a: &Args, out: &mut Out) {
+    if a.len() % 2 != 1 {
+        return out.error("ERR wrong number of arguments for 'mset' command");
+    }
+    let pairs: Vec<(&[u8], &[u8])> = a[1..]
+        .chunks_exact(2)
+        .map(|p| (&p[0][..], &p[1][..]))
+        .collect();
+    let results = {
+        let _held = s.shared.lock_keys(pairs.iter().map(|p| &p.0));
+        s.shared.store.mput(&pairs)
+    };
+    match results.iter().find_map(|r| r.as_ref().err()) {
+        Some(e) => out.error(&store_error_line(e)),
+        None => out.ok(),
+    }
+}
+
+fn incr_by(s: &mut Session, key: &[u8], delta: i64, out: &mut Out) {
+    let r = rmw(s, key, |old| {
+        let cur = match old {
+            None => 0,
+            Some(e) => std::str::from_utf8(&e.value)
+                .ok()
+                .and_then(|t| t.parse::<i64>().ok())
+                .ok_or("ERR value is not an integer or out of range")?,
+        };
+        let new = cur
+            .checked_add(delta)
+            .ok_or("ERR increment or decrement would overflow")?;
+        Ok((Change::Put(new.to_string().into_bytes(), Ttl::Keep), new))
+    });
+    match r {
+        Ok(v) => out.int(v),
+        Err(e) => out.error(&e),
+    }
+}
+
+pub fn incr(s: &mut Session, a: &Args, out: &mut Out) {
+    incr_by(s, &a[1], 1, out);
+}
+
+pub fn decr(s: &mut Session, a: &Args, out: &mut Out) {
+    incr_by(s, &a[1], -1, out);
+}
+
+pub fn incrby(s: &mut Session, a: &Args, out: &mut Out) {
+    match int_arg(&a[2]) {
+        Ok(d) => incr_by(s, &a[1], d, out),
+        Err(e) => out.error(e),
+    }
+}
+
+pub fn decrby(s: &mut Session, a: &Args, out: &mut Out) {
+    match int_arg(&a[2]).and_then(|d| d.checked_neg().ok_or("ERR decrement would overflow")) {
+        Ok(d) => incr_by(s, &a[1], d, out),
+        Err(e) => out.error(e),
+    }
+}
+
+pub fn append(s: &mut Session, a: &Args, out: &mut Out) {
+    let r = rmw(s, &a[1], |old| {
+        let mut v = old.map(|e| e.value.to_vec()).unwrap_or_default();
+        if v.len() + a[2].len() > MAX_BULK {
+            return Err("ERR string exceeds maximum allowed size (proto-max-bulk-len)".into());
+        }
+        v.extend_from_slice(&a[2]);
+        let n = v.len() as i64;
+        Ok((Change::Put(v, Ttl::Keep), n))
+    });
+    match r {
+        Ok(n) => out.int(n),
+        Err(e) => out.error(&e),
+    }
+}
+
+/// Redis's GETRANGE: inclusive, negative indices from the end, clamped.
+pub fn range(len: usize, start: i64, end: i64) -> Option<(usize, usize)> {
+    let len = len as i64;
+    if len == 0 || (start < 0 && end < 0 && start > end) {
+        return None;
+    }
+    let fix = |i: i64| if i < 0 { (len + i).max(0) } else { i };
+    let (s, e) = (fix(start), fix(end).min(len - 1));
+    (s <= e).then_some((s as usize, e as usize + 1))
+}
+
+pub fn getrange(s: &mut Session, a: &Args, out: &mut Out) {
+    let (start, end) = match (int_arg(&a[2]), int_arg(&a[3])) {
+        (Ok(x), Ok(y)) => (x, y),
+        (Err(e), _) | (_, Err(e)) => return out.error(e),
+    };
+    match s.shared.store.get(&a[1]) {
+        Ok(Some(v)) => match range(v.len(), start, end) {
+            Some((x, y)) => out.bulk(&v[x..y]),
+            None => out.bulk(b""),
+        },
+        Ok(None) => out.bulk(b""),
+        Err(e) => out.error(&store_error_line(&e)),
+    }
+}
+
+pub fn setrange(s: &mut Session, a: &Args, out: &mut Out) {
+    let off = match int_arg(&a[2]) {
+        Ok(o) if o >= 0 => o as usize,
+        Ok(_) => return out.error("ERR offset is out of range"),
+        Err(e) => return out.error(e),
+    };
+    let patch = &a[3];
+    if off.saturating_add(patch.len()) > MAX_BULK {
+        return out.error("ERR string exceeds maximum allowed size (proto-max-bulk-len)");
+    }
+    let r = rmw(s, &a[1], |old| {
+        let mut v = old.map(|e| e.value.to_vec()).unwrap_or_default();
+        if patch.is_empty() {
+            // Redis neither creates nor pads for an empty patch.
+            return Ok((Change::None, v.len() as i64));
+        }
+        if v.len() < off + patch.len() {
+            v.resize(off + patch.len(), 0);
+        }
+        v[off..off + patch.len()].copy_from_slice(patch);
+        let n = v.len() as i64;
+        Ok((Change::Put(v, Ttl::Keep), n))
+    });
+    match r {
+        Ok(n) => out.int(n),
+        Err(e) => out.error(&e),
+    }
+}
+
+pub fn strlen(s: &mut Session, a: &Args, out: &mut Out) {
+    match s.shared.store.get(&a[1]) {
+        Ok(v) => out.int(v.map_or(0, |v| v.len() as i64)),
+        Err(e) => out.error(&store_error_line(&e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::range;
+
+    #[test]
+    fn getrange_follows_redis() {
+        // "This is a string" examples from the Redis docs.
+        let len = 16;
+        assert_eq!(range(len, 0, 3), Some((0, 4)));
+        assert_eq!(range(len, -3, -1), Some((13, 16)));
+        assert_eq!(range(len, 0, -1), Some((0, 16)));
+        assert_eq!(range(len, 10, 100), Some((10, 16)));
+        assert_eq!(range(len, 5, 2), None);
+        assert_eq!(range(0, 0, -1), None);
+        assert_eq!(range(len, -100, 2), Some((0, 3)));
+    }
+}

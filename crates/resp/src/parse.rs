@@ -1,0 +1,286 @@
+//! Request parsing: RESP arrays of bulk strings (what every client library sends)
+//! and inline commands (what a human types into `telnet`). Replies are written by
+//! [`crate::reply`]; a server never has to parse them.
+
+use bytes::{Buf, Bytes, BytesMut};
+
+/// Redis's own limits (`proto-max-bulk-len`, and the element count it accepts).
+pub const MAX_BULK: usize = 512 << 20;
+pub const MAX_ARGS: usize = 1 << 20;
+/// Longest inline command or header line.
+pub const MAX_INLINE: usize = 64 << 10;
+
+/// A request that can never become valid: the connection is answered and closed,
+/// as Redis does.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("Protocol error: {0}")]
+pub struct ProtocolError(pub String);
+
+/// One command: its arguments, the name first.
+pub type Args = Vec<Bytes>;
+
+/// Takes the next complete command off `buf`; `Ok(None)` when more bytes are needed
+/// (nothing is consumed then). An empty inline line is skipped, as Redis does.
+pub fn next_command(buf: &mut BytesMut) -> Result<Option<Args>, ProtocolError> {
+    loop {
+        let Some(&first) = buf.first() else {
+            return Ok(None);
+        };
+        if first == b'*' {
+            return multibulk(buf);
+        }
+        match inline(buf)? {
+            Some(args) if args.is_empty() => continue,
+            other => return Ok(other),
+        }
+    }
+}
+
+/// Position of the `\r\n` ending the line starting at `from`, within the limit.
+fn line_end(buf: &[u8], from: usize, what: &str) -> Result<Option<usize>, ProtocolError> {
+    let window = &buf[from..buf.len().min(from + MAX_INLINE + 2)];
+    match window.windows(2).position(|w| w == b"\r\n") {
+        Some(i) => Ok(Some(from + i)),
+        None if window.len() >= MAX_INLINE + 2 => Err(ProtocolError(format!("too big {what}"))),
+        None => Ok(None),
+    }
+}
+
+fn number(line: &[u8], what: &str) -> Result<i64, ProtocolError> {
+    std::str::from_utf8(line)
+        .ok()
+        .and_then(|s| s.parse::<i64>().ok())
+        .ok_or_else(|| ProtocolError(format!("invalid {what}")))
+}
+
+fn multibulk(buf: &mut BytesMut) -> Result<Option<Args>, ProtocolError> {
+    let Some(end) = line_end(buf, 0, "mbulk count string")? else {
+        return Ok(None);
+    };
+    let n = number(&buf[1..end], "multibulk length")?;
+    if n > MAX_ARGS as i64 {
+        return Err(ProtocolError("invalid multibulk length".into()));
+    }
+    if n <= 0 {
+        // `*0` and `*-1` are no command at all.
+        buf.advance(end + 2);
+        return Ok(Some(Vec::new()));
+    }
+    // Walk the elements without consuming until all are here.
+    let mut at = end + 2;
+    let mut spans = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        if at >= buf.len() {
+            return Ok(None);
+        }
+        if buf[at] != b'$' {
+            return Err(ProtocolError(format!(
+                "expected '$', got '{}'",
+                char::from(buf[at]).escape_default()
+            )));
+        }
+        let Some(e) = line_end(buf, at, "bulk count string")? else {
+            return Ok(None);
+        };
+        let len = number(&buf[at + 1..e], "bulk length")?;
+        if len < 0 || len as usize > MAX_BULK {
+            return Err(ProtocolError("invalid bulk length".into()));
+        }
+        let start = e + 2;
+        let stop = start + len as usize;
+        if buf.len() < stop + 2 {
+            return Ok(None);
+        }
+        if &buf[stop..stop + 2] != b"\r\n" {
+            return Err(ProtocolError("bulk string not followed by CRLF".into()));
+        }
+        spans.push((start, stop));
+        at = stop + 2;
+    }
+    let frame = buf.split_to(at).freeze();
+    Ok(Some(
+        spans.into_iter().map(|(a, b)| frame.slice(a..b)).collect(),
+    ))
+}
+
+fn inline(buf: &mut BytesMut) -> Result<Option<Args>, ProtocolError> {
+    // Inline commands may end with a bare `\n` (netcat, telnet in some modes).
+    let window = &buf[..buf.len().min(MAX_INLINE + 1)];
+    let Some(nl) = window.iter().position(|&c| c == b'\n') else {
+        if window.len() > MAX_INLINE {
+            return Err(ProtocolError("too big inline request".into()));
+        }
+        return Ok(None);
+    };
+    let line = buf.split_to(nl + 1).freeze();
+    let text = line.slice(..line.len() - 1);
+    let text = text
+        .strip_suffix(b"\r")
+        .map_or(text.clone(), |t| text.slice_ref(t));
+    split_inline(&text).map(Some)
+}
+
+/// Splits an inline line on spaces, honouring "double" and 'single' quotes with
+/// the escapes `redis-cli` understands.
+fn split_inline(line: &Bytes) -> Result<Args, ProtocolError> {
+    let unbalanced = || ProtocolError("unbalanced quotes in request".into());
+    let mut args = Vec::new();
+    let mut i = 0;
+    let b = &line[..];
+    while i < b.len() {
+        while i < b.len() && b[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        if i == b.len() {
+            break;
+        }
+        let mut cur = Vec::new();
+        match b[i] {
+            q @ (b'"' | b'\'') => {
+                i += 1;
+                loop {
+                    let Some(&c) = b.get(i) else {
+                        return Err(unbalanced());
+                    };
+                    i += 1;
+                    if c == q {
+                        // A closing quote must end the argument.
+                        if b.get(i).is_some_and(|c| !c.is_ascii_whitespace()) {
+                            return Err(unbalanced());
+                        }
+                        break;
+                    }
+                    if c == b'\\' && q == b'"' {
+                        let Some(&e) = b.get(i) else {
+                            return Err(unbalanced());
+                        };
+                        i += 1;
+                        match e {
+                            b'n' => cur.push(b'\n'),
+                            b'r' => cur.push(b'\r'),
+                            b't' => cur.push(b'\t'),
+                            b'b' => cur.push(8),
+                            b'a' => cur.push(7),
+                            b'x' => {
+                                let hex = b.get(i..i + 2).and_then(|h| {
+                                    std::str::from_utf8(h)
+                                        .ok()
+                                        .and_then(|h| u8::from_str_radix(h, 16).ok())
+                                });
+                                match hex {
+                                    Some(v) => {
+                                        cur.push(v);
+                                        i += 2;
+                                    }
+                                    None => cur.extend_from_slice(b"x"),
+                                }
+                            }
+                            other => cur.push(other),
+                        }
+                    } else if c == b'\\' && q == b'\'' && b.get(i) == Some(&b'\'') {
+                        cur.push(b'\'');
+                        i += 1;
+                    } else {
+                        cur.push(c);
+                    }
+                }
+                args.push(Bytes::from(cur));
+            }
+            _ => {
+                let start = i;
+                while i < b.len() && !b[i].is_ascii_whitespace() {
+                    i += 1;
+                }
+                args.push(line.slice(start..i));
+            }
+        }
+    }
+    Ok(args)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_all(input: &[u8]) -> Result<Vec<Args>, ProtocolError> {
+        let mut buf = BytesMut::from(input);
+        let mut out = Vec::new();
+        while let Some(a) = next_command(&mut buf)? {
+            out.push(a);
+        }
+        Ok(out)
+    }
+
+    #[test]
+    fn multibulk_and_inline() {
+        let got = parse_all(b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\nPING\r\nset \"a b\" 'c'\n").unwrap();
+        assert_eq!(got.len(), 3);
+        assert_eq!(got[0], vec![Bytes::from("GET"), Bytes::from("k")]);
+        assert_eq!(got[1], vec![Bytes::from("PING")]);
+        assert_eq!(
+            got[2],
+            vec![Bytes::from("set"), Bytes::from("a b"), Bytes::from("c")]
+        );
+    }
+
+    #[test]
+    fn partial_input_waits_and_consumes_nothing() {
+        let full = b"*2\r\n$3\r\nGET\r\n$5\r\nhello\r\n";
+        for cut in 0..full.len() {
+            let mut buf = BytesMut::from(&full[..cut]);
+            assert_eq!(next_command(&mut buf), Ok(None), "cut at {cut}");
+            assert_eq!(buf.len(), cut);
+        }
+    }
+
+    #[test]
+    fn binary_values_survive() {
+        let got = parse_all(b"*2\r\n$3\r\nSET\r\n$4\r\n\r\n\0\xff\r\n").unwrap();
+        assert_eq!(&got[0][1][..], b"\r\n\0\xff");
+    }
+
+    #[test]
+    fn malformed_frames_are_refused() {
+        for bad in [
+            &b"*1\r\n+GET\r\n"[..],
+            b"*1\r\n$-5\r\n",
+            b"*1\r\n$3\r\nGETxx",
+            b"*x\r\n",
+            b"*99999999999\r\n",
+            b"*1\r\n$999999999999\r\n",
+            b"\"unclosed\r\n",
+        ] {
+            assert!(parse_all(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn hex_escapes_in_inline() {
+        let got = parse_all(b"SET k \"\\x00\\xffa\\n\"\r\n").unwrap();
+        assert_eq!(&got[0][2][..], b"\0\xffa\n");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(input in proptest::collection::vec(proptest::num::u8::ANY, 0..256)) {
+            let _ = parse_all(&input);
+        }
+
+        #[test]
+        fn encoded_commands_round_trip(cmds in proptest::collection::vec(
+            proptest::collection::vec(proptest::collection::vec(proptest::num::u8::ANY, 0..40), 1..6), 1..8)) {
+            let mut wire = Vec::new();
+            for c in &cmds {
+                wire.extend_from_slice(format!("*{}\r\n", c.len()).as_bytes());
+                for a in c {
+                    wire.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+                    wire.extend_from_slice(a);
+                    wire.extend_from_slice(b"\r\n");
+                }
+            }
+            let got = parse_all(&wire).unwrap();
+            let want: Vec<Args> = cmds.into_iter().map(|c| c.into_iter().map(Bytes::from).collect()).collect();
+            proptest::prop_assert_eq!(got, want);
+        }
+    }
+}

@@ -1,0 +1,406 @@
+//! An event loop serving many connections. Each turn reads what every ready
+//! connection sent, then runs the commands in rounds: a round takes from each
+//! connection its leading run of plain `GET`s (or plain `SET`s), runs all of them
+//! as one multi-get (one multi-put), and answers other commands one by one. So
+//! fifty clients each sending one `GET` cost one round trip per farcache server,
+//! not fifty; each connection's replies stay in its command order.
+
+use std::collections::{HashSet, VecDeque};
+use std::io::{ErrorKind, Read, Write};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::Receiver;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use mio::net::TcpStream;
+use mio::{Events, Interest, Poll, Token, Waker};
+use slab::Slab;
+
+use crate::cmd;
+use crate::error::store_error_line;
+use crate::parse::{Args, ProtocolError, next_command};
+use crate::reply::Out;
+use crate::server::Shared;
+use crate::session::Session;
+
+pub const WAKER: Token = Token(usize::MAX);
+/// Bytes read from one connection per turn (others get their turn).
+const READ_BUDGET: usize = 1 << 20;
+/// Past this many unsent reply bytes a connection is not read until it drains.
+const OUT_HIGH: usize = 16 << 20;
+const SCRATCH: usize = 64 << 10;
+
+struct Conn {
+    stream: TcpStream,
+    s: Session,
+    inbuf: BytesMut,
+    queue: VecDeque<Args>,
+    out: Vec<u8>,
+    /// Bytes of `out` already sent.
+    sent: usize,
+    /// The peer closed its side, or sent a request that can never parse: answer
+    /// what came before, then close.
+    closing: bool,
+    protocol_error: Option<ProtocolError>,
+    writable_interest: bool,
+    read_paused: bool,
+}
+
+/// The part of a round that runs as one multi-get or multi-put.
+#[derive(Default)]
+struct Round {
+    gets: Vec<(usize, Bytes)>,
+    sets: Vec<(usize, Bytes, Bytes)>,
+    set_keys: HashSet<Bytes>,
+}
+
+pub struct Worker {
+    shared: Arc<Shared>,
+    poll: Poll,
+    conns: Slab<Conn>,
+    incoming: Receiver<std::net::TcpStream>,
+    scratch: Vec<u8>,
+    /// Connections to read again without waiting for an event.
+    again: Vec<usize>,
+}
+
+impl Worker {
+    pub fn new(
+        shared: Arc<Shared>,
+        incoming: Receiver<std::net::TcpStream>,
+    ) -> std::io::Result<(Self, Arc<Waker>)> {
+        let poll = Poll::new()?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+        Ok((
+            Self {
+                shared,
+                poll,
+                conns: Slab::new(),
+                incoming,
+                scratch: vec![0; SCRATCH],
+                again: Vec::new(),
+            },
+            waker,
+        ))
+    }
+
+    pub fn run(mut self) {
+        let mut events = Events::with_capacity(1024);
+        loop {
+            if self.shared.stopping() {
+                return;
+            }
+            let wait = if self.again.is_empty() {
+                Duration::from_millis(500)
+            } else {
+                Duration::ZERO
+            };
+            if let Err(e) = self.poll.poll(&mut events, Some(wait)) {
+                if e.kind() != ErrorKind::Interrupted {
+                    tracing::error!(error = %e, "RESP worker poll failed");
+                    return;
+                }
+            }
+            let mut ready = std::mem::take(&mut self.again);
+            for ev in events.iter() {
+                if ev.token() == WAKER {
+                    self.adopt();
+                } else {
+                    ready.push(ev.token().0);
+                }
+            }
+            for id in ready {
+                self.read(id);
+            }
+            self.rounds();
+            self.flush_all();
+        }
+    }
+
+    /// Takes the connections the acceptor handed over.
+    fn adopt(&mut self) {
+        while let Ok(std_stream) = self.incoming.try_recv() {
+            if std_stream.set_nonblocking(true).is_err() {
+                self.shared.connected.fetch_sub(1, Ordering::SeqCst);
+                continue;
+            }
+            let mut stream = TcpStream::from_std(std_stream);
+            let entry = self.conns.vacant_entry();
+            let id = entry.key();
+            if let Err(e) =
+                self.poll
+                    .registry()
+                    .register(&mut stream, Token(id), Interest::READABLE)
+            {
+                tracing::warn!(error = %e, "cannot watch a RESP connection");
+                self.shared.connected.fetch_sub(1, Ordering::SeqCst);
+                continue;
+            }
+            entry.insert(Conn {
+                stream,
+                s: Session::new(self.shared.clone()),
+                inbuf: BytesMut::with_capacity(SCRATCH),
+                queue: VecDeque::new(),
+                out: Vec::new(),
+                sent: 0,
+                closing: false,
+                protocol_error: None,
+                writable_interest: false,
+                read_paused: false,
+            });
+            // Bytes may have arrived before registration (edge-triggered).
+            self.read(id);
+        }
+    }
+
+    /// Reads what `id` sent and parses its complete commands.
+    fn read(&mut self, id: usize) {
+        let Some(c) = self.conns.get_mut(id) else {
+            return;
+        };
+        if c.closing {
+            return;
+        }
+        if c.out.len() - c.sent > OUT_HIGH {
+            // Read again once the replies drain.
+            c.read_paused = true;
+            return;
+        }
+        let mut got = 0;
+        while got < READ_BUDGET {
+            match c.stream.read(&mut self.scratch) {
+                Ok(0) => {
+                    c.closing = true;
+                    break;
+                }
+                Ok(n) => {
+                    got += n;
+                    c.inbuf.extend_from_slice(&self.scratch[..n]);
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    c.closing = true;
+                    break;
+                }
+            }
+        }
+        loop {
+            match next_command(&mut c.inbuf) {
+                Ok(Some(a)) if a.is_empty() => {}
+                Ok(Some(a)) => {
+                    self.shared.commands.fetch_add(1, Ordering::Relaxed);
+                    c.queue.push_back(a);
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    c.protocol_error = Some(e);
+                    c.closing = true;
+                    break;
+                }
+            }
+        }
+        if got >= READ_BUDGET {
+            // More may be waiting; edge-triggered polling will not say so again.
+            self.again.push(id);
+        }
+    }
+
+    /// Runs every queued command.
+    fn rounds(&mut self) {
+        loop {
+            let mut r = Round::default();
+            let ids: Vec<usize> = self
+                .conns
+                .iter()
+                .filter(|(_, c)| !c.queue.is_empty())
+                .map(|(i, _)| i)
+                .collect();
+            if ids.is_empty() {
+                return;
+            }
+            for id in ids {
+                self.take_from(id, &mut r);
+            }
+            if r.gets.is_empty() && r.sets.is_empty() {
+                return;
+            }
+            self.run_gets(&r.gets);
+            self.run_sets(&r.sets);
+        }
+    }
+
+    /// Answers `id`'s leading commands that are not batched, then moves its leading
+    /// run of plain GETs or SETs into the round.
+    fn take_from(&mut self, id: usize, r: &mut Round) {
+        let Some(c) = self.conns.get_mut(id) else {
+            return;
+        };
+        while let Some(front) = c.queue.front() {
+            if c.s.quit {
+                c.queue.clear();
+                return;
+            }
+            if c.s.plain_get(front) {
+                while let Some(a) = c.queue.front().filter(|a| c.s.plain_get(a)) {
+                    r.gets.push((id, a[1].clone()));
+                    c.queue.pop_front();
+                }
+                return;
+            }
+            if c.s.plain_set(front) {
+                // A key named twice waits for the next round: one multi-put does
+                // not order its writes.
+                while let Some(a) = c
+                    .queue
+                    .front()
+                    .filter(|a| c.s.plain_set(a) && !r.set_keys.contains(&a[1]))
+                {
+                    r.set_keys.insert(a[1].clone());
+                    r.sets.push((id, a[1].clone(), a[2].clone()));
+                    c.queue.pop_front();
+                }
+                return;
+            }
+            let Some(a) = c.queue.pop_front() else {
+                return;
+            };
+            let mut out = Out {
+                buf: &mut c.out,
+                proto: c.s.proto,
+            };
+            cmd::dispatch(&mut c.s, &a, &mut out);
+        }
+    }
+
+    fn run_gets(&mut self, gets: &[(usize, Bytes)]) {
+        if gets.is_empty() {
+            return;
+        }
+        let keys: Vec<&[u8]> = gets.iter().map(|(_, k)| &k[..]).collect();
+        let res = self.shared.store.mget(&keys);
+        match res {
+            Ok(vals) => {
+                for ((id, _), v) in gets.iter().zip(vals) {
+                    let Some(c) = self.conns.get_mut(*id) else {
+                        continue;
+                    };
+                    let mut out = Out {
+                        buf: &mut c.out,
+                        proto: c.s.proto,
+                    };
+                    match v {
+                        Ok(v) => out.opt_bulk(v.as_deref()),
+                        Err(e) => out.error(&store_error_line(&e)),
+                    }
+                }
+            }
+            Err(e) => {
+                let line = store_error_line(&e);
+                for (id, _) in gets {
+                    if let Some(c) = self.conns.get_mut(*id) {
+                        Out {
+                            buf: &mut c.out,
+                            proto: c.s.proto,
+                        }
+                        .error(&line);
+                    }
+                }
+            }
+        }
+    }
+
+    fn run_sets(&mut self, sets: &[(usize, Bytes, Bytes)]) {
+        if sets.is_empty() {
+            return;
+        }
+        let pairs: Vec<(&[u8], &[u8])> = sets.iter().map(|(_, k, v)| (&k[..], &v[..])).collect();
+        let results = {
+            let _held = self.shared.lock_keys(pairs.iter().map(|p| &p.0));
+            self.shared.store.mput(&pairs)
+        };
+        for ((id, _, _), r) in sets.iter().zip(results) {
+            let Some(c) = self.conns.get_mut(*id) else {
+                continue;
+            };
+            let mut out = Out {
+                buf: &mut c.out,
+                proto: c.s.proto,
+            };
+            match r {
+                Ok(()) => out.ok(),
+                Err(e) => out.error(&store_error_line(&e)),
+            }
+        }
+    }
+
+    /// Sends what every connection has to send; closes the finished ones.
+    fn flush_all(&mut self) {
+        let ids: Vec<usize> = self.conns.iter().map(|(i, _)| i).collect();
+        for id in ids {
+            let Some(c) = self.conns.get_mut(id) else {
+                continue;
+            };
+            if let Some(e) = c.protocol_error.take() {
+                Out {
+                    buf: &mut c.out,
+                    proto: c.s.proto,
+                }
+                .error(&format!("ERR {e}"));
+            }
+            let mut broken = false;
+            while c.sent < c.out.len() {
+                match c.stream.write(&c.out[c.sent..]) {
+                    Ok(0) => {
+                        broken = true;
+                        break;
+                    }
+                    Ok(n) => c.sent += n,
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                    Err(_) => {
+                        broken = true;
+                        break;
+                    }
+                }
+            }
+            let drained = c.sent == c.out.len();
+            if drained {
+                c.out.clear();
+                c.sent = 0;
+                if c.read_paused {
+                    c.read_paused = false;
+                    self.again.push(id);
+                }
+            }
+            let done = broken || (drained && c.queue.is_empty() && (c.closing || c.s.quit));
+            if done {
+                self.close(id);
+                continue;
+            }
+            // Watch for room to write while replies wait, and stop once they are out.
+            let want_writable = !drained;
+            if want_writable != c.writable_interest {
+                let interest = if want_writable {
+                    Interest::READABLE | Interest::WRITABLE
+                } else {
+                    Interest::READABLE
+                };
+                let _ = self
+                    .poll
+                    .registry()
+                    .reregister(&mut c.stream, Token(id), interest);
+                c.writable_interest = want_writable;
+            }
+        }
+    }
+
+    fn close(&mut self, id: usize) {
+        if self.conns.contains(id) {
+            let mut c = self.conns.remove(id);
+            let _ = self.poll.registry().deregister(&mut c.stream);
+            self.shared.connected.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}

@@ -1,0 +1,360 @@
+//! The front end against a real 3-server cluster, spoken to over TCP: every command
+//! of the issue with Redis's replies, RESP3, tokens, malformed frames, pipelines,
+//! concurrent INCRs and a random sequence checked against a model.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use common::{Conn, V, login, setup};
+use farcache_resp::AuthPolicy;
+use rand::{Rng, SeedableRng};
+
+#[test]
+fn string_and_key_commands_answer_as_redis_does() {
+    let s = setup(None);
+    let mut c = s.conn();
+    login(&s, &mut c);
+    assert_eq!(c.line("PING"), V::Simple("PONG".into()));
+    assert_eq!(c.line("SET k v1"), V::ok());
+    assert_eq!(c.line("GET k"), V::bulk(b"v1"));
+    assert_eq!(c.line("GET missing"), V::Nil);
+    assert_eq!(c.line("SET k v2 NX"), V::Nil);
+    assert_eq!(c.line("SET k v2 XX GET"), V::bulk(b"v1"));
+    assert_eq!(c.line("SET fresh x XX"), V::Nil);
+    assert_eq!(c.line("EXISTS k fresh k"), V::Int(2));
+    assert_eq!(c.line("STRLEN k"), V::Int(2));
+    assert_eq!(c.line("STRLEN missing"), V::Int(0));
+    assert_eq!(c.line("MSET a 1 b 2"), V::ok());
+    assert_eq!(
+        c.line("MGET a b missing"),
+        V::Arr(vec![V::bulk(b"1"), V::bulk(b"2"), V::Nil])
+    );
+    assert_eq!(c.line("INCR a"), V::Int(2));
+    assert_eq!(c.line("INCRBY a 40"), V::Int(42));
+    assert_eq!(c.line("DECRBY a 2"), V::Int(40));
+    assert_eq!(c.line("INCR newcounter"), V::Int(1));
+    assert!(
+        c.line("INCR k")
+            .is_err_starting("ERR value is not an integer")
+    );
+    assert_eq!(c.line("SET big 9223372036854775807"), V::ok());
+    assert!(
+        c.line("INCR big")
+            .is_err_starting("ERR increment or decrement would overflow")
+    );
+    assert_eq!(c.line("SETRANGE s 3 hi"), V::Int(5));
+    assert_eq!(c.line("GET s"), V::bulk(b"\0\0\0hi"));
+    assert_eq!(c.line("GETRANGE s 3 -1"), V::bulk(b"hi"));
+    assert_eq!(c.line("GETRANGE s 10 20"), V::bulk(b""));
+    assert_eq!(c.line("APPEND s !"), V::Int(6));
+    assert_eq!(c.line("DEL a b missing"), V::Int(2));
+    assert_eq!(c.line("GET a"), V::Nil);
+    assert_eq!(c.line("TYPE k"), V::Simple("string".into()));
+    assert_eq!(c.line("TYPE a"), V::Simple("none".into()));
+    // Expiry.
+    assert_eq!(c.line("TTL k"), V::Int(-1));
+    assert_eq!(c.line("TTL missing"), V::Int(-2));
+    assert_eq!(c.line("EXPIRE k 100"), V::Int(1));
+    let V::Int(t) = c.line("TTL k") else {
+        panic!("TTL")
+    };
+    assert!((99..=100).contains(&t), "ttl {t}");
+    assert_eq!(c.line("INCR s2"), V::Int(1));
+    assert_eq!(c.line("PEXPIRE s2 60000"), V::Int(1));
+    assert_eq!(c.line("INCR s2"), V::Int(2));
+    let V::Int(pt) = c.line("PTTL s2") else {
+        panic!("PTTL")
+    };
+    assert!(pt > 50_000 && pt <= 60_000, "INCR keeps the TTL: {pt}");
+    assert_eq!(c.line("PERSIST s2"), V::Int(1));
+    assert_eq!(c.line("TTL s2"), V::Int(-1));
+    assert_eq!(c.line("SET e v PX 150"), V::ok());
+    assert_eq!(c.line("GET e"), V::bulk(b"v"));
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(c.line("GET e"), V::Nil);
+    assert_eq!(c.line("SET e2 v EX 100"), V::ok());
+    assert_eq!(c.line("EXPIRE e2 0"), V::Int(1));
+    assert_eq!(c.line("EXISTS e2"), V::Int(0));
+    assert_eq!(c.line("EXPIRE missing 10"), V::Int(0));
+    assert!(
+        c.line("SET x y EX 0")
+            .is_err_starting("ERR invalid expire time")
+    );
+    assert!(
+        c.line("SET x y EX 10 PX 10")
+            .is_err_starting("ERR syntax error")
+    );
+    assert!(c.line("SET x y NX XX").is_err_starting("ERR syntax error"));
+    assert_eq!(c.line("SETEX sx 100 v"), V::ok());
+    assert_eq!(c.line("SETNX sx other"), V::Int(0));
+    assert_eq!(c.line("GETDEL sx"), V::bulk(b"v"));
+    assert_eq!(c.line("GETDEL sx"), V::Nil);
+    // Errors keep the connection.
+    assert!(
+        c.line("NOSUCHCMD a b")
+            .is_err_starting("ERR unknown command 'NOSUCHCMD'")
+    );
+    assert!(
+        c.line("GET")
+            .is_err_starting("ERR wrong number of arguments for 'get'")
+    );
+    assert!(
+        c.line("SELECT 3")
+            .is_err_starting("ERR DB index is out of range")
+    );
+    assert!(c.cmd(&[b"GET", b""]).is_err_starting("ERR invalid key"));
+    assert_eq!(c.line("ECHO hi"), V::bulk(b"hi"));
+    // Binary keys and values.
+    assert_eq!(c.cmd(&[b"SET", b"\x00\xff\r\n", b"\r\n\x00"]), V::ok());
+    assert_eq!(c.cmd(&[b"GET", b"\x00\xff\r\n"]), V::bulk(b"\r\n\x00"));
+    // Connection commands.
+    assert_eq!(c.line("CLIENT SETNAME app-1"), V::ok());
+    assert_eq!(c.line("CLIENT GETNAME"), V::bulk(b"app-1"));
+    assert!(
+        c.line("CLIENT SETNAME has\nnewline")
+            .is_err_starting("ERR Client names")
+    );
+    let V::Bulk(info) = c.line("INFO") else {
+        panic!("INFO")
+    };
+    let info = String::from_utf8(info).unwrap();
+    assert!(
+        info.contains("redis_version:") && info.contains("db0:keys="),
+        "{info}"
+    );
+    assert_eq!(c.line("QUIT"), V::ok());
+    assert!(c.closed());
+}
+
+#[test]
+fn resp3_hello_and_tokens() {
+    let s = setup(None);
+    let t = s.store.cache().tokens().unwrap().clone();
+    let mut c = s.conn();
+    assert!(c.line("GET k").is_err_starting("NOAUTH"));
+    assert!(c.line("AUTH wrong").is_err_starting("WRONGPASS"));
+    assert!(c.line("HELLO 3").is_err_starting("NOAUTH"));
+    let hello = c.cmd(&[b"HELLO", b"3", b"AUTH", b"default", t.read_write.as_bytes()]);
+    let V::Map(fields) = hello else {
+        panic!("HELLO 3 answers a map: {hello:?}")
+    };
+    assert!(fields.contains(&(V::bulk(b"proto"), V::Int(3))));
+    assert_eq!(c.line("GET missing"), V::Nil);
+    assert!(c.line("HELLO 4").is_err_starting("NOPROTO"));
+    // Read-only token: reads yes, writes no.
+    let mut ro = s.conn();
+    assert_eq!(ro.cmd(&[b"AUTH", t.read_only.as_bytes()]), V::ok());
+    assert!(ro.line("SET k v").is_err_starting("NOPERM"));
+    assert!(ro.line("INCR k").is_err_starting("NOPERM"));
+    assert_eq!(c.line("SET k v"), V::ok());
+    assert_eq!(ro.line("GET k"), V::bulk(b"v"));
+    // Pipelined SETs from a read-only connection are refused one by one too.
+    ro.send_raw(
+        &[
+            Conn::encode(&[b"SET", b"a", b"1"]),
+            Conn::encode(&[b"SET", b"b", b"2"]),
+        ]
+        .concat(),
+    );
+    assert!(ro.reply().is_err_starting("NOPERM"));
+    assert!(ro.reply().is_err_starting("NOPERM"));
+    assert_eq!(c.line("EXISTS a b"), V::Int(0));
+}
+
+#[test]
+fn malformed_frames_close_only_their_connection() {
+    let s = setup(Some(AuthPolicy::Open));
+    let mut good = s.conn();
+    assert_eq!(good.line("SET k v"), V::ok());
+    for bad in [
+        &b"*1\r\n$-5\r\n"[..],
+        b"*2\r\n$3\r\nGET\r\n+k\r\n",
+        b"*1\r\n$3\r\nGETxx",
+        b"*99999999999\r\n",
+        b"\"unbalanced\r\n",
+    ] {
+        let mut c = s.conn();
+        c.send_raw(bad);
+        let r = c.reply();
+        assert!(r.is_err_starting("ERR Protocol error"), "{bad:?}: {r:?}");
+        assert!(c.closed(), "{bad:?} leaves the connection open");
+    }
+    // Random garbage from many connections.
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    for _ in 0..50 {
+        let mut c = s.conn();
+        let junk: Vec<u8> = (0..rng.gen_range(1..400)).map(|_| rng.r#gen()).collect();
+        c.send_raw(&junk);
+        drop(c);
+    }
+    // A command sent before a half-close is still answered.
+    let mut c = s.conn();
+    c.send_raw(b"GET k\r\n");
+    c.w_shutdown();
+    assert_eq!(c.reply(), V::bulk(b"v"));
+    assert_eq!(good.line("GET k"), V::bulk(b"v"));
+}
+
+#[test]
+fn pipelines_keep_order_and_values() {
+    let s = setup(Some(AuthPolicy::Open));
+    let mut c = s.conn();
+    let n = 2000;
+    let mut wire = Vec::new();
+    for i in 0..n {
+        wire.extend(Conn::encode(&[
+            b"SET",
+            format!("p{}", i % 500).as_bytes(),
+            format!("v{i}").as_bytes(),
+        ]));
+    }
+    for i in 0..500 {
+        wire.extend(Conn::encode(&[b"GET", format!("p{i}").as_bytes()]));
+    }
+    wire.extend(Conn::encode(&[b"INCR", b"ctr"]));
+    wire.extend(Conn::encode(&[b"GET", b"ctr"]));
+    c.send_raw(&wire);
+    for _ in 0..n {
+        assert_eq!(c.reply(), V::ok());
+    }
+    // The same key set four times in one pipeline keeps the last value.
+    for i in 0..500 {
+        assert_eq!(c.reply(), V::Bulk(format!("v{}", n - 500 + i).into_bytes()));
+    }
+    assert_eq!(c.reply(), V::Int(1));
+    assert_eq!(c.reply(), V::bulk(b"1"));
+}
+
+#[test]
+fn concurrent_incr_loses_no_increment() {
+    let s = setup(Some(AuthPolicy::Open));
+    let addr = s.addr();
+    let per = 150;
+    let threads: Vec<_> = (0..6)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let mut c = Conn::connect(addr);
+                for i in 0..per {
+                    // Mix in plain SETs and GETs of other keys so batches form.
+                    if i % 3 == 0 {
+                        c.send_raw(&Conn::encode(&[b"SET", format!("o{t}").as_bytes(), b"x"]));
+                        assert_eq!(c.reply(), V::ok());
+                    }
+                    let V::Int(_) = c.line("INCR shared") else {
+                        panic!("INCR")
+                    };
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let mut c = Conn::connect(addr);
+    assert_eq!(
+        c.line("GET shared"),
+        V::Bulk((6 * per).to_string().into_bytes())
+    );
+}
+
+#[test]
+fn random_commands_match_a_model() {
+    let s = setup(Some(AuthPolicy::Open));
+    let mut c = s.conn();
+    let mut model: HashMap<String, Vec<u8>> = HashMap::new();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(42);
+    for step in 0..3000 {
+        let k = format!("k{}", rng.gen_range(0..40));
+        match rng.gen_range(0..7) {
+            0 => {
+                let v: Vec<u8> = (0..rng.gen_range(0..300)).map(|_| rng.r#gen()).collect();
+                assert_eq!(c.cmd(&[b"SET", k.as_bytes(), &v]), V::ok());
+                model.insert(k, v);
+            }
+            1 => {
+                let want = model.get(&k).map_or(V::Nil, |v| V::Bulk(v.clone()));
+                assert_eq!(c.cmd(&[b"GET", k.as_bytes()]), want, "step {step} GET {k}");
+            }
+            2 => {
+                let had = model.remove(&k).is_some();
+                assert_eq!(c.cmd(&[b"DEL", k.as_bytes()]), V::Int(i64::from(had)));
+            }
+            3 => {
+                let tail: Vec<u8> = (0..rng.gen_range(0..20)).map(|_| rng.r#gen()).collect();
+                let v = model.entry(k.clone()).or_default();
+                v.extend_from_slice(&tail);
+                let n = v.len() as i64;
+                assert_eq!(c.cmd(&[b"APPEND", k.as_bytes(), &tail]), V::Int(n));
+            }
+            4 => {
+                let off = rng.gen_range(0..50usize);
+                let patch: Vec<u8> = (0..rng.gen_range(1..10)).map(|_| rng.r#gen()).collect();
+                let v = model.entry(k.clone()).or_default();
+                if v.len() < off + patch.len() {
+                    v.resize(off + patch.len(), 0);
+                }
+                v[off..off + patch.len()].copy_from_slice(&patch);
+                let n = v.len() as i64;
+                let r = c.cmd(&[
+                    b"SETRANGE",
+                    k.as_bytes(),
+                    off.to_string().as_bytes(),
+                    &patch,
+                ]);
+                assert_eq!(r, V::Int(n), "step {step}");
+            }
+            5 => {
+                let keys: Vec<String> = (0..rng.gen_range(1..8))
+                    .map(|_| format!("k{}", rng.gen_range(0..40)))
+                    .collect();
+                let mut args: Vec<&[u8]> = vec![b"MGET"];
+                args.extend(keys.iter().map(|k| k.as_bytes()));
+                let want = V::Arr(
+                    keys.iter()
+                        .map(|k| model.get(k).map_or(V::Nil, |v| V::Bulk(v.clone())))
+                        .collect(),
+                );
+                assert_eq!(c.cmd(&args), want, "step {step}");
+            }
+            _ => {
+                let want = model.get(&k).map_or(0, |v| v.len() as i64);
+                assert_eq!(c.cmd(&[b"STRLEN", k.as_bytes()]), V::Int(want));
+            }
+        }
+    }
+}
+
+#[test]
+fn fcall_runs_a_procedure_next_to_the_data() {
+    let s = setup(Some(AuthPolicy::Open));
+    let mut c = s.conn();
+    // Sum of the first eight u64 words at address 0 (the store's descriptor): the
+    // same answer through FCALL as through the native client.
+    let mut args = vec![0u8; 9];
+    args[1..5].copy_from_slice(&8u32.to_le_bytes());
+    args[5..9].copy_from_slice(&8u32.to_le_bytes());
+    let native = s
+        .store
+        .cache()
+        .execute("aggregate", 0, &args)
+        .expect("native execute");
+    assert_eq!(
+        c.cmd(&[b"FCALL", b"aggregate", b"1", b"0", &args]),
+        V::Bulk(native.to_vec())
+    );
+    assert!(
+        c.cmd(&[b"FCALL", b"no_such_proc", b"0"])
+            .is_err_starting("ERR")
+    );
+    assert!(
+        c.cmd(&[b"FCALL", b"aggregate", b"1", b"notanaddress", &args])
+            .is_err_starting("ERR the key of FCALL")
+    );
+    assert!(
+        c.cmd(&[b"FCALL", b"aggregate", b"2", b"0", b"1"])
+            .is_err_starting("ERR numkeys")
+    );
+    assert_eq!(c.line("PING"), V::Simple("PONG".into()));
+}

@@ -1,0 +1,81 @@
+//! A key's value together with its expiry, for callers that must keep a TTL across a
+//! read-modify-write (Redis `INCR`, `SETRANGE`, `TTL`).
+//!
+//! Two round trips: `kv_find` for the key's slot, then a read of the item it names.
+//! The item's checksum and key are checked, so an item recycled in between is seen
+//! as such and the lookup runs again.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use farcache_kvformat::{SlotWord, class, item};
+
+use crate::put::backoff;
+use crate::store::{MAX_ATTEMPTS, Store, now_ms};
+use crate::{Result, StoreError};
+
+/// A live key's value and when it expires.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub value: Bytes,
+    /// Milliseconds since the Unix epoch; `None` when the key never expires.
+    pub expires_ms: Option<u64>,
+}
+
+impl Entry {
+    /// Time left before the key expires (`None`: never).
+    pub fn ttl(&self) -> Option<Duration> {
+        self.expires_ms
+            .map(|at| Duration::from_millis(at.saturating_sub(now_ms())))
+    }
+}
+
+impl Store {
+    /// `key`'s value and expiry, or `None` if it is absent or expired.
+    pub fn entry(&self, key: &[u8]) -> Result<Option<Entry>> {
+        Self::check_key(key)?;
+        let h = self.locate(key);
+        let lay = self.inner.layout;
+        for attempt in 1..=MAX_ATTEMPTS {
+            if attempt > 1 {
+                backoff(attempt);
+            }
+            let now = now_ms();
+            let f = self.find(key, h, now)?;
+            let slot = match (f.status, f.slot) {
+                (farcache_kvformat::wire::HIT, Some(s)) if !f.expired => s,
+                (farcache_kvformat::wire::BUSY, _) => continue,
+                _ => return Ok(None),
+            };
+            let word = SlotWord(f.words[usize::from(slot)]);
+            let size = class::size(word.class()).ok_or_else(|| StoreError::Reply {
+                proc: farcache_kvformat::wire::KV_FIND,
+                reason: format!("slot names unknown size class {}", word.class()),
+            })?;
+            let raw = self
+                .inner
+                .cache
+                .read(lay.shard_base(h.shard) + word.offset(), u64::from(size))?;
+            let Ok(it) = item::decode(&raw) else {
+                // Recycled between the two round trips.
+                continue;
+            };
+            if it.key != key {
+                continue;
+            }
+            let expires_ms = (it.expires_ms != item::NO_EXPIRY).then_some(it.expires_ms);
+            if it.expired(now_ms()) {
+                return Ok(None);
+            }
+            if it.flags & item::FLAG_MANIFEST != 0 {
+                // An erasure-coded value: the item holds its manifest.
+                return Ok(self.get(key)?.map(|value| Entry { value, expires_ms }));
+            }
+            let value = raw.slice_ref(it.value);
+            return Ok(Some(Entry { value, expires_ms }));
+        }
+        Err(StoreError::Contended {
+            attempts: MAX_ATTEMPTS,
+        })
+    }
+}
