@@ -16,6 +16,7 @@ pub mod io_suite;
 pub mod migrate;
 pub mod replication;
 pub mod report;
+pub mod resp_suite;
 pub mod slo_suite;
 pub mod sproc_suite;
 pub mod store_suite;

@@ -35,9 +35,12 @@ impl Session {
         }
     }
 
-    /// `GET key` from a connection allowed to read: batched with other connections'.
-    pub fn plain_get(&self, a: &Args) -> bool {
-        self.access.is_some() && a.len() == 2 && a[0].eq_ignore_ascii_case(b"get")
+    /// `GET key` or `MGET key...` from a connection allowed to read: batched with
+    /// other connections'.
+    pub fn batched_read(&self, a: &Args) -> bool {
+        self.access.is_some()
+            && ((a.len() == 2 && a[0].eq_ignore_ascii_case(b"get"))
+                || (a.len() >= 2 && a[0].eq_ignore_ascii_case(b"mget")))
     }
 
     /// `SET key value` from a connection allowed to write: batched likewise.

@@ -1,7 +1,7 @@
 //! An event loop serving many connections. Each turn reads what every ready
 //! connection sent, then runs the commands in rounds: a round takes from each
-//! connection its leading run of plain `GET`s (or plain `SET`s), runs all of them
-//! as one multi-get (one multi-put), and answers other commands one by one. So
+//! connection its leading run of `GET`s and `MGET`s (or plain `SET`s), runs all
+//! of them as one multi-get (one multi-put), and answers other commands one by one. So
 //! fifty clients each sending one `GET` cost one round trip per farcache server,
 //! not fifty; each connection's replies stay in its command order.
 
@@ -47,10 +47,20 @@ struct Conn {
     read_paused: bool,
 }
 
+/// A `GET` or `MGET` waiting in a round: its connection and its keys' span in
+/// [`Round::keys`].
+struct GetItem {
+    conn: usize,
+    first: usize,
+    n: usize,
+    multi: bool,
+}
+
 /// The part of a round that runs as one multi-get or multi-put.
 #[derive(Default)]
 struct Round {
-    gets: Vec<(usize, Bytes)>,
+    gets: Vec<GetItem>,
+    keys: Vec<Bytes>,
     sets: Vec<(usize, Bytes, Bytes)>,
     set_keys: HashSet<Bytes>,
 }
@@ -226,7 +236,7 @@ impl Worker {
             if r.gets.is_empty() && r.sets.is_empty() {
                 return;
             }
-            self.run_gets(&r.gets);
+            self.run_gets(&r);
             self.run_sets(&r.sets);
         }
     }
@@ -242,9 +252,15 @@ impl Worker {
                 c.queue.clear();
                 return;
             }
-            if c.s.plain_get(front) {
-                while let Some(a) = c.queue.front().filter(|a| c.s.plain_get(a)) {
-                    r.gets.push((id, a[1].clone()));
+            if c.s.batched_read(front) {
+                while let Some(a) = c.queue.front().filter(|a| c.s.batched_read(a)) {
+                    r.gets.push(GetItem {
+                        conn: id,
+                        first: r.keys.len(),
+                        n: a.len() - 1,
+                        multi: !a[0].eq_ignore_ascii_case(b"get"),
+                    });
+                    r.keys.extend(a[1..].iter().cloned());
                     c.queue.pop_front();
                 }
                 return;
@@ -274,39 +290,42 @@ impl Worker {
         }
     }
 
-    fn run_gets(&mut self, gets: &[(usize, Bytes)]) {
-        if gets.is_empty() {
+    fn run_gets(&mut self, r: &Round) {
+        if r.gets.is_empty() {
             return;
         }
-        let keys: Vec<&[u8]> = gets.iter().map(|(_, k)| &k[..]).collect();
-        let res = self.shared.store.mget(&keys);
-        match res {
-            Ok(vals) => {
-                for ((id, _), v) in gets.iter().zip(vals) {
-                    let Some(c) = self.conns.get_mut(*id) else {
-                        continue;
-                    };
-                    let mut out = Out {
-                        buf: &mut c.out,
-                        proto: c.s.proto,
-                    };
-                    match v {
-                        Ok(v) => out.opt_bulk(v.as_deref()),
-                        Err(e) => out.error(&store_error_line(&e)),
-                    }
+        let res = self.shared.store.mget(&r.keys);
+        for g in &r.gets {
+            let Some(c) = self.conns.get_mut(g.conn) else {
+                continue;
+            };
+            let mut out = Out {
+                buf: &mut c.out,
+                proto: c.s.proto,
+            };
+            let vals = match &res {
+                Ok(v) => &v[g.first..g.first + g.n],
+                Err(e) => {
+                    out.error(&store_error_line(e));
+                    continue;
                 }
+            };
+            if !g.multi {
+                match &vals[0] {
+                    Ok(v) => out.opt_bulk(v.as_deref()),
+                    Err(e) => out.error(&store_error_line(e)),
+                }
+                continue;
             }
-            Err(e) => {
-                let line = store_error_line(&e);
-                for (id, _) in gets {
-                    if let Some(c) = self.conns.get_mut(*id) {
-                        Out {
-                            buf: &mut c.out,
-                            proto: c.s.proto,
-                        }
-                        .error(&line);
-                    }
-                }
+            // A key that cannot be read fails its MGET: a nil would claim the key
+            // is absent.
+            if let Some(e) = vals.iter().find_map(|v| v.as_ref().err()) {
+                out.error(&store_error_line(e));
+                continue;
+            }
+            out.array(vals.len());
+            for v in vals.iter().flatten() {
+                out.opt_bulk(v.as_deref());
             }
         }
     }

@@ -232,7 +232,7 @@ impl Drop for TempDir {
 }
 
 /// Sends a raw RESP `PING` and checks for `+PONG`.
-fn ping(port: u16) -> bool {
+pub(crate) fn ping(port: u16) -> bool {
     let attempt = || -> std::io::Result<bool> {
         let mut s = TcpStream::connect_timeout(
             &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
@@ -248,6 +248,27 @@ fn ping(port: u16) -> bool {
 }
 
 fn run_benchmark(port: u16, opts: &RedisOpts, tests: &str) -> Result<Vec<RedisResult>> {
+    run_benchmark_at(port, opts, &Workload::Tests(tests), None)
+}
+
+/// What one `redis-benchmark` run sends.
+#[derive(Debug, Clone, Copy)]
+pub enum Workload<'a> {
+    /// Its built-in tests (`-t get,set`).
+    Tests(&'a str),
+    /// One command of ours, e.g. `MGET key:__rand_int__ ...` (each
+    /// `__rand_int__` is a fresh key of the `-r` keyspace).
+    Custom(&'a [String]),
+}
+
+/// Runs `redis-benchmark` against any RESP server on 127.0.0.1 `port`
+/// (Redis, or farcache's front end with `password` its token).
+pub fn run_benchmark_at(
+    port: u16,
+    opts: &RedisOpts,
+    work: &Workload<'_>,
+    password: Option<&str>,
+) -> Result<Vec<RedisResult>> {
     if opts.clients == 0
         || opts.pipeline == 0
         || opts.requests == 0
@@ -261,7 +282,7 @@ fn run_benchmark(port: u16, opts: &RedisOpts, tests: &str) -> Result<Vec<RedisRe
     let mut cmd = Command::new("redis-benchmark");
     cmd.args(["-h", "127.0.0.1", "-p"])
         .arg(port.to_string())
-        .args(["-t", tests, "-n"])
+        .arg("-n")
         .arg(opts.requests.to_string())
         .arg("-d")
         .arg(opts.value_size.to_string())
@@ -272,8 +293,19 @@ fn run_benchmark(port: u16, opts: &RedisOpts, tests: &str) -> Result<Vec<RedisRe
         .arg("-r")
         .arg(opts.keyspace.to_string())
         .arg("--csv");
+    if let Some(p) = password {
+        cmd.arg("-a").arg(p);
+    }
     if opts.threads > 1 {
         cmd.arg("--threads").arg(opts.threads.to_string());
+    }
+    match work {
+        Workload::Tests(t) => {
+            cmd.arg("-t").arg(t);
+        }
+        Workload::Custom(args) => {
+            cmd.args(args.iter());
+        }
     }
     let out = run_checked(cmd)?;
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -72,6 +72,9 @@ pub enum BenchCommand {
     /// runs meet their SLO, predicted vs measured CDFs, search times, cost vs an
     /// exhaustive oracle.
     Slo(super::bench_slo::SloArgs),
+    /// The Redis-protocol front end (`farcache resp`) vs Redis, one redis-benchmark
+    /// driving both: SET/GET unpipelined and pipelined, MGET of 10 and 100 keys.
+    Resp(super::bench_resp::RespArgs),
 }
 
 #[derive(clap::Args)]
@@ -420,6 +423,7 @@ pub fn run(b: BenchCommand) -> Result<()> {
         BenchCommand::Replication(a) => replication(a),
         BenchCommand::Drain(a) => drain(a),
         BenchCommand::Slo(a) => super::bench_slo::run(a),
+        BenchCommand::Resp(a) => super::bench_resp::run(a),
     }
 }
 

@@ -1,4 +1,5 @@
 pub mod bench;
+pub mod bench_resp;
 pub mod bench_slo;
 pub mod calibrate;
 pub mod chaos;

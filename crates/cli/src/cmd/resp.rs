@@ -29,6 +29,9 @@ pub struct Args {
     /// clients `AUTH` with the cache's read-write or read-only token.
     #[arg(long)]
     no_auth: bool,
+    /// Event-loop threads (each batches the commands of its connections).
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
     /// Most client connections.
     #[arg(long, default_value_t = 1024)]
     max_clients: usize,
@@ -93,6 +96,7 @@ pub fn run(a: Args) -> Result<()> {
     };
     let mut cfg = FrontendConfig::new(a.listen.clone(), auth);
     cfg.max_clients = a.max_clients;
+    cfg.threads = a.threads;
     let fe = Frontend::start(store, cfg)?;
     super::write_addr_file(a.addr_file.as_deref(), &fe.local_addr().to_string(), None)?;
     println!(

@@ -1,0 +1,212 @@
+//! `farcache bench resp`: the Redis-protocol front end against Redis itself, both
+//! driven by the same `redis-benchmark` in the same run: SET/GET unpipelined and
+//! pipelined, and MGET of many keys. The front end serves a store on a one-server
+//! cluster (one worker thread) with one event-loop thread; Redis is one process.
+
+pub mod output;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use farcache_testkit::{ClusterOptions, ProcessCluster};
+
+use crate::baseline::redis::{
+    RedisOpts, RedisResult, RedisServer, Workload, ping, run_benchmark_at,
+};
+use crate::baseline::{ChildServer, free_port};
+use crate::error::{BenchError, Result};
+use crate::report::{BenchRow, MachineInfo, build_kind, unix_now};
+use crate::tools::{Tool, ensure_tools};
+
+pub use output::{RespReport, format_resp_table, write_resp_json_to};
+
+#[derive(Debug, Clone)]
+pub struct RespBenchOptions {
+    /// The `farcache` binary (cluster and front end).
+    pub bin: PathBuf,
+    pub value_size: usize,
+    pub keyspace: u64,
+    /// Requests per SET/GET run.
+    pub requests: u64,
+    /// MGET commands per run.
+    pub mget_requests: u64,
+    pub clients: usize,
+    pub pipeline: usize,
+    /// Keys per MGET.
+    pub mget_keys: Vec<usize>,
+}
+
+impl RespBenchOptions {
+    pub fn new(bin: impl Into<PathBuf>, quick: bool) -> Self {
+        Self {
+            bin: bin.into(),
+            value_size: 64,
+            keyspace: if quick { 10_000 } else { 100_000 },
+            requests: if quick { 20_000 } else { 300_000 },
+            mget_requests: if quick { 2_000 } else { 20_000 },
+            clients: 50,
+            pipeline: 16,
+            mget_keys: vec![10, 100],
+        }
+    }
+}
+
+fn cluster_err(e: impl std::fmt::Display) -> BenchError {
+    BenchError::Cluster(e.to_string())
+}
+
+/// The front end as a child process, serving store `bench-resp`.
+fn start_frontend(o: &RespBenchOptions, cluster: &ProcessCluster) -> Result<ChildServer> {
+    let port = free_port()?;
+    let mut cmd = Command::new(&o.bin);
+    cmd.args(["resp", "--manager", cluster.manager_addr(), "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--secret-file")
+        .arg(cluster.secret_path())
+        .args([
+            "--store",
+            "bench-resp",
+            "--capacity",
+            "512MiB",
+            "--threads",
+            "1",
+        ]);
+    ChildServer::spawn("farcache-resp", cmd, port, Duration::from_secs(30), ping)
+}
+
+/// One case on one system.
+fn run_case(
+    port: u16,
+    password: Option<&str>,
+    opts: &RedisOpts,
+    work: &Workload<'_>,
+) -> Result<Vec<RedisResult>> {
+    run_benchmark_at(port, opts, work, password)
+}
+
+pub fn run_resp_bench(o: &RespBenchOptions) -> Result<RespReport> {
+    ensure_tools(&[Tool::RedisServer, Tool::RedisBenchmark])?;
+    let cluster = ProcessCluster::start(
+        &o.bin,
+        &ClusterOptions::default()
+            .servers(1)
+            .server_threads(1)
+            .server_memory(1 << 30)
+            .region_size(64 << 20),
+    )
+    .map_err(cluster_err)?;
+    let fe = start_frontend(o, &cluster)?;
+    let client = cluster.client().map_err(cluster_err)?;
+    let token = client
+        .issue_token("bench-resp", farcache_client::Rights::ReadWrite)
+        .map_err(cluster_err)?;
+    let redis = RedisServer::start()?;
+    let targets: [(&str, u16, Option<&str>); 2] = [
+        ("farcache-resp", fe.port(), Some(token.as_str())),
+        ("redis", redis.port(), None),
+    ];
+
+    let base = RedisOpts {
+        value_size: o.value_size,
+        clients: o.clients,
+        pipeline: 1,
+        requests: o.requests,
+        keyspace: o.keyspace,
+        threads: 1,
+    };
+    // Fill both keyspaces the same way (about 95 % of the keys get written).
+    for (name, port, pw) in targets {
+        eprintln!("[farcache-bench] resp: filling {name}");
+        let fill = RedisOpts {
+            pipeline: 64,
+            requests: o.keyspace * 3,
+            ..base.clone()
+        };
+        run_case(port, pw, &fill, &Workload::Tests("set"))?;
+    }
+
+    let mut rows = Vec::new();
+    let mut cases: Vec<(String, RedisOpts, Vec<String>)> = Vec::new();
+    for p in [1, o.pipeline] {
+        cases.push((
+            format!("SET/GET P={p}"),
+            RedisOpts {
+                pipeline: p,
+                ..base.clone()
+            },
+            Vec::new(),
+        ));
+    }
+    for &k in &o.mget_keys {
+        let mut args = vec!["MGET".to_string()];
+        args.extend((0..k).map(|_| "key:__rand_int__".to_string()));
+        cases.push((
+            format!("MGET {k} keys"),
+            RedisOpts {
+                requests: o.mget_requests,
+                ..base.clone()
+            },
+            args,
+        ));
+    }
+    for (label, opts, custom) in &cases {
+        let mut by_system: Vec<(&str, Vec<RedisResult>)> = Vec::new();
+        for (name, port, pw) in targets {
+            eprintln!("[farcache-bench] resp: {label} on {name}");
+            let work = if custom.is_empty() {
+                Workload::Tests("set,get")
+            } else {
+                Workload::Custom(custom)
+            };
+            by_system.push((name, run_case(port, pw, opts, &work)?));
+        }
+        let redis_results = &by_system[1].1;
+        for (name, results) in &by_system {
+            for r in results {
+                let op = if custom.is_empty() {
+                    r.test.clone()
+                } else {
+                    format!("MGET x{}", custom.len() - 1)
+                };
+                let mut row = r.to_row(format!(
+                    "{name} {op} P={} c={}",
+                    opts.pipeline, opts.clients
+                ));
+                row.system = (*name).into();
+                row.op = op.clone();
+                if *name == "farcache-resp" {
+                    let peer = redis_results
+                        .iter()
+                        .find(|x| x.test == r.test)
+                        .or(redis_results.first());
+                    if let Some(p) = peer {
+                        row = row.with_redis_baseline(p.label(), p.mops());
+                    }
+                }
+                rows.push(row);
+            }
+        }
+    }
+    drop(redis);
+    drop(fe);
+    Ok(RespReport {
+        bench: "resp".into(),
+        timestamp_unix: unix_now(),
+        build: build_kind().into(),
+        machine: MachineInfo::detect(),
+        value_size: o.value_size,
+        keyspace: o.keyspace,
+        clients: o.clients,
+        note: "one redis-benchmark drives both systems in turn; the front end runs with one \
+               event-loop thread in front of one farcache server with one worker thread (plus \
+               the manager), Redis as one process; both share the same cores"
+            .into(),
+        rows,
+    })
+}
+
+/// The rows of `report` for one system.
+pub fn rows_of<'a>(report: &'a RespReport, system: &str) -> Vec<&'a BenchRow> {
+    report.rows.iter().filter(|r| r.system == system).collect()
+}

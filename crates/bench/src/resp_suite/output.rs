@@ -1,0 +1,60 @@
+//! The table and JSON of `bench resp`.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Result;
+use crate::report::{BenchRow, MachineInfo};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RespReport {
+    pub bench: String,
+    pub timestamp_unix: u64,
+    pub build: String,
+    pub machine: MachineInfo,
+    pub value_size: usize,
+    pub keyspace: u64,
+    pub clients: usize,
+    pub note: String,
+    pub rows: Vec<BenchRow>,
+}
+
+pub fn format_resp_table(r: &RespReport) -> String {
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "farcache RESP front end vs Redis, same redis-benchmark, {} B values, {} keys, {} connections",
+        r.value_size, r.keyspace, r.clients
+    );
+    let _ = writeln!(
+        t,
+        "{:<40} {:>12} {:>9} {:>9} {:>10}",
+        "row", "req/s", "p50 µs", "p99 µs", "vs redis"
+    );
+    for row in &r.rows {
+        let ratio = row
+            .ratio_vs_redis
+            .map_or_else(String::new, |x| format!("{x:.2}×"));
+        let _ = writeln!(
+            t,
+            "{:<40} {:>12.0} {:>9.0} {:>9.0} {:>10}",
+            row.name,
+            row.mops * 1e6,
+            row.p50_us,
+            row.p99_us,
+            ratio
+        );
+    }
+    let _ = writeln!(t, "{}", r.note);
+    t
+}
+
+pub fn write_resp_json_to(r: &RespReport, path: &Path) -> Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(path, serde_json::to_string_pretty(r)?)?;
+    Ok(())
+}
