@@ -172,7 +172,7 @@ impl Client {
 
     #[pyo3(signature = (
         name, capacity, avg_value_size=128, region_size=None, shard_size=None, replicas=0,
-        large_threshold=None
+        large_threshold=None, ec_data=None, ec_parity=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn create_store(
@@ -185,6 +185,8 @@ impl Client {
         shard_size: Option<u64>,
         replicas: u32,
         large_threshold: Option<u64>,
+        ec_data: Option<u8>,
+        ec_parity: Option<u8>,
     ) -> PyResult<Store> {
         let d = StoreOptions::default();
         let opts = StoreOptions {
@@ -193,6 +195,8 @@ impl Client {
             region_size,
             replicas,
             large_threshold: large_threshold.unwrap_or(d.large_threshold),
+            ec_data: ec_data.unwrap_or(d.ec_data),
+            ec_parity: ec_parity.unwrap_or(d.ec_parity),
             ..d
         };
         let s = py

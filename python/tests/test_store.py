@@ -72,16 +72,27 @@ def test_mget_mput(store: farcache.Store) -> None:
     assert store.mget([b"p1", "p2"]) == [b"one", b"two"]
 
 
-def test_invalid_key_and_large_value(store: farcache.Store) -> None:
+def test_invalid_key(store: farcache.Store) -> None:
     with pytest.raises(farcache.InvalidKey) as ei:
         store.put(b"", b"empty key")
     assert isinstance(ei.value, ValueError)
     with pytest.raises(farcache.InvalidKey):
         store.mget([b"ok", b""])
-    big = np.random.default_rng(3).bytes(store.max_small_value + 1000)
-    # Larger than the inline limit: erasure coded across servers, still readable.
-    store.put(b"big", big)
-    assert store.get(b"big") == big
+    with pytest.raises(farcache.InvalidKey):
+        store.get(b"k" * 100_000)
+
+
+def test_large_value_erasure_coded(client: farcache.Client) -> None:
+    name = unique("store-ec")
+    # 3 servers: 2 data + 1 parity chunks (the default 4 + 2 needs 6 servers).
+    s = client.create_store(name, 8 << 20, ec_data=2, ec_parity=1)
+    try:
+        big = np.random.default_rng(3).bytes(s.max_small_value + 1000)
+        s.put(b"big", big)  # above the inline limit: chunks on every server
+        assert s.get(b"big") == big
+        assert s.delete(b"big") and s.get(b"big") is None
+    finally:
+        client.delete(name)
 
 
 def test_open_store(client: farcache.Client, store: farcache.Store) -> None:

@@ -56,7 +56,12 @@ class Client:
         shard_size: int | None = None,
         replicas: int = 0,
         large_threshold: int | None = None,
-    ) -> Store: ...
+        ec_data: int | None = None,
+        ec_parity: int | None = None,
+    ) -> Store:
+        """A keyed store of at least ``capacity`` bytes. Values above
+        ``large_threshold`` (default 1 MiB, capped by the shard's item limit) are
+        erasure coded over ``ec_data + ec_parity`` servers (default 4 + 2)."""
     def open_store(self, name: str) -> Store: ...
 
 class Cache:

@@ -125,19 +125,20 @@ class LocalCluster:
                 raise RuntimeError(
                     f"farcache up exited with {self.proc.returncode}: {self.log_tail()}"
                 )
-            if self.secret_file.exists():
+            # `farcache up` prints this once every server is alive.
+            if "farcache is up" in self.log_tail(None) and self.secret_file.exists():
                 try:
-                    servers_up = self.client().status()["servers"]
-                    if sum(s["state"] == "Alive" for s in servers_up) >= servers:
-                        return
+                    self.client().status()
+                    return
                 except FarcacheError as e:
                     last = e
             time.sleep(0.2)
         raise RuntimeError(f"cluster not up within {timeout} s ({last}): {self.log_tail()}")
 
-    def log_tail(self, chars: int = 2000) -> str:
+    def log_tail(self, chars: int | None = 2000) -> str:
         try:
-            return self.log_path.read_text(errors="replace")[-chars:]
+            text = self.log_path.read_text(errors="replace")
+            return text if chars is None else text[-chars:]
         except OSError:
             return ""
 
