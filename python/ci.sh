@@ -23,6 +23,8 @@ export FARCACHE_BIN="${FARCACHE_BIN:-$target/release/farcache}"
 if [[ ! -x "$venv/bin/python" ]]; then
     "$python" -m venv "$venv"
 fi
+# The build backend runs the venv's `maturin` by name.
+export PATH="$venv/bin:$PATH"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check maturin pytest numpy redis
 
