@@ -239,11 +239,13 @@ impl Cache {
             if let Some(e) = r.first_error() {
                 return Err(e.into());
             }
-            if let Some(v) = view {
+            if let Some(v) = view
+                && length > 0
+            {
                 // SAFETY: `out` outlives this closure; the only slice of it made here.
                 let dst = unsafe { v.bytes_mut() };
                 for (i, chunk) in dst
-                    .chunks_exact_mut(length.max(1) as usize)
+                    .chunks_exact_mut(length as usize)
                     .take(addrs.len())
                     .enumerate()
                 {

@@ -197,7 +197,6 @@ impl Client {
             large_threshold: large_threshold.unwrap_or(d.large_threshold),
             ec_data: ec_data.unwrap_or(d.ec_data),
             ec_parity: ec_parity.unwrap_or(d.ec_parity),
-            ..d
         };
         let s = py
             .detach(|| self.inner.create_store(name, capacity, &opts))
