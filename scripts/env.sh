@@ -7,6 +7,9 @@ command -v redis-server >/dev/null 2>&1 || need_pkgs+=(redis-server)
 command -v redis-benchmark >/dev/null 2>&1 || need_pkgs+=(redis-tools)
 command -v sockperf >/dev/null 2>&1 || need_pkgs+=(sockperf)
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_pkgs+=(fonts-dejavu-core)
+# The Python package's tests build it in a venv.
+command -v python3 >/dev/null 2>&1 || need_pkgs+=(python3)
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_pkgs+=(python3-venv python3-pip)
 if [ "${#need_pkgs[@]}" -gt 0 ] && [ "${FARCACHE_SKIP_APT:-}" != 1 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing ${need_pkgs[*]} (apt)" >&2
