@@ -47,12 +47,11 @@ struct Conn {
     read_paused: bool,
 }
 
-/// A `GET` or `MGET` waiting in a round: its connection and its keys' span in
-/// [`Round::keys`].
+/// A `GET` or `MGET` waiting in a round (the command itself, moved out of its
+/// queue: the keys are views into the received bytes, never copied).
 struct GetItem {
     conn: usize,
-    first: usize,
-    n: usize,
+    args: Args,
     multi: bool,
 }
 
@@ -60,8 +59,8 @@ struct GetItem {
 #[derive(Default)]
 struct Round {
     gets: Vec<GetItem>,
-    keys: Vec<Bytes>,
-    sets: Vec<(usize, Bytes, Bytes)>,
+    /// `SET key value` commands and their connections.
+    sets: Vec<(usize, Args)>,
     set_keys: HashSet<Bytes>,
 }
 
@@ -253,29 +252,32 @@ impl Worker {
                 return;
             }
             if c.s.batched_read(front) {
-                while let Some(a) = c.queue.front().filter(|a| c.s.batched_read(a)) {
+                while c.queue.front().is_some_and(|a| c.s.batched_read(a)) {
+                    let Some(args) = c.queue.pop_front() else {
+                        break;
+                    };
+                    let multi = !args[0].eq_ignore_ascii_case(b"get");
                     r.gets.push(GetItem {
                         conn: id,
-                        first: r.keys.len(),
-                        n: a.len() - 1,
-                        multi: !a[0].eq_ignore_ascii_case(b"get"),
+                        args,
+                        multi,
                     });
-                    r.keys.extend(a[1..].iter().cloned());
-                    c.queue.pop_front();
                 }
                 return;
             }
             if c.s.plain_set(front) {
                 // A key named twice waits for the next round: one multi-put does
                 // not order its writes.
-                while let Some(a) = c
+                while c
                     .queue
                     .front()
-                    .filter(|a| c.s.plain_set(a) && !r.set_keys.contains(&a[1]))
+                    .is_some_and(|a| c.s.plain_set(a) && !r.set_keys.contains(&a[1]))
                 {
-                    r.set_keys.insert(a[1].clone());
-                    r.sets.push((id, a[1].clone(), a[2].clone()));
-                    c.queue.pop_front();
+                    let Some(args) = c.queue.pop_front() else {
+                        break;
+                    };
+                    r.set_keys.insert(args[1].clone());
+                    r.sets.push((id, args));
                 }
                 return;
             }
@@ -294,8 +296,17 @@ impl Worker {
         if r.gets.is_empty() {
             return;
         }
-        let res = self.shared.store.mget(&r.keys);
+        let keys: Vec<&[u8]> = r
+            .gets
+            .iter()
+            .flat_map(|g| g.args[1..].iter().map(|k| &k[..]))
+            .collect();
+        let res = self.shared.store.mget(&keys);
+        let mut first = 0;
         for g in &r.gets {
+            let n = g.args.len() - 1;
+            let span = first..first + n;
+            first += n;
             let Some(c) = self.conns.get_mut(g.conn) else {
                 continue;
             };
@@ -304,7 +315,13 @@ impl Worker {
                 proto: c.s.proto,
             };
             let vals = match &res {
-                Ok(v) => &v[g.first..g.first + g.n],
+                Ok(v) => match v.get(span) {
+                    Some(vals) if !vals.is_empty() => vals,
+                    _ => {
+                        out.error("ERR the store answered fewer keys than asked");
+                        continue;
+                    }
+                },
                 Err(e) => {
                     out.error(&store_error_line(e));
                     continue;
@@ -330,16 +347,16 @@ impl Worker {
         }
     }
 
-    fn run_sets(&mut self, sets: &[(usize, Bytes, Bytes)]) {
+    fn run_sets(&mut self, sets: &[(usize, Args)]) {
         if sets.is_empty() {
             return;
         }
-        let pairs: Vec<(&[u8], &[u8])> = sets.iter().map(|(_, k, v)| (&k[..], &v[..])).collect();
+        let pairs: Vec<(&[u8], &[u8])> = sets.iter().map(|(_, a)| (&a[1][..], &a[2][..])).collect();
         let results = {
             let _held = self.shared.lock_keys(pairs.iter().map(|p| &p.0));
             self.shared.store.mput(&pairs)
         };
-        for ((id, _, _), r) in sets.iter().zip(results) {
+        for ((id, _), r) in sets.iter().zip(results) {
             let Some(c) = self.conns.get_mut(*id) else {
                 continue;
             };

@@ -25,6 +25,10 @@ pub struct Args {
     /// Expected bytes per value, to size a new store's index.
     #[arg(long, default_value_t = 128)]
     avg_value_size: u64,
+    /// Copies of every region of a store this command creates (2: a server can die
+    /// without losing a key).
+    #[arg(long, default_value_t = 1)]
+    replicas: u32,
     /// Serve without `AUTH` (every connection may read and write). Without it,
     /// clients `AUTH` with the cache's read-write or read-only token.
     #[arg(long)]
@@ -32,6 +36,13 @@ pub struct Args {
     /// Event-loop threads (each batches the commands of its connections).
     #[arg(long, default_value_t = 1)]
     threads: usize,
+    /// Ops per batch to a farcache server (a round of many connections' commands
+    /// is one large multi-get or multi-put).
+    #[arg(long, default_value_t = 1024)]
+    batch_size: usize,
+    /// Batches in flight per farcache connection.
+    #[arg(long, default_value_t = 8)]
+    queue_depth: usize,
     /// Most client connections.
     #[arg(long, default_value_t = 1024)]
     max_clients: usize,
@@ -43,13 +54,21 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let client = Client::with_config(a.creds.config(&a.manager)?)
+    // One farcache connection per event loop, so the loops never share a lane.
+    let config = a
+        .creds
+        .config(&a.manager)?
+        .connections(a.threads.max(1))
+        .batch_size(a.batch_size)
+        .queue_depth(a.queue_depth);
+    let client = Client::with_config(config)
         .with_context(|| format!("cannot reach the manager at {}", a.manager))?;
     let store = match client.open_store(&a.store) {
         Ok(s) => s,
         Err(open_err) => {
             let opts = StoreOptions {
                 avg_value_size: a.avg_value_size,
+                replicas: a.replicas,
                 ..StoreOptions::default()
             };
             client
