@@ -5,6 +5,8 @@
 //! answering too, with clear errors (not nils, not a closed connection) for the keys
 //! whose only copy died.
 
+#![allow(clippy::unwrap_used)] // helpers outside #[test] fns: a failure is the test failing
+
 mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};

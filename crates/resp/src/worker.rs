@@ -105,11 +105,11 @@ impl Worker {
             } else {
                 Duration::ZERO
             };
-            if let Err(e) = self.poll.poll(&mut events, Some(wait)) {
-                if e.kind() != ErrorKind::Interrupted {
-                    tracing::error!(error = %e, "RESP worker poll failed");
-                    return;
-                }
+            if let Err(e) = self.poll.poll(&mut events, Some(wait))
+                && e.kind() != ErrorKind::Interrupted
+            {
+                tracing::error!(error = %e, "RESP worker poll failed");
+                return;
             }
             let mut ready = std::mem::take(&mut self.again);
             for ev in events.iter() {

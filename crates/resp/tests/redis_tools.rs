@@ -93,8 +93,7 @@ fn redis_benchmark_runs_and_its_writes_land() {
     for t in ["SET:", "GET:"] {
         let line = text
             .lines()
-            .filter(|l| l.starts_with(t) && l.contains("requests per second"))
-            .last()
+            .rfind(|l| l.starts_with(t) && l.contains("requests per second"))
             .unwrap_or_else(|| panic!("no {t} result: {text}"));
         let rps: f64 = line
             .split_whitespace()

@@ -193,7 +193,7 @@ pub fn run_resp_bench(o: &RespBenchOptions) -> Result<RespReport> {
     Ok(RespReport {
         bench: "resp".into(),
         timestamp_unix: unix_now(),
-        build: build_kind().into(),
+        build: build_kind(),
         machine: MachineInfo::detect(),
         value_size: o.value_size,
         keyspace: o.keyspace,

@@ -1,6 +1,7 @@
 //! A small RESP client for the tests (replies parsed strictly, so a malformed reply
 //! fails the test) and a cluster with a front end in front of a store.
 #![allow(dead_code)]
+#![allow(clippy::unwrap_used)] // test helpers: a failure is the test failing
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
