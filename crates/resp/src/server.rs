@@ -51,6 +51,11 @@ pub struct Shared {
     pub commands: AtomicU64,
     pub rejected: AtomicU64,
     pub next_id: AtomicU64,
+    /// Rounds run, keys and pairs they batched, and µs spent in their store calls
+    /// (`INFO stats`: how much batching the load gives and where a round's time goes).
+    pub rounds: AtomicU64,
+    pub round_ops: AtomicU64,
+    pub round_store_us: AtomicU64,
     stripes: Box<[Mutex<()>]>,
     stop: AtomicBool,
 }
@@ -105,6 +110,9 @@ impl Frontend {
             commands: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
             next_id: AtomicU64::new(1),
+            rounds: AtomicU64::new(0),
+            round_ops: AtomicU64::new(0),
+            round_store_us: AtomicU64::new(0),
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             stop: AtomicBool::new(false),
         });

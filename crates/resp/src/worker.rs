@@ -235,8 +235,17 @@ impl Worker {
             if r.gets.is_empty() && r.sets.is_empty() {
                 return;
             }
+            let t = std::time::Instant::now();
+            let ops: usize = r.gets.iter().map(|g| g.args.len() - 1).sum::<usize>() + r.sets.len();
             self.run_gets(&r);
             self.run_sets(&r.sets);
+            self.shared.rounds.fetch_add(1, Ordering::Relaxed);
+            self.shared
+                .round_ops
+                .fetch_add(ops as u64, Ordering::Relaxed);
+            self.shared
+                .round_store_us
+                .fetch_add(t.elapsed().as_micros() as u64, Ordering::Relaxed);
         }
     }
 

@@ -7,7 +7,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::{Conn, V, login, setup};
+use common::{Conn, V, login, setup, setup_with};
 use farcache_resp::AuthPolicy;
 use rand::{Rng, SeedableRng};
 
@@ -225,6 +225,22 @@ fn pipelines_keep_order_and_values() {
     }
     assert_eq!(c.reply(), V::Int(1));
     assert_eq!(c.reply(), V::bulk(b"1"));
+    // The pipeline ran as a few large rounds, not one store call per command.
+    let V::Bulk(info) = c.line("INFO stats") else {
+        panic!("INFO")
+    };
+    let info = String::from_utf8(info).unwrap();
+    let field = |name: &str| -> u64 {
+        info.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}:")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {info}"))
+    };
+    let (rounds, ops) = (field("batched_rounds"), field("batched_ops"));
+    assert!(
+        ops >= 2500 && ops >= 50 * rounds,
+        "{ops} ops in {rounds} rounds"
+    );
 }
 
 #[test]
@@ -357,4 +373,36 @@ fn fcall_runs_a_procedure_next_to_the_data() {
             .is_err_starting("ERR numkeys")
     );
     assert_eq!(c.line("PING"), V::Simple("PONG".into()));
+}
+
+#[test]
+fn connections_past_the_cap_are_refused_and_others_go_on() {
+    let s = setup_with(Some(AuthPolicy::Open), |c| c.max_clients = 2);
+    let mut a = s.conn();
+    let mut b = s.conn();
+    assert_eq!(a.line("PING"), V::Simple("PONG".into()));
+    assert_eq!(b.line("PING"), V::Simple("PONG".into()));
+    let mut third = s.conn();
+    assert!(
+        third
+            .reply()
+            .is_err_starting("ERR max number of clients reached")
+    );
+    assert!(third.closed());
+    drop(b);
+    // The slot frees once the server sees the close.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut c = s.conn();
+        c.send_raw(&Conn::encode(&[b"PING"]));
+        if c.reply() == V::Simple("PONG".into()) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the closed connection's slot never freed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(a.line("SET k v"), V::ok());
 }

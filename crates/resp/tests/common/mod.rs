@@ -159,6 +159,11 @@ impl Setup {
 
 /// A 3-server in-process cluster, a store, and a front end serving it.
 pub fn setup(auth: Option<AuthPolicy>) -> Setup {
+    setup_with(auth, |_| {})
+}
+
+/// [`setup`] with the front end's configuration adjusted by `tweak`.
+pub fn setup_with(auth: Option<AuthPolicy>, tweak: impl FnOnce(&mut FrontendConfig)) -> Setup {
     let opts = ClusterOptions::default()
         .servers(3)
         .region_size(1 << 20)
@@ -179,6 +184,7 @@ pub fn setup(auth: Option<AuthPolicy>) -> Setup {
     // Several event loops, so commands of different connections really race.
     let mut cfg = FrontendConfig::new("127.0.0.1:0", auth);
     cfg.threads = 3;
+    tweak(&mut cfg);
     let fe = Frontend::start(store.clone(), cfg).expect("front end");
     Setup { cluster, store, fe }
 }
