@@ -1,7 +1,9 @@
 //! `farcache bench resp`: the Redis-protocol front end against Redis itself, both
 //! driven by the same `redis-benchmark` in the same run: SET/GET unpipelined and
-//! pipelined, and MGET of many keys. The front end serves a store on a one-server
-//! cluster (one worker thread) with one event-loop thread; Redis is one process.
+//! pipelined, and MGET of many keys; then MGET again from the bench's spinning RESP
+//! driver, which does not saturate its core as redis-benchmark does building 100
+//! random keys per command. The front end serves a store on a one-server cluster
+//! (one worker thread) with two event-loop threads; Redis is one process.
 
 pub mod output;
 
@@ -11,9 +13,11 @@ use std::time::Duration;
 
 use farcache_testkit::{ClusterOptions, ProcessCluster};
 
+use crate::baseline::driver::LoadOpts;
 use crate::baseline::redis::{
     RedisOpts, RedisResult, RedisServer, Workload, ping, run_benchmark_at,
 };
+use crate::baseline::resp::{self, RespMode};
 use crate::baseline::{ChildServer, free_port};
 use crate::error::{BenchError, Result};
 use crate::report::{BenchRow, MachineInfo, build_kind, unix_now};
@@ -35,6 +39,11 @@ pub struct RespBenchOptions {
     pub pipeline: usize,
     /// Keys per MGET.
     pub mget_keys: Vec<usize>,
+    /// The spinning driver's MGETs in flight per connection, connections, and
+    /// measured time.
+    pub driver_depth: usize,
+    pub driver_connections: usize,
+    pub driver_duration: Duration,
 }
 
 impl RespBenchOptions {
@@ -48,6 +57,9 @@ impl RespBenchOptions {
             clients: 50,
             pipeline: 16,
             mget_keys: vec![10, 100],
+            driver_depth: 4,
+            driver_connections: 2,
+            driver_duration: Duration::from_millis(if quick { 300 } else { 2000 }),
         }
     }
 }
@@ -64,14 +76,10 @@ fn start_frontend(o: &RespBenchOptions, cluster: &ProcessCluster) -> Result<Chil
         .arg(format!("127.0.0.1:{port}"))
         .arg("--secret-file")
         .arg(cluster.secret_path())
-        .args([
-            "--store",
-            "bench-resp",
-            "--capacity",
-            "512MiB",
-            "--threads",
-            "1",
-        ]);
+        // Loopback only; the spinning driver does not AUTH (AUTH costs nothing per
+        // command once a connection is in).
+        .args(["--store", "bench-resp", "--capacity", "512MiB", "--no-auth"])
+        .args(["--threads", "2"]);
     ChildServer::spawn("farcache-resp", cmd, port, Duration::from_secs(30), ping)
 }
 
@@ -97,13 +105,9 @@ pub fn run_resp_bench(o: &RespBenchOptions) -> Result<RespReport> {
     )
     .map_err(cluster_err)?;
     let fe = start_frontend(o, &cluster)?;
-    let client = cluster.client().map_err(cluster_err)?;
-    let token = client
-        .issue_token("bench-resp", farcache_client::Rights::ReadWrite)
-        .map_err(cluster_err)?;
     let redis = RedisServer::start()?;
     let targets: [(&str, u16, Option<&str>); 2] = [
-        ("farcache-resp", fe.port(), Some(token.as_str())),
+        ("farcache-resp", fe.port(), None),
         ("redis", redis.port(), None),
     ];
 
@@ -188,6 +192,66 @@ pub fn run_resp_bench(o: &RespBenchOptions) -> Result<RespReport> {
             }
         }
     }
+    // MGET again from the spinning driver (redis-benchmark saturates its own core
+    // building 100 random keys per command, so both systems above may be measured
+    // at the load generator's limit).
+    for (name, port, _) in targets {
+        resp::populate(port, o.keyspace, o.value_size)?;
+        let _ = name;
+    }
+    for &k in &o.mget_keys {
+        let opts = LoadOpts::new(
+            o.value_size,
+            o.keyspace,
+            k,
+            o.driver_depth,
+            o.driver_connections,
+            o.driver_duration,
+        );
+        let mut redis_keys = None;
+        let mut runs = Vec::new();
+        for (name, port, _) in targets.iter().rev() {
+            eprintln!("[farcache-bench] resp: spinning MGET x{k} on {name}");
+            let out = resp::run(*port, RespMode::Mget, &opts)?;
+            if out.errors > 0 {
+                return Err(BenchError::Cluster(format!(
+                    "{name}: {} failed keys in the MGET run: {:?}",
+                    out.errors, out.first_error
+                )));
+            }
+            if *name == "redis" {
+                redis_keys = Some(out.mops);
+            }
+            runs.push((*name, out));
+        }
+        for (name, out) in runs.into_iter().rev() {
+            let op = format!("MGET x{k} keys/s (spinning driver)");
+            let mut row = BenchRow {
+                name: format!(
+                    "{name} MGET x{k} driver q={} c={}",
+                    opts.depth, opts.connections
+                ),
+                system: name.into(),
+                op,
+                record_size: o.value_size,
+                distribution: "uniform".into(),
+                c: Some(opts.connections),
+                b: Some(k),
+                q: Some(opts.depth),
+                mops: out.mops,
+                p50_us: out.batch_latency.p50_us,
+                p99_us: out.batch_latency.p99_us,
+                p999_us: out.batch_latency.p999_us,
+                ..BenchRow::default()
+            };
+            if name == "farcache-resp"
+                && let Some(base) = redis_keys
+            {
+                row = row.with_redis_baseline(format!("redis MGET x{k} driver"), base);
+            }
+            rows.push(row);
+        }
+    }
     drop(redis);
     drop(fe);
     Ok(RespReport {
@@ -198,9 +262,10 @@ pub fn run_resp_bench(o: &RespBenchOptions) -> Result<RespReport> {
         value_size: o.value_size,
         keyspace: o.keyspace,
         clients: o.clients,
-        note: "one redis-benchmark drives both systems in turn; the front end runs with one \
-               event-loop thread in front of one farcache server with one worker thread (plus \
-               the manager), Redis as one process; both share the same cores"
+        note: "one redis-benchmark (then the bench's spinning RESP driver, for MGET) drives \
+               both systems in turn; the front end runs two event-loop threads in front of one \
+               farcache server with one worker thread (plus the manager), Redis is one \
+               process; all share the same cores"
             .into(),
         rows,
     })

@@ -31,7 +31,7 @@ pub fn format_resp_table(r: &RespReport) -> String {
     let _ = writeln!(
         t,
         "{:<40} {:>12} {:>9} {:>9} {:>10}",
-        "row", "req/s", "p50 µs", "p99 µs", "vs redis"
+        "row", "req/s*", "p50 µs", "p99 µs", "vs redis"
     );
     for row in &r.rows {
         let ratio = row
@@ -47,6 +47,10 @@ pub fn format_resp_table(r: &RespReport) -> String {
             ratio
         );
     }
+    let _ = writeln!(
+        t,
+        "* keys/s for the driver rows; redis-benchmark's p50/p99 are per command, the driver's per MGET"
+    );
     let _ = writeln!(t, "{}", r.note);
     t
 }
