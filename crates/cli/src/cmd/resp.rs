@@ -33,8 +33,9 @@ pub struct Args {
     /// clients `AUTH` with the cache's read-write or read-only token.
     #[arg(long)]
     no_auth: bool,
-    /// Event-loop threads (each batches the commands of its connections).
-    #[arg(long, default_value_t = 1)]
+    /// Event-loop threads (each batches the commands of its connections; two let
+    /// one build a round while the other waits on the store).
+    #[arg(long, default_value_t = 2)]
     threads: usize,
     /// Ops per batch to a farcache server (a round of many connections' commands
     /// is one large multi-get or multi-put).
