@@ -12,7 +12,7 @@
 //! not serialised with them (see docs/resp.md for why one front end per store).
 //!
 //! Layout: [`parse`] (requests), [`reply`] (RESP2/RESP3 replies), [`server`]
-//! (listener, connection cap, counters), [`session`] (a connection's state), `worker`
+//! (listener, connection cap), [`shared`] (store, counters, key-stripe locks), [`session`] (a connection's state), `worker`
 //! (the event loop batching across connections), `cmd` (the command table and handlers by family), [`auth`] (tokens).
 
 pub mod auth;
@@ -22,6 +22,7 @@ pub mod parse;
 pub mod reply;
 pub mod server;
 pub mod session;
+pub mod shared;
 mod worker;
 
 pub use auth::{Access, AuthPolicy};

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use crate::auth::Access;
 use crate::parse::Args;
 use crate::reply::Proto;
-use crate::server::Shared;
+use crate::shared::Shared;
 
 pub struct Session {
     pub shared: Arc<Shared>,

@@ -21,8 +21,8 @@ use crate::cmd;
 use crate::error::store_error_line;
 use crate::parse::{Args, ProtocolError, next_command};
 use crate::reply::Out;
-use crate::server::Shared;
 use crate::session::Session;
+use crate::shared::Shared;
 
 pub const WAKER: Token = Token(usize::MAX);
 /// Bytes read from one connection per turn (others get their turn).
@@ -30,6 +30,9 @@ const READ_BUDGET: usize = 1 << 20;
 /// Past this many unsent reply bytes a connection is not read until it drains.
 const OUT_HIGH: usize = 16 << 20;
 const SCRATCH: usize = 64 << 10;
+/// Unparsed bytes a connection may hold (Redis's `client-query-buffer-limit`):
+/// past it the connection is answered with a protocol error and closed.
+const MAX_QUERY: usize = 1 << 30;
 
 struct Conn {
     stream: TcpStream,
@@ -210,7 +213,15 @@ impl Worker {
                 }
             }
         }
-        if got >= READ_BUDGET {
+        if c.inbuf.len() > MAX_QUERY && c.protocol_error.is_none() {
+            c.protocol_error = Some(ProtocolError(format!(
+                "client query buffer above {} MiB",
+                MAX_QUERY >> 20
+            )));
+            c.closing = true;
+            c.inbuf = BytesMut::new();
+        }
+        if got >= READ_BUDGET && !c.closing {
             // More may be waiting; edge-triggered polling will not say so again.
             self.again.push(id);
         }
