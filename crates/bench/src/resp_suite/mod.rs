@@ -83,16 +83,6 @@ fn start_frontend(o: &RespBenchOptions, cluster: &ProcessCluster) -> Result<Chil
     ChildServer::spawn("farcache-resp", cmd, port, Duration::from_secs(30), ping)
 }
 
-/// One case on one system.
-fn run_case(
-    port: u16,
-    password: Option<&str>,
-    opts: &RedisOpts,
-    work: &Workload<'_>,
-) -> Result<Vec<RedisResult>> {
-    run_benchmark_at(port, opts, work, password)
-}
-
 pub fn run_resp_bench(o: &RespBenchOptions) -> Result<RespReport> {
     ensure_tools(&[Tool::RedisServer, Tool::RedisBenchmark])?;
     let cluster = ProcessCluster::start(
@@ -127,7 +117,7 @@ pub fn run_resp_bench(o: &RespBenchOptions) -> Result<RespReport> {
             requests: o.keyspace * 3,
             ..base.clone()
         };
-        run_case(port, pw, &fill, &Workload::Tests("set"))?;
+        run_benchmark_at(port, &fill, &Workload::Tests("set"), pw)?;
     }
 
     let mut rows = Vec::new();
@@ -163,7 +153,7 @@ pub fn run_resp_bench(o: &RespBenchOptions) -> Result<RespReport> {
             } else {
                 Workload::Custom(custom)
             };
-            by_system.push((name, run_case(port, pw, opts, &work)?));
+            by_system.push((name, run_benchmark_at(port, opts, &work, pw)?));
         }
         let redis_results = &by_system[1].1;
         for (name, results) in &by_system {
@@ -195,9 +185,8 @@ pub fn run_resp_bench(o: &RespBenchOptions) -> Result<RespReport> {
     // MGET again from the spinning driver (redis-benchmark saturates its own core
     // building 100 random keys per command, so both systems above may be measured
     // at the load generator's limit).
-    for (name, port, _) in targets {
+    for (_, port, _) in targets {
         resp::populate(port, o.keyspace, o.value_size)?;
-        let _ = name;
     }
     for &k in &o.mget_keys {
         let opts = LoadOpts::new(
@@ -269,9 +258,4 @@ pub fn run_resp_bench(o: &RespBenchOptions) -> Result<RespReport> {
             .into(),
         rows,
     })
-}
-
-/// The rows of `report` for one system.
-pub fn rows_of<'a>(report: &'a RespReport, system: &str) -> Vec<&'a BenchRow> {
-    report.rows.iter().filter(|r| r.system == system).collect()
 }
