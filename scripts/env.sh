@@ -39,3 +39,8 @@ if command -v rustup >/dev/null 2>&1 \
   rustup target add wasm32-unknown-unknown >&2 \
     || echo "note: rustup target add wasm32-unknown-unknown failed; the SDK example tests need it" >&2
 fi
+
+# CI builds once from a clean clone: incremental caches only cost disk there.
+if [ "${CI:-}" = true ]; then
+  export CARGO_INCREMENTAL=0
+fi

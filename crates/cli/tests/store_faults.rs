@@ -297,3 +297,87 @@ fn a_stopped_server_does_not_hold_up_coded_gets() {
         readable.len()
     );
 }
+
+fn versioned(i: u64, version: u64) -> Vec<u8> {
+    let len = 150_000 + (i as usize * 7_919) % 100_000;
+    (0..len)
+        .map(|j| (j as u64 * 13 + i * 7 + version * 101) as u8)
+        .collect()
+}
+
+/// Repair rebuilds objects while a client keeps putting new versions of them: no
+/// acknowledged put is replaced by the older version a repair decoded, and an object
+/// rebuilt keeps its TTL.
+#[test]
+fn repair_never_replaces_a_newer_put_and_keeps_ttls() {
+    let mut c = cluster(5, 4 * REGION, 128 << 20);
+    let cl = client(&c);
+    let store = coded_store(&c, "ec", 160 * REGION);
+    let (raced, quiet) = (12u64, 4u64);
+    let key = |i: u64| format!("r{i}").into_bytes();
+    let ttl = Duration::from_secs(3600);
+    for i in 0..raced + quiet {
+        let opts = if i >= raced {
+            farcache_store::PutOptions::ttl(ttl)
+        } else {
+            farcache_store::PutOptions::default()
+        };
+        assert!(
+            store
+                .put_large(&key(i), &versioned(i, 0), opts)
+                .expect("put")
+        );
+    }
+    // A server holding a data chunk of the first quiet object.
+    let m = store
+        .manifest(&key(raced))
+        .expect("manifest")
+        .expect("coded");
+    let victim = server_of(&store, m.shards[1][0]);
+    c.kill_server(server_index(&c, &cl, victim))
+        .expect("SIGKILL");
+    wait_regions_leave(&store, victim);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (store, stop) = (store.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut acked = HashMap::new();
+            let mut version = 1;
+            while !stop.load(Ordering::Relaxed) {
+                // Last keys first: the repair goes through them in the other order.
+                for i in (0..raced).rev() {
+                    if store.put(&key(i), &versioned(i, version)).is_ok() {
+                        acked.insert(i, version);
+                    }
+                }
+                version += 1;
+            }
+            acked
+        })
+    };
+    let mut rebuilt = 0;
+    for _ in 0..3 {
+        let r = store.repair().expect("repair");
+        rebuilt += r.objects_rebuilt;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let acked = writer.join().expect("writer");
+    assert!(rebuilt > 0, "nothing was rebuilt");
+    for i in 0..raced {
+        let want = acked.get(&i).copied().unwrap_or(0);
+        let got = store.get(&key(i)).expect("get").expect("present");
+        assert!(
+            got[..] == versioned(i, want)[..],
+            "r{i}: not the last acknowledged version {want}"
+        );
+    }
+    for i in raced..raced + quiet {
+        let e = store.entry(&key(i)).expect("entry").expect("present");
+        assert!(e.value[..] == versioned(i, 0)[..], "r{i}: wrong value");
+        let left = e.ttl().expect("the TTL survives the repair");
+        assert!(left > ttl - Duration::from_secs(120), "r{i}: TTL {left:?}");
+    }
+    let again = store.repair().expect("repair");
+    assert_eq!(again.unrecoverable, 0, "{again:?}");
+}

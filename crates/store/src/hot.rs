@@ -355,7 +355,7 @@ impl Store {
                     value: &copy,
                     flags: 0,
                 }],
-                PutOptions::default(),
+                PutOptions::default().into(),
             ) {
                 r?;
             }

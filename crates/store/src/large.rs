@@ -14,7 +14,7 @@ use farcache_kvformat::manifest::{self, Manifest};
 use farcache_kvformat::{SlotWord, class, item};
 
 use crate::options::{Condition, PutOptions};
-use crate::put::{Entry, PutResult};
+use crate::put::{Entry, Guard, PutResult, PutSpec};
 use crate::store::{Probe, Store};
 use crate::{Result, StoreError};
 
@@ -119,6 +119,11 @@ impl Store {
 
     /// Stores `value` erasure coded under `key` (whatever its size).
     pub fn put_large(&self, key: &[u8], value: &[u8], opts: PutOptions) -> PutResult {
+        self.put_large_spec(key, value, opts.into())
+    }
+
+    /// [`Store::put_large`] with an absolute expiry and a guard (repair's rewrite).
+    pub(crate) fn put_large_spec(&self, key: &[u8], value: &[u8], spec: PutSpec) -> PutResult {
         Self::check_key(key)?;
         let desc = self.inner.layout.0;
         let (d, p) = (usize::from(desc.ec_data), usize::from(desc.ec_parity));
@@ -153,9 +158,9 @@ impl Store {
             shards,
         };
         let chunks = encode_stripes(&m, value)?;
-        let pieces = PutOptions {
-            ttl: opts.ttl,
-            condition: Condition::Always,
+        let pieces = PutSpec {
+            guard: Guard::Cond(Condition::Always),
+            ..spec
         };
         for (c, chunk) in chunks.iter().enumerate() {
             self.write_chunk(key, &m, c, chunk, pieces)?;
@@ -172,7 +177,7 @@ impl Store {
             value: &menc,
             flags: item::FLAG_MANIFEST,
         };
-        let r = self.put_entries(&[home], opts).pop().unwrap_or(Ok(false));
+        let r = self.put_entries(&[home], spec).pop().unwrap_or(Ok(false));
         match r {
             Ok(true) => {
                 if let Some(old) = old.filter(|o| o.version != m.version) {
@@ -197,7 +202,7 @@ impl Store {
         m: &Manifest,
         c: usize,
         pieces: &[Vec<u8>],
-        opts: PutOptions,
+        spec: PutSpec,
     ) -> Result<()> {
         let keys: Vec<Vec<u8>> = (0..m.pieces())
             .map(|j| manifest::piece_key(m.piece_shard(c, j), m.version, c as u8, j, key))
@@ -212,7 +217,7 @@ impl Store {
             });
             bytes_in += piece.len() as u64;
             if bytes_in >= WRITE_GROUP || j + 1 == keys.len() {
-                for r in self.put_entries(&group, opts) {
+                for r in self.put_entries(&group, spec) {
                     r?;
                 }
                 group.clear();
@@ -226,7 +231,7 @@ impl Store {
             value: &menc,
             flags: item::FLAG_MANIFEST,
         };
-        for r in self.put_entries(&[copy], opts) {
+        for r in self.put_entries(&[copy], spec) {
             r?;
         }
         Ok(())

@@ -1,5 +1,5 @@
 //! A key's value together with its expiry, for callers that must keep a TTL across a
-//! read-modify-write (Redis `INCR`, `SETRANGE`, `TTL`).
+//! read-modify-write (Redis `INCR`, `SETRANGE`, `TTL`, and the store's own repair).
 //!
 //! Two round trips: `kv_find` for the key's slot, then a read of the item it names.
 //! The item's checksum and key are checked, so an item recycled in between is seen
@@ -30,10 +30,37 @@ impl Entry {
     }
 }
 
+/// A live key's item as its slot names it now.
+pub(crate) struct Current {
+    /// The slot word naming the item (a guard for a later rewrite).
+    pub word: u64,
+    /// The item's flags (`item::FLAG_*`).
+    pub flags: u8,
+    /// The item's value: the value itself, or an erasure-coded value's manifest.
+    pub value: Bytes,
+    pub expires_ms: Option<u64>,
+}
+
 impl Store {
     /// `key`'s value and expiry, or `None` if it is absent or expired.
     pub fn entry(&self, key: &[u8]) -> Result<Option<Entry>> {
         Self::check_key(key)?;
+        let Some(c) = self.current(key)? else {
+            return Ok(None);
+        };
+        let expires_ms = c.expires_ms;
+        if c.flags & item::FLAG_MANIFEST != 0 {
+            // An erasure-coded value: the item holds its manifest.
+            return Ok(self.get(key)?.map(|value| Entry { value, expires_ms }));
+        }
+        Ok(Some(Entry {
+            value: c.value,
+            expires_ms,
+        }))
+    }
+
+    /// The item `key`'s slot names, with the slot word; `None` if absent or expired.
+    pub(crate) fn current(&self, key: &[u8]) -> Result<Option<Current>> {
         let h = self.locate(key);
         let lay = self.inner.layout;
         for attempt in 1..=MAX_ATTEMPTS {
@@ -63,16 +90,15 @@ impl Store {
             if it.key != key {
                 continue;
             }
-            let expires_ms = (it.expires_ms != item::NO_EXPIRY).then_some(it.expires_ms);
             if it.expired(now_ms()) {
                 return Ok(None);
             }
-            if it.flags & item::FLAG_MANIFEST != 0 {
-                // An erasure-coded value: the item holds its manifest.
-                return Ok(self.get(key)?.map(|value| Entry { value, expires_ms }));
-            }
-            let value = raw.slice_ref(it.value);
-            return Ok(Some(Entry { value, expires_ms }));
+            return Ok(Some(Current {
+                word: word.0,
+                flags: it.flags,
+                value: raw.slice_ref(it.value),
+                expires_ms: (it.expires_ms != item::NO_EXPIRY).then_some(it.expires_ms),
+            }));
         }
         Err(StoreError::Contended {
             attempts: MAX_ATTEMPTS,

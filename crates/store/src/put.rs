@@ -29,7 +29,7 @@ struct Job<'a> {
     value: &'a [u8],
     flags: u8,
     expires: u64,
-    cond: Condition,
+    guard: Guard,
     h: KeyHash,
     class: u8,
     size: u32,
@@ -45,6 +45,55 @@ struct Job<'a> {
     generation: Option<u32>,
     /// `item` came from this handle's cache in the current attempt.
     from_cache: bool,
+}
+
+/// What a put must find in the key's slot to apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Guard {
+    /// The user's condition (always, NX, XX).
+    Cond(Condition),
+    /// Only while the key's slot still names this item (its hot flag aside): a
+    /// repair's rewrite of the version it decoded never replaces a newer put.
+    Slot(u64),
+}
+
+impl Guard {
+    /// Whether a put may go ahead, given the key's `kv_find` reply.
+    fn allows(self, f: &FindReply) -> bool {
+        let present = f.status == wire::HIT && !f.expired;
+        match self {
+            Guard::Cond(Condition::Always) => true,
+            Guard::Cond(Condition::IfAbsent) => !present,
+            Guard::Cond(Condition::IfPresent) => present,
+            Guard::Slot(w) => {
+                present
+                    && f.slot.is_some_and(|s| {
+                        SlotWord::with_hot(f.words[usize::from(s)]) == SlotWord::with_hot(w)
+                    })
+            }
+        }
+    }
+}
+
+/// A put's absolute expiry and its guard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PutSpec {
+    /// Milliseconds since the epoch, or `item::NO_EXPIRY`.
+    pub expires: u64,
+    pub guard: Guard,
+}
+
+impl From<PutOptions> for PutSpec {
+    fn from(opts: PutOptions) -> Self {
+        let expires = match opts.ttl {
+            Some(t) => now_ms().saturating_add(t.as_millis().max(1) as u64),
+            None => item::NO_EXPIRY,
+        };
+        PutSpec {
+            expires,
+            guard: Guard::Cond(opts.condition),
+        }
+    }
 }
 
 /// An item to put: key, value and item flags (`item::FLAG_*`).
@@ -133,7 +182,7 @@ impl Store {
             if let Err(e) = Self::check_key(k) {
                 out[i] = Some(Err(e));
             } else if v.len() as u64 > small {
-                out[i] = Some(self.put_large(k, v, opts));
+                out[i] = Some(self.put_large_spec(k, v, opts.into()));
             } else {
                 entries.push(Entry {
                     key: k,
@@ -143,7 +192,7 @@ impl Store {
                 at.push(i);
             }
         }
-        for (r, i) in self.put_entries(&entries, opts).into_iter().zip(at) {
+        for (r, i) in self.put_entries(&entries, opts.into()).into_iter().zip(at) {
             out[i] = Some(r);
         }
         out.into_iter().map(|o| o.unwrap_or(Ok(false))).collect()
@@ -151,12 +200,7 @@ impl Store {
 
     /// Puts items whose keys were checked by the caller (the store's own placed keys
     /// included); one result per entry.
-    pub(crate) fn put_entries(&self, entries: &[Entry<'_>], opts: PutOptions) -> Vec<PutResult> {
-        let now = now_ms();
-        let expires = match opts.ttl {
-            Some(t) => now.saturating_add(t.as_millis().max(1) as u64),
-            None => item::NO_EXPIRY,
-        };
+    pub(crate) fn put_entries(&self, entries: &[Entry<'_>], spec: PutSpec) -> Vec<PutResult> {
         let mut out: Vec<Option<PutResult>> = (0..entries.len()).map(|_| None).collect();
         let mut jobs = Vec::with_capacity(entries.len());
         let mut todo = Vec::with_capacity(entries.len());
@@ -170,8 +214,8 @@ impl Store {
                             key: e.key,
                             value: e.value,
                             flags: e.flags,
-                            expires,
-                            cond: opts.condition,
+                            expires: spec.expires,
+                            guard: spec.guard,
                             h: self.locate(e.key),
                             class,
                             size,
@@ -306,17 +350,12 @@ impl Store {
         let mut buf = Vec::new();
         for (j, f) in finds {
             let job = &mut jobs[j].1;
-            let present = f.status == wire::HIT && !f.expired;
             let target = match f.status {
                 wire::BUSY => {
                     retry.push(j);
                     continue;
                 }
-                _ if job.cond == Condition::IfAbsent && present => {
-                    done.push((j, Ok(false)));
-                    continue;
-                }
-                _ if job.cond == Condition::IfPresent && !present => {
+                _ if !job.guard.allows(&f) => {
                     done.push((j, Ok(false)));
                     continue;
                 }
@@ -479,11 +518,8 @@ impl Store {
         if f.status == wire::BUSY {
             return Ok(None);
         }
-        let present = f.status == wire::HIT && !f.expired;
-        match job.cond {
-            Condition::IfAbsent if present => return Ok(Some(false)),
-            Condition::IfPresent if !present => return Ok(Some(false)),
-            _ => {}
+        if !job.guard.allows(&f) {
+            return Ok(Some(false));
         }
         let s = match f.slot {
             Some(s) => usize::from(s),

@@ -10,14 +10,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use farcache_client::OpError;
+use farcache_kvformat::SlotWord;
 use farcache_kvformat::item;
 use farcache_kvformat::layout::{DESCRIPTOR_LEN, GENERATION};
 use farcache_kvformat::manifest::{self, Manifest};
 use farcache_kvformat::wire::{self, Scan};
 
 use crate::Result;
-use crate::options::{Condition, PutOptions};
-use crate::put::Entry;
+use crate::options::Condition;
+use crate::put::{Entry, Guard, PutSpec};
 use crate::store::{Probe, Store};
 
 /// What one repair pass did.
@@ -202,26 +203,45 @@ impl Store {
             report.unrecoverable += 1;
             return Ok(());
         }
-        if missing > 0 {
-            let Some(value) = self.get_large(key, &m.encode())? else {
-                report.unrecoverable += 1;
-                return Ok(());
-            };
-            // A put since the scan wins over the repair.
-            let now = self.lookup_raw(&[key], Probe::Value).pop();
-            let current = match now {
-                Some(Ok(Some((f, v)))) if f & item::FLAG_MANIFEST != 0 => {
-                    Manifest::decode(&v).ok().map(|c| c.version)
-                }
-                Some(Ok(Some(_))) => return Ok(()),
-                _ => None,
-            };
-            if current.is_some_and(|v| v != m.version) {
+        // What the key names now. A put, delete or expiry since the scan wins over
+        // the repair; otherwise the rewrite is guarded by the slot word seen here, so
+        // a put landing while the object is decoded and written is never replaced.
+        let (guard, expires) = match self.current(key) {
+            Ok(Some(c)) if c.flags & item::FLAG_MANIFEST != 0 => match Manifest::decode(&c.value) {
+                Ok(cur) if cur.version == m.version => (Guard::Slot(c.word), c.expires_ms),
+                _ => return Ok(()),
+            },
+            Ok(Some(_)) => return Ok(()),
+            Ok(None) if found.home.is_some() => return Ok(()),
+            // The manifest was lost with its home shard: restored only where no put
+            // came since, with the expiry its copies carry.
+            Ok(None) => (
+                Guard::Cond(Condition::IfAbsent),
+                self.copy_expiry(key, &m, &found),
+            ),
+            Err(e) => {
+                tracing::debug!(error = %e, "repair: key unreadable, left for the next pass");
                 return Ok(());
             }
-            if self.put_large(key, &value, PutOptions::default())? {
-                // Pieces of the old version left on live shards.
-                self.drop_object(key, &m);
+        };
+        let spec = PutSpec {
+            expires: expires.unwrap_or(item::NO_EXPIRY),
+            guard,
+        };
+        if missing > 0 {
+            let Some(value) = self.get_large(key, &m.encode())? else {
+                // Replaced while decoding (its chunks dropped) is not a loss.
+                if matches!(guard, Guard::Slot(w) if self.still_names(key, w)) {
+                    report.unrecoverable += 1;
+                }
+                return Ok(());
+            };
+            if self.put_large_spec(key, &value, spec)? {
+                // Pieces of the old version left on live shards (a put over the
+                // manifest drops them itself).
+                if !matches!(guard, Guard::Slot(_)) {
+                    self.drop_object(key, &m);
+                }
                 report.objects_rebuilt += 1;
                 report.chunks_rebuilt += missing as u64;
             }
@@ -234,14 +254,14 @@ impl Store {
                 value: &enc,
                 flags: item::FLAG_MANIFEST,
             };
-            let nx = PutOptions {
-                condition: Condition::IfAbsent,
-                ..PutOptions::default()
-            };
-            if self.put_entries(&[home], nx).pop().unwrap_or(Ok(false))? {
+            if self.put_entries(&[home], spec).pop().unwrap_or(Ok(false))? {
                 report.homes_restored += 1;
             }
         }
+        let copies = PutSpec {
+            guard: Guard::Cond(Condition::Always),
+            ..spec
+        };
         for c in 0..m.chunks() {
             let shard = m.copy_shard(c);
             if !found
@@ -255,11 +275,104 @@ impl Store {
                     value: &enc,
                     flags: item::FLAG_MANIFEST,
                 };
-                for r in self.put_entries(&[copy], PutOptions::default()) {
+                for r in self.put_entries(&[copy], copies) {
                     r?;
                 }
             }
         }
         Ok(())
+    }
+
+    /// Whether `key`'s slot still names the item `word` names.
+    fn still_names(&self, key: &[u8], word: u64) -> bool {
+        matches!(self.current(key), Ok(Some(c))
+            if SlotWord::with_hot(c.word) == SlotWord::with_hot(word))
+    }
+
+    /// The expiry of `m`'s manifest copies (they are written with the object's).
+    fn copy_expiry(&self, key: &[u8], m: &Manifest, found: &Found) -> Option<u64> {
+        found
+            .copies
+            .iter()
+            .filter(|(_, c)| c.version == m.version)
+            .find_map(|(s, _)| self.current(&manifest::copy_key(*s, key)).ok().flatten())
+            .and_then(|c| c.expires_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::store::now_ms;
+    use crate::{PutOptions, StoreExt, StoreOptions};
+    use farcache_testkit::{ClusterOptions, LocalCluster};
+
+    /// The step a repair takes after decoding: a rewrite guarded by the slot word it
+    /// saw. A put that lands in between wins; without one, the rewrite carries the
+    /// expiry it was given.
+    #[test]
+    fn a_guarded_rewrite_never_replaces_a_newer_put() {
+        let opts = ClusterOptions::default()
+            .servers(3)
+            .region_size(1 << 20)
+            .server_memory(96 << 20)
+            .server_threads(2);
+        let c = LocalCluster::start(&opts).unwrap();
+        let s = c
+            .client()
+            .unwrap()
+            .create_store(
+                "ec",
+                48 << 20,
+                &StoreOptions {
+                    large_threshold: 64 << 10,
+                    ec_data: 2,
+                    ec_parity: 1,
+                    ..StoreOptions::default()
+                },
+            )
+            .unwrap();
+        let (old, new) = (vec![1u8; 100_000], vec![2u8; 100_000]);
+        let hour = Duration::from_secs(3600);
+        assert!(s.put_with(b"k", &old, PutOptions::ttl(hour)).unwrap());
+        let seen = s.current(b"k").unwrap().unwrap();
+        assert!(seen.expires_ms.is_some());
+        s.put(b"k", &new).unwrap();
+        let stale = PutSpec {
+            expires: seen.expires_ms.unwrap(),
+            guard: Guard::Slot(seen.word),
+        };
+        assert!(!s.put_large_spec(b"k", &old, stale).unwrap());
+        assert_eq!(s.get(b"k").unwrap().unwrap()[..], new[..]);
+        assert!(s.still_names(b"k", s.current(b"k").unwrap().unwrap().word));
+        assert!(!s.still_names(b"k", seen.word));
+
+        let now = s.current(b"k").unwrap().unwrap();
+        let expires = now_ms() + 2 * 3_600_000;
+        let fresh = PutSpec {
+            expires,
+            guard: Guard::Slot(now.word),
+        };
+        assert!(s.put_large_spec(b"k", &new, fresh).unwrap());
+        let e = s.entry(b"k").unwrap().unwrap();
+        assert_eq!((&e.value[..], e.expires_ms), (&new[..], Some(expires)));
+
+        // Small items take the same guard.
+        s.put(b"small", b"v1").unwrap();
+        let w = s.current(b"small").unwrap().unwrap().word;
+        s.put(b"small", b"v2").unwrap();
+        let entry = Entry {
+            key: b"small",
+            value: b"v0",
+            flags: 0,
+        };
+        let spec = PutSpec {
+            expires: item::NO_EXPIRY,
+            guard: Guard::Slot(w),
+        };
+        assert!(!s.put_entries(&[entry], spec).pop().unwrap().unwrap());
+        assert_eq!(s.get(b"small").unwrap().unwrap()[..], b"v2"[..]);
     }
 }
