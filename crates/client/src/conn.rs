@@ -45,6 +45,11 @@ pub(crate) struct ServerConn {
     sealed_end: usize,
     open: Option<OpenBatch>,
     pub inflight: VecDeque<InFlight>,
+    /// Parts that found `q` frames in flight and the open batch full, in order, with
+    /// their ticket's id. They wait here rather than block the submitting thread (a
+    /// silent server must not hold up calls that need other servers), and go out as
+    /// replies make room.
+    pub backlog: VecDeque<(PartRef, u64)>,
     rbuf: BytesMut,
     filled: usize,
     next_seq: u64,
@@ -55,8 +60,17 @@ pub(crate) struct ServerConn {
 /// What the caller must do with a part that did not fit.
 pub(crate) enum Append {
     Queued,
-    /// `q` batches are in flight and the open batch is full: drive, then retry.
+    /// `q` batches are in flight and the open batch is full (or parts wait in the
+    /// backlog): the part joins the backlog.
     Full,
+}
+
+/// A connection that finished its handshake, not yet registered with a lane.
+pub(crate) struct Dialed {
+    server: ServerId,
+    addr: String,
+    stream: Stream,
+    max_frame: u32,
 }
 
 /// How a lane reaches servers: its credential, and TLS if the client uses it.
@@ -76,6 +90,12 @@ impl ServerConn {
         registry: &Registry,
         token: Token,
     ) -> Result<Self, OpError> {
+        Self::attach(Self::dial(server, addr, dial)?, registry, token)
+    }
+
+    /// The blocking half of [`connect`](Self::connect): TCP (and TLS), then the
+    /// handshake. Runs on a dialing thread, so a silent server holds up nobody.
+    pub fn dial(server: ServerId, addr: &str, dial: &Dial<'_>) -> Result<Dialed, OpError> {
         let unavailable = |reason: String| OpError::ServerUnavailable {
             server,
             addr: addr.to_string(),
@@ -91,15 +111,35 @@ impl ServerConn {
             dial.cred,
         )
         .map_err(|e| unavailable(e.to_string()))?;
-        let mut stream = s.into_stream().map_err(|e| unavailable(e.to_string()))?;
-        stream
-            .register(registry, token, Interest::READABLE | Interest::WRITABLE)
-            .map_err(|e| unavailable(e.to_string()))?;
+        let stream = s.into_stream().map_err(|e| unavailable(e.to_string()))?;
+        Ok(Dialed {
+            server,
+            addr: addr.to_string(),
+            stream,
+            max_frame: ack.max_frame,
+        })
+    }
+
+    /// Registers a dialed stream with the lane's poll under `token`.
+    pub fn attach(d: Dialed, registry: &Registry, token: Token) -> Result<Self, OpError> {
+        let Dialed {
+            server,
+            addr,
+            mut stream,
+            max_frame,
+        } = d;
+        if let Err(e) = stream.register(registry, token, Interest::READABLE | Interest::WRITABLE) {
+            return Err(OpError::ServerUnavailable {
+                server,
+                addr,
+                reason: e.to_string(),
+            });
+        }
         let mut rbuf = BytesMut::with_capacity(MIN_READ * 2);
         rbuf.resize(MIN_READ * 2, 0);
         Ok(Self {
             server,
-            addr: addr.to_string(),
+            addr,
             checked: None,
             stream,
             out: Vec::with_capacity(MIN_READ),
@@ -107,11 +147,12 @@ impl ServerConn {
             sealed_end: 0,
             open: None,
             inflight: VecDeque::new(),
+            backlog: VecDeque::new(),
             rbuf,
             filled: 0,
             next_seq: 1,
-            frame_limit: (ack.max_frame as usize / 2).min(8 << 20),
-            max_frame: ack.max_frame,
+            frame_limit: (max_frame as usize / 2).min(8 << 20),
+            max_frame,
         })
     }
 
@@ -120,7 +161,7 @@ impl ServerConn {
     }
 
     pub fn idle(&self) -> bool {
-        self.inflight.is_empty() && self.open.is_none()
+        self.inflight.is_empty() && self.open.is_none() && self.backlog.is_empty()
     }
 
     pub fn has_open(&self) -> bool {
@@ -187,6 +228,10 @@ impl ServerConn {
     /// batches are in flight and the open one is full.
     #[inline]
     fn open_for(&mut self, len: usize, reply_len: usize, b: usize, q: usize) -> bool {
+        if !self.backlog.is_empty() {
+            // Parts queued earlier go first.
+            return false;
+        }
         if let Some(open) = &self.open {
             let full = open.parts.len() >= b
                 || open.enc.payload_len(&self.out) + len > self.frame_limit

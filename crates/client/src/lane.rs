@@ -18,7 +18,7 @@ use slab::Slab;
 use crate::batch::{Batch, BatchOp, Kind};
 use crate::cache::CacheShared;
 use crate::config::ClientConfig;
-use crate::conn::{Append, Dial, InFlight, ServerConn};
+use crate::conn::{Append, Dial, Dialed, InFlight, ServerConn};
 use crate::error::OpError;
 use crate::idmap::{ConnTable, IdMap};
 use crate::results::{BatchResults, Cell, Store};
@@ -43,6 +43,17 @@ pub(crate) fn pause_backoff(attempt: u8) -> Duration {
     // Past 5 doublings the cap applies anyway; bounding the shift keeps it in range.
     let shift = u32::from(attempt.saturating_sub(1).min(5));
     (PAUSE_FIRST * (1 << shift)).min(PAUSE_MAX)
+}
+
+/// The token of the lane's waker (dialing threads report through it); connections
+/// use their server's id.
+const WAKE: Token = Token(usize::MAX);
+
+/// A connection being dialed on its own thread, and the parts waiting for it.
+struct Dialing {
+    done: std::sync::mpsc::Receiver<Result<Dialed, OpError>>,
+    /// With their ticket's id, in the order they were routed.
+    parts: Vec<(PartRef, u64)>,
 }
 
 /// Why a part goes out again.
@@ -128,6 +139,11 @@ pub(crate) struct LaneInner {
     events: Events,
     conns: ConnTable<ServerConn>,
     failed: IdMap<(Instant, OpError)>,
+    /// Connections being dialed: a silent server's handshake (up to the connect
+    /// timeout) keeps no caller waiting that needs other servers.
+    dialing: IdMap<Dialing>,
+    /// Wakes the lane's poll when a dial finishes.
+    waker: Arc<mio::Waker>,
     tickets: Slab<TicketState>,
     next_id: u64,
     /// Parts to route again after a server's answer (see [`Retry`]).
@@ -142,6 +158,8 @@ pub(crate) struct LaneInner {
 
 impl Lane {
     pub fn new(cfg: ClientConfig) -> std::io::Result<Self> {
+        let poll = Poll::new()?;
+        let waker = Arc::new(mio::Waker::new(poll.registry(), WAKE)?);
         Ok(Self {
             inner: Mutex::new(LaneInner {
                 parking: Parking {
@@ -149,10 +167,12 @@ impl Lane {
                     limit: cfg.op_timeout,
                 },
                 cfg,
-                poll: Poll::new()?,
+                poll,
                 events: Events::with_capacity(64),
                 conns: ConnTable::default(),
                 failed: IdMap::default(),
+                dialing: IdMap::default(),
+                waker,
                 tickets: Slab::new(),
                 next_id: 1,
                 retries: Vec::new(),
@@ -506,8 +526,17 @@ impl LaneInner {
                 .get(&server)
                 .is_some_and(|c| c.checked.as_ref().is_some_and(|i| Arc::ptr_eq(i, info)));
             if !checked {
-                if let Err(e) = self.ensure_conn(server, info) {
-                    return self.unreachable(part, server, e);
+                match self.ensure_conn(server, info) {
+                    Err(e) => return self.unreachable(part, server, e),
+                    Ok(false) => {
+                        // Sent once the dial finishes.
+                        let id = self.tickets[part.key as usize].id;
+                        if let Some(d) = self.dialing.get_mut(&server) {
+                            d.parts.push((part, id));
+                        }
+                        return;
+                    }
+                    Ok(true) => {}
                 }
                 if let Some(c) = self.conns.get_mut(&server) {
                     c.checked = Some(info.clone());
@@ -518,69 +547,26 @@ impl LaneInner {
                 return;
             };
             let t = &tickets[part.key as usize];
-            let op = &t.ops[part.op as usize];
-            let cache = info.id;
-            let appended = match op.kind {
-                Kind::Execute => {
-                    // Whole names at their own offsets, so this finds the name.
-                    let proc_name = t
-                        .names
-                        .get(op.data_off..op.data_off + usize::from(op.name_len))
-                        .unwrap_or_default();
-                    let hop = if t.continuations.is_empty() {
-                        None
-                    } else {
-                        t.continuations.get(&part.op)
-                    };
-                    let args = match hop {
-                        Some((state, _)) => state.as_slice(),
-                        None => op.args(&t.data),
-                    };
-                    let reply = EXECUTE_REPLY_GUESS;
-                    conn.append_execute(part, cache, part.addr, proc_name, args, reply, (b, q))
-                }
-                Kind::Read => {
-                    let (addr, len) = (part.addr, part.len);
-                    let wire = Op::Read { cache, addr, len };
-                    conn.append(part, &wire, len as usize + 6, b, q)
-                }
-                Kind::Write => {
-                    let at = op.data_off + part.op_off as usize;
-                    let data = &t.data[at..at + part.len as usize];
-                    let addr = part.addr;
-                    conn.append(part, &Op::Write { cache, addr, data }, 2, b, q)
-                }
-                Kind::Cas => {
-                    let (addr, expected, new) = (part.addr, op.a(), op.b());
-                    let wire = Op::Cas {
-                        cache,
-                        addr,
-                        expected,
-                        new,
-                    };
-                    conn.append(part, &wire, 10, b, q)
-                }
-                Kind::FetchAdd => {
-                    let (addr, delta) = (part.addr, op.a());
-                    conn.append(part, &Op::FetchAdd { cache, addr, delta }, 10, b, q)
-                }
-            };
+            let appended = append_part(conn, t, part, info.id, (b, q));
             match appended {
                 Append::Queued => return,
                 Append::Full => {
-                    let r = conn.flush();
-                    if let Err(e) = r {
+                    if let Err(e) = conn.flush() {
                         let err = conn.unavailable(&e.to_string());
                         self.fail_conn(server, err);
                         continue;
                     }
-                    self.drive_once(Some(MAX_POLL));
+                    // Waits for room without holding up the caller's other parts.
+                    conn.backlog.push_back((part, t.id));
+                    return;
                 }
             }
         }
     }
 
-    fn ensure_conn(&mut self, server: ServerId, info: &CacheInfo) -> Result<(), OpError> {
+    /// Makes sure a connection to `server` exists or is being dialed: `Ok(true)`
+    /// when it is ready, `Ok(false)` while a dialing thread works on it.
+    fn ensure_conn(&mut self, server: ServerId, info: &CacheInfo) -> Result<bool, OpError> {
         let tls = self.cfg.tls.is_some();
         let addr = info.server(server).and_then(|s| {
             if tls {
@@ -601,7 +587,7 @@ impl LaneInner {
         }
         if let Some(c) = self.conns.get(&server) {
             if Some(c.addr.as_str()) == addr {
-                return Ok(());
+                return Ok(true);
             }
             let err = c.unavailable("server moved to a new address");
             self.fail_conn(server, err);
@@ -625,29 +611,120 @@ impl LaneInner {
                 reason: "the client has no credential".into(),
             });
         };
+        if self.dialing.contains_key(&server) {
+            return Ok(false);
+        }
+        let (tx, done) = std::sync::mpsc::channel();
+        let (owned, tls) = (cred.clone(), self.cfg.tls.clone());
+        let (timeout, waker, at) = (
+            self.cfg.connect_timeout,
+            self.waker.clone(),
+            addr.to_string(),
+        );
+        let spawned = std::thread::Builder::new()
+            .name("farcache-dial".into())
+            .spawn(move || {
+                let dial = Dial {
+                    cred: &owned,
+                    tls: tls.as_ref(),
+                    timeout,
+                };
+                let _ = tx.send(ServerConn::dial(server, &at, &dial));
+                let _ = waker.wake();
+            });
+        if spawned.is_ok() {
+            let parts = Vec::new();
+            self.dialing.insert(server, Dialing { done, parts });
+            return Ok(false);
+        }
+        // No thread to spare: dial here.
         let dial = Dial {
             cred,
             tls: self.cfg.tls.as_ref(),
             timeout: self.cfg.connect_timeout,
         };
-        match ServerConn::connect(
+        let r = ServerConn::connect(
             server,
             addr,
             &dial,
             self.poll.registry(),
             Token(server as usize),
-        ) {
+        );
+        self.connected(server, r).map(|()| true)
+    }
+
+    /// Keeps a new connection, or remembers why there is none.
+    fn connected(
+        &mut self,
+        server: ServerId,
+        r: Result<ServerConn, OpError>,
+    ) -> Result<(), OpError> {
+        match r {
             Ok(c) => {
                 self.failed.remove(&server);
                 self.conns.insert(server, c);
                 Ok(())
             }
             Err(e) => {
-                tracing::debug!(server, %addr, "connect failed: {e}");
+                tracing::debug!(server, "connect failed: {e}");
                 self.failed.insert(server, (Instant::now(), e.clone()));
                 Err(e)
             }
         }
+    }
+
+    /// Takes the dials that finished: their parts go out on the new connection, or
+    /// fail over as unreachable.
+    fn finish_dials(&mut self) {
+        use std::sync::mpsc::TryRecvError;
+        let done: Vec<(ServerId, Result<Dialed, OpError>)> = self
+            .dialing
+            .iter()
+            .filter_map(|(&server, d)| match d.done.try_recv() {
+                Ok(r) => Some((server, r)),
+                Err(TryRecvError::Empty) => None,
+                Err(TryRecvError::Disconnected) => Some((
+                    server,
+                    Err(OpError::ServerUnavailable {
+                        server,
+                        addr: String::new(),
+                        reason: "the dialing thread ended without an answer".into(),
+                    }),
+                )),
+            })
+            .collect();
+        for (server, r) in done {
+            let Some(d) = self.dialing.remove(&server) else {
+                continue;
+            };
+            let token = Token(server as usize);
+            let r = r.and_then(|dialed| ServerConn::attach(dialed, self.poll.registry(), token));
+            let outcome = self.connected(server, r);
+            for (part, id) in d.parts {
+                let Some(t) = self.tickets.get(part.key as usize).filter(|t| t.id == id) else {
+                    continue;
+                };
+                match &outcome {
+                    Err(e) if t.abandoned && part.kind == Kind::Read => {
+                        self.fail_part(part, e.clone())
+                    }
+                    Err(e) => self.unreachable(part, server, e.clone()),
+                    Ok(()) if t.abandoned && part.kind == Kind::Read => {
+                        let e = OpError::ServerUnavailable {
+                            server,
+                            addr: String::new(),
+                            reason: "not sent: its caller stopped waiting".into(),
+                        };
+                        self.fail_part(part, e)
+                    }
+                    Ok(()) => {
+                        let info = t.cache.info();
+                        self.route(part, server, &info);
+                    }
+                }
+            }
+        }
+        self.seal_and_flush();
     }
 
     fn seal_and_flush(&mut self) {
@@ -689,6 +766,7 @@ impl LaneInner {
         let ready: Vec<ServerId> = self
             .events
             .iter()
+            .filter(|e| e.token() != WAKE)
             .map(|e| e.token().0 as ServerId)
             .collect();
         for server in ready {
@@ -706,10 +784,17 @@ impl LaneInner {
             let r = conn.read_ready(|conn, fl, payload| {
                 complete_frame(conn, tickets, retries, hops, parking, fl, payload)
             });
+            if r.is_ok() && !conn.backlog.is_empty() {
+                drain_backlog(conn, tickets, (self.cfg.batch_size, self.cfg.queue_depth));
+                conn.seal(self.cfg.queue_depth);
+            }
             let r = r.and_then(|()| conn.flush().map_err(|e| conn.unavailable(&e.to_string())));
             if let Err(e) = r {
                 self.fail_conn(server, e);
             }
+        }
+        if !self.dialing.is_empty() {
+            self.finish_dials();
         }
         let now = Instant::now();
         let late: Vec<(ServerId, OpError)> = self
@@ -887,6 +972,15 @@ impl LaneInner {
         for part in c.take_all_parts() {
             self.unreachable(part, server, e.clone());
         }
+        for (part, id) in std::mem::take(&mut c.backlog) {
+            match self.tickets.get(part.key as usize) {
+                Some(t) if t.id == id && t.abandoned && part.kind == Kind::Read => {
+                    self.fail_part(part, e.clone())
+                }
+                Some(t) if t.id == id => self.unreachable(part, server, e.clone()),
+                _ => {}
+            }
+        }
         self.failed.insert(server, (Instant::now(), e));
     }
 
@@ -962,6 +1056,7 @@ impl LaneInner {
     /// Nothing can make progress for this ticket: fail what is left instead of hanging.
     pub fn stuck(&self) -> bool {
         self.retries.is_empty()
+            && self.dialing.is_empty()
             && self.hops.is_empty()
             && self.parking.parked.is_empty()
             && self.conns.values().all(ServerConn::idle)
@@ -989,6 +1084,91 @@ impl LaneInner {
             }
         }
     }
+}
+
+/// Appends one part to `conn`'s open batch, encoded from its ticket's op.
+fn append_part(
+    conn: &mut ServerConn,
+    t: &TicketState,
+    part: PartRef,
+    cache: farcache_proto::CacheId,
+    (b, q): (usize, usize),
+) -> Append {
+    let op = &t.ops[part.op as usize];
+    match op.kind {
+        Kind::Execute => {
+            // Whole names at their own offsets, so this finds the name.
+            let proc_name = t
+                .names
+                .get(op.data_off..op.data_off + usize::from(op.name_len))
+                .unwrap_or_default();
+            let hop = if t.continuations.is_empty() {
+                None
+            } else {
+                t.continuations.get(&part.op)
+            };
+            let args = match hop {
+                Some((state, _)) => state.as_slice(),
+                None => op.args(&t.data),
+            };
+            let reply = EXECUTE_REPLY_GUESS;
+            conn.append_execute(part, cache, part.addr, proc_name, args, reply, (b, q))
+        }
+        Kind::Read => {
+            let (addr, len) = (part.addr, part.len);
+            let wire = Op::Read { cache, addr, len };
+            conn.append(part, &wire, len as usize + 6, b, q)
+        }
+        Kind::Write => {
+            let at = op.data_off + part.op_off as usize;
+            let data = &t.data[at..at + part.len as usize];
+            let addr = part.addr;
+            conn.append(part, &Op::Write { cache, addr, data }, 2, b, q)
+        }
+        Kind::Cas => {
+            let (addr, expected, new) = (part.addr, op.a(), op.b());
+            let wire = Op::Cas {
+                cache,
+                addr,
+                expected,
+                new,
+            };
+            conn.append(part, &wire, 10, b, q)
+        }
+        Kind::FetchAdd => {
+            let (addr, delta) = (part.addr, op.a());
+            conn.append(part, &Op::FetchAdd { cache, addr, delta }, 10, b, q)
+        }
+    }
+}
+
+/// Moves parts from `conn`'s backlog into frames while there is room. Reads of
+/// tickets nobody waits for any more are not sent (they complete as abandoned);
+/// anything that may change state still is, as dropping a ticket does not undo it.
+fn drain_backlog(conn: &mut ServerConn, tickets: &mut Slab<TicketState>, bq: (usize, usize)) {
+    let mut backlog = std::mem::take(&mut conn.backlog);
+    while let Some((part, id)) = backlog.pop_front() {
+        let key = part.key as usize;
+        let Some(t) = tickets.get(key).filter(|t| t.id == id) else {
+            continue;
+        };
+        if t.abandoned && part.kind == Kind::Read {
+            if let Some(t) = tickets.get_mut(key) {
+                t.results.fail(part.op as usize, abandoned(conn));
+            }
+            part_done(tickets, key, part.op as usize);
+            continue;
+        }
+        if let Append::Full = append_part(conn, t, part, t.cache.id(), bq) {
+            backlog.push_front((part, id));
+            break;
+        }
+    }
+    conn.backlog = backlog;
+}
+
+fn abandoned(conn: &ServerConn) -> OpError {
+    conn.unavailable("not sent: its caller stopped waiting")
 }
 
 fn complete_frame(
@@ -1360,6 +1540,110 @@ mod tests {
         assert_eq!(seen.load(Ordering::Relaxed), 5);
         // The lane is usable (and nothing stays parked) afterwards.
         assert_eq!(&cache.read(4096, 5).expect("read")[..], &[7; 5]);
+    }
+
+    /// A server that completes the handshake, then reads frames and never answers
+    /// (a SIGSTOPped process, as the client sees it once connected).
+    fn silent_server(secret: ClusterSecret) -> String {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = l.local_addr().expect("addr").to_string();
+        std::thread::spawn(move || {
+            let Ok((mut s, _)) = l.accept() else { return };
+            let _ = serve(&mut s, &Authority::new(secret), &|_, _| {
+                std::thread::sleep(Duration::from_secs(3600));
+                Status::Ok
+            });
+        });
+        addr
+    }
+
+    /// With `q` frames in flight to a silent server and its open batch full, more
+    /// parts for it wait in the backlog: the calling thread is not held up, and a
+    /// read from another server completes at once.
+    #[test]
+    fn a_silent_server_does_not_hold_up_calls_to_others() {
+        let secret = ClusterSecret::generate();
+        let silent = silent_server(secret.clone());
+        let live = fake_server(secret.clone(), |_, _| Status::Ok);
+        let mut info = table(silent);
+        info.servers.push(server_info(2, live));
+        for r in 8..16 {
+            info.regions[r] = 2;
+        }
+        let cfg = ClientConfig::new("127.0.0.1:1")
+            .secret(secret)
+            .batch_size(1)
+            .queue_depth(1)
+            .op_timeout(Duration::from_secs(20));
+        let cache = Cache::new(CacheShared::new(ClientShared::for_test(cfg), info, None));
+        let t = Instant::now();
+        // One frame in flight, one open batch, then the backlog: none may block.
+        let abandoned: Vec<Ticket> = (0..8)
+            .map(|i| {
+                let mut b = cache.batch();
+                b.read(i * 64, 8);
+                b.submit()
+            })
+            .collect();
+        drop(abandoned);
+        let live_addr = 8 << 16;
+        assert_eq!(&cache.read(live_addr, 4).expect("live server")[..], &[7; 4]);
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "held up for {:?}",
+            t.elapsed()
+        );
+    }
+
+    /// A server that accepts connections and never says a word (a stopped process
+    /// whose kernel still completes TCP handshakes).
+    fn mute_server() -> String {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = l.local_addr().expect("addr").to_string();
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            while let Ok((s, _)) = l.accept() {
+                held.push(s);
+            }
+        });
+        addr
+    }
+
+    /// Dialing a server that never answers its handshake happens on a dialing
+    /// thread: a read from another server completes meanwhile, and the mute one's
+    /// read fails once the connect timeout passes.
+    #[test]
+    fn a_dial_to_a_mute_server_holds_up_no_other_call() {
+        let secret = ClusterSecret::generate();
+        let live = fake_server(secret.clone(), |_, _| Status::Ok);
+        let mut info = table(mute_server());
+        info.servers.push(server_info(2, live));
+        for r in 8..16 {
+            info.regions[r] = 2;
+        }
+        let mut cfg = ClientConfig::new("127.0.0.1:1")
+            .secret(secret)
+            .op_timeout(Duration::from_secs(20));
+        cfg.connect_timeout = Duration::from_millis(1500);
+        let cache = Cache::new(CacheShared::new(ClientShared::for_test(cfg), info, None));
+        let t = Instant::now();
+        let mut b = cache.batch();
+        b.read(0, 8);
+        let mute = b.submit();
+        assert_eq!(&cache.read(8 << 16, 4).expect("live server")[..], &[7; 4]);
+        assert!(
+            t.elapsed() < Duration::from_millis(1000),
+            "held up for {:?}",
+            t.elapsed()
+        );
+        let r = mute.wait();
+        assert!(
+            matches!(r.error(0), Some(OpError::ServerUnavailable { .. })),
+            "{:?}",
+            r.error(0)
+        );
+        assert!(t.elapsed() >= Duration::from_millis(1500));
+        assert!(t.elapsed() < Duration::from_secs(10));
     }
 
     #[test]

@@ -17,7 +17,10 @@
 //! it waits (no hand-off to a background thread, which would add two thread wake-ups
 //! to every round trip); futures are driven by a helper thread only while they are
 //! pending. Ops are packed into batches of up to `b` ops with at most `q` batches in
-//! flight per connection.
+//! flight per connection; more ops for a server wait in that connection's backlog and
+//! go out as replies make room, so a slow or silent server never blocks a call's ops
+//! to other servers. Connections are dialled (TCP, TLS, handshake) on a short-lived
+//! thread for the same reason; ops for a server being dialled wait for it.
 //!
 //! Migrations: while a region moves to another server its writes pause for a few
 //! milliseconds. Ops answered `paused` wait on the lane (100 µs, doubling to 2 ms) and
