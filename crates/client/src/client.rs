@@ -303,21 +303,30 @@ impl ClientShared {
     }
 }
 
-/// Polls lanes that have futures waiting; exits when the client is dropped.
+/// Polls lanes that have futures waiting, or work nobody else will drive (see
+/// `LaneInner::orphaned_work`); exits when the client is dropped.
 fn async_driver(client: Weak<ClientShared>) {
     use std::sync::atomic::Ordering;
     loop {
         let Some(c) = client.upgrade() else { return };
         let mut busy = false;
         for lane in &c.lanes {
-            if lane.async_pending.load(Ordering::Acquire) == 0 {
+            if lane.async_pending.load(Ordering::Acquire) == 0
+                && !lane.background.load(Ordering::Acquire)
+            {
                 continue;
             }
-            busy = true;
-            if let Some(mut g) = lane.inner.try_lock() {
-                g.drive_once(Some(Duration::from_millis(1)));
-                lane.async_pending
-                    .store(g.async_waiters(), Ordering::Release);
+            match lane.inner.try_lock() {
+                Some(mut g) => {
+                    busy = true;
+                    g.drive_once(Some(Duration::from_millis(1)));
+                    lane.async_pending
+                        .store(g.async_waiters(), Ordering::Release);
+                    lane.background.store(g.orphaned_work(), Ordering::Release);
+                }
+                // A caller drives it now, and hands it back if it leaves work.
+                None if lane.async_pending.load(Ordering::Acquire) == 0 => {}
+                None => busy = true,
             }
         }
         drop(c);

@@ -164,6 +164,12 @@ impl ServerConn {
         self.inflight.is_empty() && self.open.is_none() && self.backlog.is_empty()
     }
 
+    /// Whether anything waits to be sent: bytes of sealed frames, an open batch, or
+    /// parts in the backlog.
+    pub fn unsent(&self) -> bool {
+        self.opos < self.sealed_end || self.open.is_some() || !self.backlog.is_empty()
+    }
+
     pub fn has_open(&self) -> bool {
         self.open.is_some()
     }

@@ -131,6 +131,9 @@ pub(crate) struct Lane {
     pub inner: Mutex<LaneInner>,
     /// Tickets with a stored waker: the async driver polls this lane while non-zero.
     pub async_pending: AtomicUsize,
+    /// Work is left that no caller will drive (see [`LaneInner::orphaned_work`]): the
+    /// async driver drives this lane until it is done.
+    pub background: std::sync::atomic::AtomicBool,
 }
 
 pub(crate) struct LaneInner {
@@ -181,6 +184,7 @@ impl Lane {
                 scratch: Vec::new(),
             }),
             async_pending: AtomicUsize::new(0),
+            background: std::sync::atomic::AtomicBool::new(false),
         })
     }
 }
@@ -1045,6 +1049,24 @@ impl LaneInner {
         }
     }
 
+    /// Whether this lane holds work that only driving it completes (ops in a backlog
+    /// or an open batch, bytes not yet written, dials, retries, paused parts) while
+    /// no caller waits on a ticket: e.g. the writes of a ticket dropped unfinished,
+    /// or a frame half written when its caller went idle (a server would close that
+    /// connection once the frame stalls).
+    pub fn orphaned_work(&self) -> bool {
+        let pending = !self.dialing.is_empty()
+            || !self.retries.is_empty()
+            || !self.hops.is_empty()
+            || !self.parking.parked.is_empty()
+            || self.conns.values().any(ServerConn::unsent);
+        pending
+            && !self
+                .tickets
+                .iter()
+                .any(|(_, t)| !t.abandoned && t.remaining > 0)
+    }
+
     /// Tickets an async caller is waiting on (the async driver polls while non-zero).
     pub fn async_waiters(&self) -> usize {
         self.tickets
@@ -1644,6 +1666,41 @@ mod tests {
         );
         assert!(t.elapsed() >= Duration::from_millis(1500));
         assert!(t.elapsed() < Duration::from_secs(10));
+    }
+
+    /// A ticket dropped unfinished still has its writes applied, though most of them
+    /// were waiting in the backlog and the caller never touches the client again:
+    /// the async driver takes over the lane's orphaned work.
+    #[test]
+    fn writes_of_a_dropped_ticket_all_land_without_a_caller() {
+        let secret = ClusterSecret::generate();
+        let seen = Arc::new(AtomicU32::new(0));
+        let counter = seen.clone();
+        let addr = fake_server(secret.clone(), move |_, op| {
+            if let Op::Write { .. } = op {
+                // A slow server: frames queue up behind each other.
+                std::thread::sleep(Duration::from_millis(5));
+                counter.fetch_add(1, Ordering::Relaxed);
+            }
+            Status::Ok
+        });
+        let cfg = ClientConfig::new("127.0.0.1:1")
+            .secret(secret)
+            .batch_size(1)
+            .queue_depth(1)
+            .op_timeout(Duration::from_secs(20));
+        let info = table(addr);
+        let cache = Cache::new(CacheShared::new(ClientShared::for_test(cfg), info, None));
+        let mut b = cache.batch();
+        for i in 0..40 {
+            b.write(i * 8, b"12345678");
+        }
+        drop(b.submit());
+        let t = Instant::now();
+        while seen.load(Ordering::Relaxed) < 40 && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(seen.load(Ordering::Relaxed), 40, "writes left unsent");
     }
 
     #[test]

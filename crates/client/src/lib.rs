@@ -20,7 +20,9 @@
 //! flight per connection; more ops for a server wait in that connection's backlog and
 //! go out as replies make room, so a slow or silent server never blocks a call's ops
 //! to other servers. Connections are dialled (TCP, TLS, handshake) on a short-lived
-//! thread for the same reason; ops for a server being dialled wait for it.
+//! thread for the same reason; ops for a server being dialled wait for it. Work a
+//! caller leaves behind when no call of its lane is pending (the writes of a ticket
+//! dropped unfinished, a frame half written) is finished by the helper thread.
 //!
 //! Migrations: while a region moves to another server its writes pause for a few
 //! milliseconds. Ops answered `paused` wait on the lane (100 µs, doubling to 2 ms) and

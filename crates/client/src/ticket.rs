@@ -63,7 +63,21 @@ impl Ticket {
             }
         }
         self.taken = true;
-        g.take(self.key, self.id)
+        let r = g.take(self.key, self.id);
+        let orphaned = g.orphaned_work();
+        drop(g);
+        if orphaned {
+            self.hand_to_background();
+        }
+        r
+    }
+
+    /// Lets the async driver finish this lane's work that no caller will drive.
+    fn hand_to_background(&self) {
+        self.client.lanes[self.lane]
+            .background
+            .store(true, Ordering::Release);
+        self.client.kick_async_driver();
     }
 
     /// Drives this lane's connections once, without blocking, and returns the
@@ -82,12 +96,17 @@ impl Ticket {
                 g.fail_pending(self.key, self.id);
             }
         }
-        if g.is_done(self.key, self.id) {
-            self.taken = true;
-            Some(g.take(self.key, self.id))
-        } else {
-            None
+        if !g.is_done(self.key, self.id) {
+            return None;
         }
+        self.taken = true;
+        let r = g.take(self.key, self.id);
+        let orphaned = g.orphaned_work();
+        drop(g);
+        if orphaned {
+            self.hand_to_background();
+        }
+        Some(r)
     }
 
     /// True once all results are in (does not drive I/O).
@@ -110,8 +129,12 @@ impl Future for Ticket {
         }
         if g.is_done(self.key, self.id) {
             let results = g.take(self.key, self.id);
+            let orphaned = g.orphaned_work();
             drop(g);
             self.taken = true;
+            if orphaned {
+                self.hand_to_background();
+            }
             return Poll::Ready(results);
         }
         g.set_waker(self.key, self.id, cx.waker());
@@ -125,10 +148,13 @@ impl Future for Ticket {
 impl Drop for Ticket {
     fn drop(&mut self) {
         if !self.taken {
-            self.client.lanes[self.lane]
-                .inner
-                .lock()
-                .abandon(self.key, self.id);
+            let mut g = self.client.lanes[self.lane].inner.lock();
+            g.abandon(self.key, self.id);
+            let orphaned = g.orphaned_work();
+            drop(g);
+            if orphaned {
+                self.hand_to_background();
+            }
         }
     }
 }
