@@ -309,31 +309,41 @@ fn async_driver(client: Weak<ClientShared>) {
     use std::sync::atomic::Ordering;
     loop {
         let Some(c) = client.upgrade() else { return };
-        let mut busy = false;
+        // `busy`: futures wait, so spin; `orphans`: only left-behind work, so look
+        // again shortly without holding the lane (its caller may be back).
+        let (mut busy, mut orphans) = (false, false);
         for lane in &c.lanes {
-            if lane.async_pending.load(Ordering::Acquire) == 0
-                && !lane.background.load(Ordering::Acquire)
-            {
+            let futures = lane.async_pending.load(Ordering::Acquire) > 0;
+            if !futures && !lane.background.load(Ordering::Acquire) {
                 continue;
             }
             match lane.inner.try_lock() {
                 Some(mut g) => {
-                    busy = true;
-                    g.drive_once(Some(Duration::from_millis(1)));
-                    lane.async_pending
-                        .store(g.async_waiters(), Ordering::Release);
-                    lane.background.store(g.orphaned_work(), Ordering::Release);
+                    let block = if futures {
+                        Duration::from_millis(1)
+                    } else {
+                        Duration::ZERO
+                    };
+                    g.drive_once(Some(block));
+                    let waiting = g.async_waiters();
+                    let left = g.orphaned_work();
+                    lane.async_pending.store(waiting, Ordering::Release);
+                    lane.background.store(left, Ordering::Release);
+                    busy |= waiting > 0;
+                    orphans |= left;
                 }
+                None if futures => busy = true,
                 // A caller drives it now, and hands it back if it leaves work.
-                None if lane.async_pending.load(Ordering::Acquire) == 0 => {}
-                None => busy = true,
+                None => orphans = true,
             }
         }
         drop(c);
-        if !busy {
-            std::thread::park_timeout(Duration::from_millis(100));
-        } else {
+        if busy {
             std::thread::yield_now();
+        } else if orphans {
+            std::thread::park_timeout(Duration::from_micros(500));
+        } else {
+            std::thread::park_timeout(Duration::from_millis(100));
         }
     }
 }
