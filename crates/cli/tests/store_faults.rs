@@ -381,3 +381,68 @@ fn repair_never_replaces_a_newer_put_and_keeps_ttls() {
     let again = store.repair().expect("repair");
     assert_eq!(again.unrecoverable, 0, "{again:?}");
 }
+
+/// First-d GETs go on past the op timeout of a stopped server (SIGSTOP): its chunk
+/// reads pile up behind a full connection (one frame in flight), which then times
+/// out and is dialled again, and no GET waits for any of it.
+#[test]
+fn first_d_gets_never_wait_for_a_stopped_server() {
+    let c = cluster(3, REGION, 96 << 20);
+    let store = coded_store(&c, "ec", 48 * REGION);
+    let n = 6;
+    for i in 0..n {
+        store
+            .put(format!("o{i}").as_bytes(), &object(i))
+            .expect("put");
+    }
+    let m = store.manifest(b"o0").expect("manifest").expect("coded");
+    let victim = server_of(&store, m.shards[1][0]);
+    let cl = client(&c);
+    let pid = c.server_pid(server_index(&c, &cl, victim)).expect("pid");
+    let readable: Vec<u64> = (0..n)
+        .filter(|i| {
+            let m = store
+                .manifest(format!("o{i}").as_bytes())
+                .expect("manifest")
+                .expect("coded");
+            server_of(&store, m.shards[0][0]) != victim
+        })
+        .collect();
+    assert!(!readable.is_empty());
+    let op_timeout = Duration::from_secs(1);
+    let reader = c
+        .client_with(
+            farcache_client::ClientConfig::new("")
+                .op_timeout(op_timeout)
+                .batch_size(1)
+                .queue_depth(1),
+        )
+        .expect("client")
+        .open_store("ec")
+        .expect("open store");
+    for &i in &readable {
+        // Connections to every server, opened before the stop.
+        reader.get(format!("o{i}").as_bytes()).expect("get");
+    }
+    // SAFETY: signalling a child process we started.
+    unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+    let started = std::time::Instant::now();
+    let (mut gets, mut slowest) = (0, Duration::ZERO);
+    while started.elapsed() < Duration::from_millis(2500) {
+        for &i in &readable {
+            let t = std::time::Instant::now();
+            let got = reader.get(format!("o{i}").as_bytes());
+            slowest = slowest.max(t.elapsed());
+            let got = got.unwrap_or_else(|e| panic!("o{i}: {e}"));
+            assert!(got.as_deref() == Some(&object(i)[..]), "o{i}");
+            gets += 1;
+        }
+    }
+    // SAFETY: as above.
+    unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+    assert!(
+        slowest < op_timeout,
+        "a GET waited {slowest:?} (op timeout {op_timeout:?})"
+    );
+    assert!(gets >= 2 * readable.len(), "only {gets} GETs");
+}
