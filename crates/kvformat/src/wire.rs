@@ -10,6 +10,10 @@ pub const KV_STATS: &str = "kv_stats";
 pub const KV_SCAN: &str = "kv_scan";
 pub const KV_HOT: &str = "kv_hot";
 pub const KV_MGET: &str = "kv_mget";
+/// `kv_find` of many keys of one server in one run (a PUT's first round trip).
+/// Arguments as `kv_mget`'s (the mode is not used); reply `[count u32]`, then per
+/// key a [`FindReply`] of [`FIND_LEN`] bytes whose status may also be [`MOVED`].
+pub const KV_MFIND: &str = "kv_mfind";
 
 /// `kv_mget` statuses beyond [`HIT`], [`MISS`] and [`BUSY`]: the key's bucket is not
 /// readable here (moved, lost, out of range: ask with `kv_get`), or the reply was full
@@ -152,6 +156,41 @@ pub fn decode_mget_reply(b: &[u8]) -> Result<(u32, Vec<MgetEntry>), FormatError>
         return Err(bad(format!("{} trailing bytes", b.len() - at)));
     }
     Ok((load, out))
+}
+
+/// A `kv_mfind` entry for a key whose bucket was not readable where the procedure
+/// ran (moved, lost): ask for it with `kv_find`.
+pub fn mfind_moved() -> [u8; FIND_LEN] {
+    let mut b = [0u8; FIND_LEN];
+    b[0] = MOVED;
+    b[1] = u8::MAX;
+    b
+}
+
+/// Splits a `kv_mfind` reply: per key its [`FindReply`], or `None` when moved.
+pub fn decode_mfind_reply(b: &[u8]) -> Result<Vec<Option<FindReply>>, FormatError> {
+    let bad = |r: String| FormatError::Malformed {
+        what: "kv_mfind reply",
+        reason: r,
+    };
+    let head: [u8; 4] = b
+        .get(..4)
+        .and_then(|h| h.try_into().ok())
+        .ok_or_else(|| bad("no head".into()))?;
+    let count = u32::from_le_bytes(head) as usize;
+    let body = &b[4..];
+    if count.checked_mul(FIND_LEN) != Some(body.len()) {
+        return Err(bad(format!("{count} entries in {} bytes", body.len())));
+    }
+    body.chunks_exact(FIND_LEN)
+        .map(|e| {
+            if e[0] == MOVED {
+                Ok(None)
+            } else {
+                FindReply::decode(e).map(Some)
+            }
+        })
+        .collect()
 }
 
 /// A `kv_hot` entry: a heavy hitter on the answering server.
@@ -529,6 +568,7 @@ mod tests {
         fn decoders_never_panic(b in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
             let _ = decode_mget(&b);
             let _ = decode_mget_reply(&b);
+            let _ = decode_mfind_reply(&b);
             let _ = scan_reply(&b);
             let _ = decode_hot(&b);
             let _ = Lookup::decode(&b);
@@ -538,6 +578,28 @@ mod tests {
             let _ = crate::manifest::Manifest::decode(&b);
             let _ = crate::Descriptor::decode(&b);
         }
+    }
+
+    #[test]
+    fn mfind_replies_round_trip() {
+        let f = FindReply {
+            status: HIT,
+            slot: Some(3),
+            expired: false,
+            generation: 7,
+            words: [9; SLOTS + 1],
+            refs: [1; 8],
+        };
+        let mut b = 2u32.to_le_bytes().to_vec();
+        b.extend_from_slice(&f.encode());
+        b.extend_from_slice(&mfind_moved());
+        assert_eq!(
+            decode_mfind_reply(&b).expect("decodes"),
+            vec![Some(f), None]
+        );
+        assert!(decode_mfind_reply(&b[..b.len() - 1]).is_err());
+        b[0] = 3;
+        assert!(decode_mfind_reply(&b).is_err());
     }
 
     #[test]

@@ -37,7 +37,9 @@ struct Job<'a> {
     item: Option<u64>,
     written: bool,
     /// Ops of the current attempt.
-    find_i: usize,
+    find: FindAt,
+    /// Found `MOVED` by a `kv_mfind`: asked for with `kv_find` from now on.
+    alone: bool,
     bump_i: Option<usize>,
     cas: Option<(usize, u64, u64)>,
     write_i: Option<usize>,
@@ -96,6 +98,15 @@ impl From<PutOptions> for PutSpec {
     }
 }
 
+/// Where a job's `kv_find` answer is in a round's results.
+#[derive(Debug, Clone, Copy)]
+enum FindAt {
+    /// Its own `kv_find`, op `i`.
+    One(usize),
+    /// Entry `pos` of the `kv_mfind` at op `i`.
+    Many(usize, usize),
+}
+
 /// An item to put: key, value and item flags (`item::FLAG_*`).
 pub(crate) struct Entry<'a> {
     pub key: &'a [u8],
@@ -125,6 +136,17 @@ fn keep_hot(old: u64, new: u64) -> u64 {
     } else {
         new
     }
+}
+
+/// A find reply's decoding, as the store's error.
+fn decode_find<T>(
+    proc: &'static str,
+    r: std::result::Result<T, farcache_kvformat::FormatError>,
+) -> Result<T> {
+    r.map_err(|e| StoreError::Reply {
+        proc,
+        reason: e.to_string(),
+    })
 }
 
 /// Forgets `job`'s item after an ambiguous swap (it may be referenced).
@@ -221,7 +243,8 @@ impl Store {
                             size,
                             item: None,
                             written: false,
-                            find_i: 0,
+                            find: FindAt::One(0),
+                            alone: false,
                             bump_i: None,
                             cas: None,
                             write_i: None,
@@ -282,8 +305,11 @@ impl Store {
         let lay = self.inner.layout;
         let now = now_ms();
         let mut args = Vec::new();
-        // Round trip 1: where is each key; fresh heap where none is cached.
+        // Round trip 1: where is each key (one `kv_mfind` per server for its keys);
+        // fresh heap where none is cached.
         let mut b = cache.batch().with_capacity(todo.len() * 2);
+        let info = cache.info();
+        let mut groups: Vec<(u32, Vec<usize>)> = Vec::new();
         {
             let mut free = self.inner.free.lock();
             for &j in todo {
@@ -291,7 +317,16 @@ impl Store {
                 job.cas = None;
                 job.bump_i = None;
                 job.write_i = None;
-                job.find_i = self.push_lookup(&mut b, Probe::Find, job.key, job.h, now, &mut args);
+                if job.alone {
+                    let i = self.push_lookup(&mut b, Probe::Find, job.key, job.h, now, &mut args);
+                    job.find = FindAt::One(i);
+                } else {
+                    let server = self.server_of(&info, job.h.shard);
+                    match groups.iter_mut().find(|(s, _)| *s == server) {
+                        Some((_, g)) => g.push(j),
+                        None => groups.push((server, vec![j])),
+                    }
+                }
                 job.from_cache = false;
                 if job.item.is_none() {
                     job.item = free.take(job.h.shard, job.class);
@@ -303,7 +338,19 @@ impl Store {
                 }
             }
         }
+        for (_, g) in &groups {
+            for chunk in g.chunks(crate::lookup::MGET_KEYS) {
+                self.push_finds(&mut b, jobs, chunk, now, &mut args);
+            }
+        }
         let r = b.run();
+        let decode_many = |i: usize| {
+            r.bytes(i)
+                .map_err(StoreError::from)
+                .and_then(|raw| decode_find(wire::KV_MFIND, wire::decode_mfind_reply(&raw)))
+        };
+        // Each `kv_mfind` reply decoded once, by op index (`None`: it failed).
+        let mut many: Vec<(usize, Option<Vec<Option<FindReply>>>)> = Vec::new();
         let mut finds = Vec::with_capacity(todo.len());
         for &j in todo {
             let job = &mut jobs[j].1;
@@ -319,15 +366,43 @@ impl Store {
                     }
                 }
             }
-            let f = r
-                .bytes(job.find_i)
-                .map_err(StoreError::from)
-                .and_then(|raw| {
-                    FindReply::decode(&raw).map_err(|e| StoreError::Reply {
-                        proc: wire::KV_FIND,
-                        reason: e.to_string(),
-                    })
-                });
+            let f = match job.find {
+                FindAt::One(i) => r
+                    .bytes(i)
+                    .map_err(StoreError::from)
+                    .and_then(|raw| decode_find(wire::KV_FIND, FindReply::decode(&raw))),
+                FindAt::Many(i, pos) => {
+                    if !many.iter().any(|(op, _)| *op == i) {
+                        many.push((i, decode_many(i).ok()));
+                    }
+                    match many.iter().find(|(op, _)| *op == i).map(|(_, d)| d) {
+                        Some(Some(entries)) => match entries.get(pos) {
+                            Some(Some(f)) => Ok(*f),
+                            Some(None) => {
+                                // Not where the table said: ask alone (follows moves).
+                                job.alone = true;
+                                retry.push(j);
+                                continue;
+                            }
+                            None => Err(StoreError::Reply {
+                                proc: wire::KV_MFIND,
+                                reason: "fewer entries than keys asked".into(),
+                            }),
+                        },
+                        // The same failure again, as this key's own error.
+                        Some(None) => decode_many(i).and_then(|_| {
+                            Err(StoreError::Reply {
+                                proc: wire::KV_MFIND,
+                                reason: "reply unreadable".into(),
+                            })
+                        }),
+                        None => Err(StoreError::Reply {
+                            proc: wire::KV_MFIND,
+                            reason: "reply missing".into(),
+                        }),
+                    }
+                }
+            };
             match f {
                 Ok(f) => {
                     let reset = self.inner.free.lock().sync(job.h.shard, f.generation);
@@ -590,6 +665,45 @@ impl Store {
             self.retire(job.h.shard, old, f.generation);
         }
         Ok(Some(true))
+    }
+
+    /// Appends the finds of `chunk`'s jobs (all on one server): one `kv_mfind`, or a
+    /// `kv_find` for a lone key.
+    fn push_finds(
+        &self,
+        b: &mut farcache_client::Batch,
+        jobs: &mut [(usize, Job<'_>)],
+        chunk: &[usize],
+        now: u64,
+        args: &mut Vec<u8>,
+    ) {
+        if let [j] = chunk {
+            let job = &mut jobs[*j].1;
+            let i = self.push_lookup(b, Probe::Find, job.key, job.h, now, args);
+            job.find = FindAt::One(i);
+            return;
+        }
+        let lay = self.inner.layout;
+        args.clear();
+        wire::mget_head(args, wire::MODE_VALUE, now, chunk.len() as u32);
+        let mut first = None;
+        for &j in chunk {
+            let h = jobs[j].1.h;
+            let bucket_addr = lay.bucket_addr(h.shard, h.bucket);
+            first.get_or_insert(bucket_addr);
+            wire::MgetKey {
+                tag: h.tag,
+                bucket_addr,
+                shard_base: lay.shard_base(h.shard),
+                refs_addr: lay.refs_addr(h.shard, h.bucket),
+                key: jobs[j].1.key,
+            }
+            .encode_into(args);
+        }
+        let i = b.execute(wire::KV_MFIND, first.unwrap_or_default(), args);
+        for (pos, &j) in chunk.iter().enumerate() {
+            jobs[j].1.find = FindAt::Many(i, pos);
+        }
     }
 
     pub(crate) fn find(&self, key: &[u8], h: KeyHash, now: u64) -> Result<FindReply> {

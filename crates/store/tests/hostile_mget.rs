@@ -1,4 +1,5 @@
-//! Hostile arguments to the keyed store's multi-key procedures (`kv_mget`, `kv_scan`)
+//! Hostile arguments to the keyed store's multi-key procedures (`kv_mget`, `kv_mfind`,
+//! `kv_scan`)
 //! sent through the real client to a running 3-server cluster: truncated heads,
 //! counts that do not match the keys, keys running past the arguments, trailing
 //! bytes, addresses past the cache and at `u64::MAX`, and seeded random blobs. Each
@@ -575,6 +576,7 @@ fn shard_and_refs_addresses_at_the_top_are_refused_not_crashes() {
         .encode_into(&mut lookup);
         for (proc, args) in [
             (wire::KV_MGET, mget_args(wire::MODE_VALUE, 1, &[k])),
+            (wire::KV_MFIND, mget_args(wire::MODE_VALUE, 1, &[k])),
             (wire::KV_GET, lookup.clone()),
             (wire::KV_FIND, lookup),
         ] {
@@ -602,4 +604,110 @@ fn shard_and_refs_addresses_at_the_top_are_refused_not_crashes() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     still_serves(&c, &s, &keys[..4], "addresses at the top");
+}
+
+/// What a hostile `kv_mfind` may answer: its own error, or a reply that decodes.
+fn check_mfind(what: &str, r: Result<Bytes, ClientError>) -> Option<Vec<Option<wire::FindReply>>> {
+    match r {
+        Ok(reply) => Some(
+            wire::decode_mfind_reply(&reply)
+                .unwrap_or_else(|e| panic!("{what}: malformed kv_mfind reply ({e})")),
+        ),
+        Err(e) => {
+            let text = e.to_string();
+            assert!(
+                text.contains(wire::KV_MFIND),
+                "{what}: an error that is not kv_mfind's own: {text}"
+            );
+            None
+        }
+    }
+}
+
+/// `kv_mfind` (a PUT's multi-key find) takes `kv_mget`'s arguments: the same hostile
+/// families get its own error or a well-formed reply, and nothing fails.
+#[test]
+fn hostile_mfind_args_get_errors_or_replies_not_crashes() {
+    let (c, s, keys) = stored_keys();
+    let d = s.descriptor();
+    let cache: Cache = s.cache().clone();
+    let victim = entry(d, &keys[0]);
+    let at = victim.bucket_addr;
+    let mfind = |args: &[u8]| cache.execute(wire::KV_MFIND, at, args);
+
+    let good = mget_args(wire::MODE_VALUE, 1, &[victim]);
+    let found = check_mfind("well-formed", mfind(&good)).expect("a reply");
+    assert_eq!(found.len(), 1);
+    let f = found[0].expect("the victim's bucket is here");
+    assert_eq!(f.status, wire::HIT);
+    for n in 0..good.len() {
+        let r = mfind(&good[..n]);
+        assert!(r.is_err(), "{n} of {} bytes decoded", good.len());
+        check_mfind(&format!("prefix of {n} bytes"), r);
+    }
+    for count in [0u32, 2, 64, 1 << 16, u32::MAX] {
+        let r = mfind(&mget_args(wire::MODE_VALUE, count, &[victim]));
+        assert!(r.is_err(), "count {count} with one key");
+        check_mfind(&format!("count {count}"), r);
+    }
+    for extra in [1usize, 29, 100] {
+        let mut a = good.clone();
+        a.extend(std::iter::repeat_n(0x5a, extra));
+        let r = mfind(&a);
+        assert!(r.is_err(), "{extra} trailing bytes");
+        check_mfind(&format!("{extra} trailing bytes"), r);
+    }
+    // More keys than one reply may hold.
+    let many = vec![victim; 30_000];
+    let r = mfind(&mget_args(wire::MODE_VALUE, many.len() as u32, &many));
+    assert!(r.is_err(), "30 000 keys");
+    check_mfind("30 000 keys", r);
+    // Addresses that are not this server's, or not the cache's: MOVED, not a crash.
+    let capacity = cache.capacity();
+    for bucket_addr in [capacity, capacity + 4096, u64::MAX - 63] {
+        let k = MgetKey {
+            bucket_addr,
+            ..victim
+        };
+        let r = mfind(&mget_args(wire::MODE_VALUE, 2, &[victim, k]));
+        if let Some(found) = check_mfind(&format!("bucket at {bucket_addr:#x}"), r) {
+            assert!(found[1].is_none(), "bucket at {bucket_addr:#x} answered");
+        }
+    }
+    // Seeded random blobs and random key lists.
+    let mut rng = StdRng::seed_from_u64(0x006d_6669_6e64);
+    for i in 0..RANDOM_BLOBS {
+        let a: Vec<u8> = if rng.gen_bool(0.5) {
+            (0..rng.gen_range(0..200)).map(|_| rng.r#gen()).collect()
+        } else {
+            let n = rng.gen_range(1..6usize);
+            let ks: Vec<Vec<u8>> = (0..n)
+                .map(|_| keys[rng.gen_range(0..keys.len())].clone())
+                .collect();
+            let entries: Vec<MgetKey<'_>> = ks
+                .iter()
+                .map(|k| {
+                    let mut e = entry(d, k);
+                    if rng.gen_bool(0.3) {
+                        e.tag = rng.r#gen();
+                    }
+                    if rng.gen_bool(0.3) {
+                        e.bucket_addr = rng.r#gen();
+                    }
+                    if rng.gen_bool(0.3) {
+                        e.refs_addr = rng.r#gen();
+                    }
+                    e
+                })
+                .collect();
+            mget_args(rng.r#gen(), entries.len() as u32, &entries)
+        };
+        check_mfind(&format!("random #{i}"), mfind(&a));
+    }
+    still_serves(&c, &s, &keys, "hostile kv_mfind arguments");
+    // Puts (which use kv_mfind) still land.
+    for k in &keys {
+        s.put(k, &value_of(k)).expect("put after hostile kv_mfind");
+    }
+    still_serves(&c, &s, &keys, "puts after hostile kv_mfind");
 }

@@ -417,39 +417,112 @@ impl Procedure for KvFind {
         let l = decode_args(P, args)?;
         SCRATCH.with(|s| {
             let mut buf = s.borrow_mut();
-            let mut words = [0u64; SLOTS + 1];
-            let found = match lookup(mem, addr, &l, &mut buf, &mut words) {
-                Ok(f) => f,
-                Err((m, at, len)) => return missed(P, mem, m, at, len, addr, args).map(Some),
-            };
-            let mut refs = [0u8; 8];
-            if let Err(m) = mem.read(l.refs_addr, &mut refs) {
-                return missed(P, mem, m, l.refs_addr, 8, addr, args).map(Some);
+            match find_reply(mem, addr, &l, &mut buf) {
+                Ok(r) => {
+                    out.extend_from_slice(&r.encode());
+                    Ok(None)
+                }
+                Err((m, at, len)) => missed(P, mem, m, at, len, addr, args).map(Some),
             }
-            let gen_at = l.shard_base.saturating_add(layout::GENERATION);
-            let generation = match mem.read_u32(gen_at) {
-                Ok(g) => g,
-                Err(m) => return missed(P, mem, m, gen_at, 4, addr, args).map(Some),
-            };
-            let (status, slot, expired) = match found {
-                Found::Hit { slot, item, .. } => {
-                    let expired = item.expired(l.now_ms);
-                    (wire::HIT, Some(slot as u8), expired)
+        })
+    }
+}
+
+/// A key's place in its bucket at `addr`, with the bucket's words, CLOCK bytes and
+/// the shard's generation as read.
+fn find_reply(
+    mem: &dyn Memory,
+    addr: u64,
+    l: &Lookup<'_>,
+    buf: &mut Vec<u8>,
+) -> Result<FindReply, (Miss, u64, usize)> {
+    let mut words = [0u64; SLOTS + 1];
+    let found = lookup(mem, addr, l, buf, &mut words)?;
+    let mut refs = [0u8; 8];
+    mem.read(l.refs_addr, &mut refs)
+        .map_err(|m| (m, l.refs_addr, 8))?;
+    let gen_at = l.shard_base.saturating_add(layout::GENERATION);
+    let generation = mem.read_u32(gen_at).map_err(|m| (m, gen_at, 4))?;
+    let (status, slot, expired) = match found {
+        Found::Hit { slot, item, .. } => (wire::HIT, Some(slot as u8), item.expired(l.now_ms)),
+        Found::Miss => (wire::MISS, None, false),
+        Found::Busy => (wire::BUSY, None, false),
+    };
+    Ok(FindReply {
+        status,
+        slot,
+        expired,
+        generation,
+        words,
+        refs,
+    })
+}
+
+/// `kv_mfind`: [`KvFind`] for many keys of this server in one run, with
+/// `kv_mget`'s software pipeline (a PUT of many keys pays one procedure run and
+/// overlapped cache misses instead of one run per key). A key whose bucket is not
+/// here answers `MOVED`; the client asks for it alone.
+pub struct KvMfind;
+
+impl KvMfind {
+    pub const NAME: &'static str = wire::KV_MFIND;
+}
+
+impl Procedure for KvMfind {
+    fn name(&self) -> &str {
+        Self::NAME
+    }
+
+    fn run(&self, mem: &dyn Memory, addr: u64, args: &[u8]) -> Result<Outcome, SprocError> {
+        run_by_into(self, mem, addr, args)
+    }
+
+    fn run_into(
+        &self,
+        mem: &dyn Memory,
+        _addr: u64,
+        args: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<Option<Outcome>, SprocError> {
+        const P: &str = wire::KV_MFIND;
+        let (_, now_ms, keys) =
+            wire::decode_mget(args).map_err(|e| SprocError::bad(P, e.to_string()))?;
+        if 4 + keys.len() * wire::FIND_LEN > crate::procedure::MAX_OUTPUT {
+            return Err(SprocError::bad(
+                P,
+                format!("{} keys: the reply would pass the output limit", keys.len()),
+            ));
+        }
+        out.extend_from_slice(&(keys.len() as u32).to_le_bytes());
+        for k in keys.iter().take(2 * AHEAD) {
+            mem.prefetch(k.bucket_addr);
+        }
+        for k in keys.iter().take(AHEAD) {
+            prefetch_items(mem, k);
+        }
+        SCRATCH.with(|s| {
+            let mut buf = s.borrow_mut();
+            for (i, k) in keys.iter().enumerate() {
+                if let Some(next) = keys.get(i + 2 * AHEAD) {
+                    mem.prefetch(next.bucket_addr);
                 }
-                Found::Miss => (wire::MISS, None, false),
-                Found::Busy => (wire::BUSY, None, false),
-            };
-            out.extend_from_slice(
-                &FindReply {
-                    status,
-                    slot,
-                    expired,
-                    generation,
-                    words,
-                    refs,
+                if let Some(next) = keys.get(i + AHEAD) {
+                    prefetch_items(mem, next);
                 }
-                .encode(),
-            );
+                let l = Lookup {
+                    mode: wire::MODE_VALUE,
+                    tag: k.tag,
+                    now_ms,
+                    shard_base: k.shard_base,
+                    refs_addr: k.refs_addr,
+                    key: k.key,
+                };
+                match find_reply(mem, k.bucket_addr, &l, &mut buf) {
+                    Ok(r) => out.extend_from_slice(&r.encode()),
+                    Err((Miss::Budget, _, _)) => return Err(super::budget(P, mem)),
+                    Err(_) => out.extend_from_slice(&wire::mfind_moved()),
+                }
+            }
             Ok(None)
         })
     }

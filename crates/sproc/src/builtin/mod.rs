@@ -15,7 +15,7 @@ pub use aggregate::{AggFn, Aggregate};
 pub use chase::{Chase, NULL};
 pub use gather::Gather;
 pub use khop::KHop;
-pub use kv::{KvFind, KvGet, KvHot, KvMget, KvScan, KvStats};
+pub use kv::{KvFind, KvGet, KvHot, KvMfind, KvMget, KvScan, KvStats};
 pub use scan::{Cmp, Scan};
 
 use crate::memory::Miss;
@@ -60,6 +60,7 @@ pub fn by_name(name: &str) -> Option<&'static dyn Procedure> {
         KvScan::NAME => &KvScan,
         KvHot::NAME => &KvHot,
         KvMget::NAME => &KvMget,
+        KvMfind::NAME => &KvMfind,
         _ => return None,
     })
 }
@@ -77,6 +78,7 @@ pub fn all() -> Vec<Arc<dyn Procedure>> {
         Arc::new(KvScan),
         Arc::new(KvHot),
         Arc::new(KvMget),
+        Arc::new(KvMfind),
     ]
 }
 
