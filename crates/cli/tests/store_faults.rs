@@ -247,10 +247,10 @@ fn erasure_coded_objects_survive_dead_servers_and_are_rebuilt() {
     }
 }
 
-/// A stopped server (SIGSTOP: alive to the network, silent) holds a data chunk: GETs
-/// decode from the first two chunks that arrive and do not wait for it.
-#[test]
-fn a_stopped_server_does_not_hold_up_coded_gets() {
+/// RS(2+1) objects on three servers; the process (pid) of the server holding o0's
+/// second data chunk, to be stopped, and the objects whose key (home) is elsewhere,
+/// to be read meanwhile.
+fn stopped_setup() -> (farcache_testkit::ProcessCluster, Store, u32, Vec<u64>) {
     let c = cluster(3, REGION, 96 << 20);
     let store = coded_store(&c, "ec", 48 * REGION);
     let n = 6;
@@ -259,8 +259,6 @@ fn a_stopped_server_does_not_hold_up_coded_gets() {
             .put(format!("o{i}").as_bytes(), &object(i))
             .expect("put");
     }
-    // Stop the server of o0's second data chunk; read the objects whose key (home)
-    // is elsewhere.
     let m = store.manifest(b"o0").expect("manifest").expect("coded");
     let victim = server_of(&store, m.shards[1][0]);
     let cl = client(&c);
@@ -275,6 +273,14 @@ fn a_stopped_server_does_not_hold_up_coded_gets() {
         })
         .collect();
     assert!(!readable.is_empty());
+    (c, store, pid, readable)
+}
+
+/// A stopped server (SIGSTOP: alive to the network, silent) holds a data chunk: GETs
+/// decode from the first two chunks that arrive and do not wait for it.
+#[test]
+fn a_stopped_server_does_not_hold_up_coded_gets() {
+    let (_c, store, pid, readable) = stopped_setup();
     // SAFETY: signalling a child process we started.
     unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
     let started = std::time::Instant::now();
@@ -387,28 +393,7 @@ fn repair_never_replaces_a_newer_put_and_keeps_ttls() {
 /// out and is dialled again, and no GET waits for any of it.
 #[test]
 fn first_d_gets_never_wait_for_a_stopped_server() {
-    let c = cluster(3, REGION, 96 << 20);
-    let store = coded_store(&c, "ec", 48 * REGION);
-    let n = 6;
-    for i in 0..n {
-        store
-            .put(format!("o{i}").as_bytes(), &object(i))
-            .expect("put");
-    }
-    let m = store.manifest(b"o0").expect("manifest").expect("coded");
-    let victim = server_of(&store, m.shards[1][0]);
-    let cl = client(&c);
-    let pid = c.server_pid(server_index(&c, &cl, victim)).expect("pid");
-    let readable: Vec<u64> = (0..n)
-        .filter(|i| {
-            let m = store
-                .manifest(format!("o{i}").as_bytes())
-                .expect("manifest")
-                .expect("coded");
-            server_of(&store, m.shards[0][0]) != victim
-        })
-        .collect();
-    assert!(!readable.is_empty());
+    let (c, _store, pid, readable) = stopped_setup();
     let op_timeout = Duration::from_secs(1);
     let reader = c
         .client_with(

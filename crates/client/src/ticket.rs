@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use crate::client::ClientShared;
 use crate::error::ClientError;
+use crate::lane::LaneInner;
 use crate::results::BatchResults;
+use parking_lot::MutexGuard;
 
 /// A submitted batch. `wait()` blocks (driving the connections on this thread);
 /// awaiting it works on any executor.
@@ -64,20 +66,21 @@ impl Ticket {
         }
         self.taken = true;
         let r = g.take(self.key, self.id);
-        let orphaned = g.orphaned_work();
-        drop(g);
-        if orphaned {
-            self.hand_to_background();
-        }
+        self.release(g);
         r
     }
 
-    /// Lets the async driver finish this lane's work that no caller will drive.
-    fn hand_to_background(&self) {
-        self.client.lanes[self.lane]
-            .background
-            .store(true, Ordering::Release);
-        self.client.kick_async_driver();
+    /// Unlocks the lane, first handing work that no caller will drive (see
+    /// `LaneInner::orphaned_work`) to the async driver.
+    fn release(&self, g: MutexGuard<'_, LaneInner>) {
+        let orphaned = g.orphaned_work();
+        drop(g);
+        if orphaned {
+            self.client.lanes[self.lane]
+                .background
+                .store(true, Ordering::Release);
+            self.client.kick_async_driver();
+        }
     }
 
     /// Drives this lane's connections once, without blocking, and returns the
@@ -101,11 +104,7 @@ impl Ticket {
         }
         self.taken = true;
         let r = g.take(self.key, self.id);
-        let orphaned = g.orphaned_work();
-        drop(g);
-        if orphaned {
-            self.hand_to_background();
-        }
+        self.release(g);
         Some(r)
     }
 
@@ -129,12 +128,8 @@ impl Future for Ticket {
         }
         if g.is_done(self.key, self.id) {
             let results = g.take(self.key, self.id);
-            let orphaned = g.orphaned_work();
-            drop(g);
+            self.release(g);
             self.taken = true;
-            if orphaned {
-                self.hand_to_background();
-            }
             return Poll::Ready(results);
         }
         g.set_waker(self.key, self.id, cx.waker());
@@ -150,11 +145,7 @@ impl Drop for Ticket {
         if !self.taken {
             let mut g = self.client.lanes[self.lane].inner.lock();
             g.abandon(self.key, self.id);
-            let orphaned = g.orphaned_work();
-            drop(g);
-            if orphaned {
-                self.hand_to_background();
-            }
+            self.release(g);
         }
     }
 }

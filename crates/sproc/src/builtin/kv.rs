@@ -275,29 +275,14 @@ impl Procedure for KvMget {
         out.extend_from_slice(&[0u8; 4]);
         out.extend_from_slice(&(keys.len() as u32).to_le_bytes());
         let limit = crate::procedure::MAX_OUTPUT;
-        // The keys' memory is scattered: a software pipeline keeps the misses of
-        // several keys in flight. Key `i + 2 * AHEAD`'s bucket and key `i + AHEAD`'s
-        // item lines are asked for while key `i` is served.
-        for k in keys.iter().take(2 * AHEAD) {
-            mem.prefetch(k.bucket_addr);
-        }
-        for k in keys.iter().take(AHEAD) {
-            prefetch_items(mem, k);
-        }
         SCRATCH.with(|s| {
             let mut buf = s.borrow_mut();
             let mut words = [0u64; SLOTS + 1];
             let mut full = false;
-            for (i, k) in keys.iter().enumerate() {
-                if let Some(next) = keys.get(i + 2 * AHEAD) {
-                    mem.prefetch(next.bucket_addr);
-                }
-                if let Some(next) = keys.get(i + AHEAD) {
-                    prefetch_items(mem, next);
-                }
+            pipelined(mem, &keys, |k| {
                 if full {
                     out.extend_from_slice(&[wire::AGAIN, 0, 0, 0, 0, 0, 0, 0]);
-                    continue;
+                    return Ok(());
                 }
                 super::hot::sample(k.shard_base, k.key);
                 let l = Lookup {
@@ -313,14 +298,14 @@ impl Procedure for KvMget {
                     Err((Miss::Budget, _, _)) => return Err(super::budget(P, mem)),
                     Err(_) => {
                         out.extend_from_slice(&[wire::MOVED, 0, 0, 0, 0, 0, 0, 0]);
-                        continue;
+                        return Ok(());
                     }
                 };
                 match found {
                     Found::Hit { slot, word, item } => {
                         if item.expired(now_ms) {
                             out.extend_from_slice(&[wire::MISS, 0, 0, 0, 0, 0, 0, 0]);
-                            continue;
+                            return Ok(());
                         }
                         let value = if mode == wire::MODE_VALUE {
                             &buf[item.value.0..item.value.1]
@@ -330,13 +315,13 @@ impl Procedure for KvMget {
                         if out.len() - start + wire::MGET_ENTRY_HEAD + value.len() > limit {
                             full = true;
                             out.extend_from_slice(&[wire::AGAIN, 0, 0, 0, 0, 0, 0, 0]);
-                            continue;
+                            return Ok(());
                         }
                         let mut r = [0u8; 1];
                         let ref_at = k.refs_addr.saturating_add(slot as u64);
                         if mem.read(ref_at, &mut r).is_err() {
                             out.extend_from_slice(&[wire::MOVED, 0, 0, 0, 0, 0, 0, 0]);
-                            continue;
+                            return Ok(());
                         }
                         let hot = if SlotWord(word).is_hot() {
                             wire::REPLY_HOT
@@ -350,7 +335,8 @@ impl Procedure for KvMget {
                     Found::Miss => out.extend_from_slice(&[wire::MISS, 0, 0, 0, 0, 0, 0, 0]),
                     Found::Busy => out.extend_from_slice(&[wire::BUSY, 0, 0, 0, 0, 0, 0, 0]),
                 }
-            }
+                Ok(())
+            })?;
             let load = (super::hot::lookups() as u32).to_le_bytes();
             out[start..start + 4].copy_from_slice(&load);
             Ok(None)
@@ -494,21 +480,9 @@ impl Procedure for KvMfind {
             ));
         }
         out.extend_from_slice(&(keys.len() as u32).to_le_bytes());
-        for k in keys.iter().take(2 * AHEAD) {
-            mem.prefetch(k.bucket_addr);
-        }
-        for k in keys.iter().take(AHEAD) {
-            prefetch_items(mem, k);
-        }
         SCRATCH.with(|s| {
             let mut buf = s.borrow_mut();
-            for (i, k) in keys.iter().enumerate() {
-                if let Some(next) = keys.get(i + 2 * AHEAD) {
-                    mem.prefetch(next.bucket_addr);
-                }
-                if let Some(next) = keys.get(i + AHEAD) {
-                    prefetch_items(mem, next);
-                }
+            pipelined(mem, &keys, |k| {
                 let l = Lookup {
                     mode: wire::MODE_VALUE,
                     tag: k.tag,
@@ -522,10 +496,37 @@ impl Procedure for KvMfind {
                     Err((Miss::Budget, _, _)) => return Err(super::budget(P, mem)),
                     Err(_) => out.extend_from_slice(&wire::mfind_moved()),
                 }
-            }
+                Ok(())
+            })?;
             Ok(None)
         })
     }
+}
+
+/// Runs `serve` over `keys` in order, as a software pipeline: the keys' memory is
+/// scattered, so key `i + 2 * AHEAD`'s bucket and key `i + AHEAD`'s item lines are
+/// asked for while key `i` is served, keeping several keys' misses in flight.
+fn pipelined<E>(
+    mem: &dyn Memory,
+    keys: &[wire::MgetKey<'_>],
+    mut serve: impl FnMut(&wire::MgetKey<'_>) -> Result<(), E>,
+) -> Result<(), E> {
+    for k in keys.iter().take(2 * AHEAD) {
+        mem.prefetch(k.bucket_addr);
+    }
+    for k in keys.iter().take(AHEAD) {
+        prefetch_items(mem, k);
+    }
+    for (i, k) in keys.iter().enumerate() {
+        if let Some(next) = keys.get(i + 2 * AHEAD) {
+            mem.prefetch(next.bucket_addr);
+        }
+        if let Some(next) = keys.get(i + AHEAD) {
+            prefetch_items(mem, next);
+        }
+        serve(k)?;
+    }
+    Ok(())
 }
 
 /// `kv_stats`: one shard's census (live items, tombstones, bytes reserved against
