@@ -5,7 +5,9 @@ use xxhash_rust::xxh3::xxh3_64;
 use crate::FormatError;
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"FCKVST01");
-pub const VERSION: u32 = 1;
+/// 2: a full bucket spills into its pair bucket (`b ^ 1`); 1 had no pairs, and a
+/// version-1 client would miss (and could duplicate) keys that spilled.
+pub const VERSION: u32 = 2;
 
 /// Offsets inside a shard.
 pub const DESCRIPTOR: u64 = 0;
@@ -62,7 +64,8 @@ impl Descriptor {
         let want = (shard_size / avg * SLOTS_PER_ITEM)
             .div_ceil(SLOTS as u64)
             .max(1);
-        let buckets = u32::try_from(want).unwrap_or(u32::MAX);
+        // Even, so every bucket has its pair.
+        let buckets = u32::try_from(want.div_ceil(2) * 2).unwrap_or(u32::MAX - 1);
         let d = Self {
             shards,
             shard_size,
@@ -123,11 +126,31 @@ impl Descriptor {
             ec_parity: b[29],
             large_threshold: u64_at(32),
         };
-        if d.shards == 0 || d.buckets == 0 || Layout(d).heap_start() >= d.shard_size {
+        if d.shards == 0
+            || d.buckets == 0
+            || !d.buckets.is_multiple_of(2)
+            || Layout(d).heap_start() >= d.shard_size
+        {
             return Err(FormatError::Descriptor(format!("inconsistent: {d:?}")));
         }
         Ok(d)
     }
+}
+
+/// The pair of the bucket at `bucket_addr`, from the address alone (what a
+/// server-side lookup is given): shard bases are multiples of 4 KiB, the index starts
+/// at [`INDEX`] and buckets are [`BUCKET_BYTES`] long, so flipping that bit flips the
+/// bucket number's lowest bit.
+#[inline]
+pub fn pair_bucket_addr(bucket_addr: u64) -> u64 {
+    bucket_addr ^ BUCKET_BYTES
+}
+
+/// The CLOCK bytes of the pair of the bucket whose CLOCK bytes are at `refs_addr`
+/// (they start at a multiple of 64 within the shard, [`BUCKET_WORDS`] per bucket).
+#[inline]
+pub fn pair_refs_addr(refs_addr: u64) -> u64 {
+    refs_addr ^ BUCKET_WORDS
 }
 
 /// Addresses in a store's cache.
@@ -172,9 +195,26 @@ impl Layout {
         self.shard_base(shard) + self.refs_offset() + u64::from(bucket) * BUCKET_WORDS
     }
 
+    /// The CLOCK byte of a key's slot numbered home-then-pair (`wire::REACH`), for a
+    /// key whose home is `bucket`.
+    #[inline]
+    pub fn reach_ref_addr(&self, shard: u32, bucket: u32, slot: usize) -> u64 {
+        if slot < SLOTS {
+            self.refs_addr(shard, bucket) + slot as u64
+        } else {
+            self.refs_addr(shard, Self::pair(bucket)) + (slot - SLOTS) as u64
+        }
+    }
+
     #[inline]
     pub fn free_head_addr(&self, shard: u32, class: u8) -> u64 {
         self.shard_base(shard) + FREE_HEADS + u64::from(class) * 8
+    }
+
+    /// The bucket a full `bucket` spills into.
+    #[inline]
+    pub fn pair(bucket: u32) -> u32 {
+        bucket ^ 1
     }
 
     /// Cache bytes the store spans.
@@ -211,5 +251,32 @@ mod tests {
         assert!(Descriptor::plan(1, 1000, 128, 0, (4, 2)).is_err());
         assert_eq!(l.bucket_addr(2, 3), 2 * (1 << 20) + INDEX + 3 * 64);
         assert_eq!(l.lock_addr(0, 0), INDEX + 56);
+        assert!(d.buckets.is_multiple_of(2));
+        let mut odd = d;
+        odd.buckets += 1;
+        assert!(
+            Descriptor::decode(&odd.encode()).is_err(),
+            "odd bucket count"
+        );
+        for (shard, bucket) in [(0, 0), (1, 5), (3, d.buckets - 1), (2, d.buckets - 2)] {
+            let p = Layout::pair(bucket);
+            assert!(p < d.buckets && Layout::pair(p) == bucket);
+            assert_eq!(
+                pair_bucket_addr(l.bucket_addr(shard, bucket)),
+                l.bucket_addr(shard, p)
+            );
+            assert_eq!(
+                pair_refs_addr(l.refs_addr(shard, bucket)),
+                l.refs_addr(shard, p)
+            );
+            assert_eq!(
+                l.reach_ref_addr(shard, bucket, 3),
+                l.refs_addr(shard, bucket) + 3
+            );
+            assert_eq!(
+                l.reach_ref_addr(shard, bucket, SLOTS + 3),
+                l.refs_addr(shard, p) + 3
+            );
+        }
     }
 }

@@ -17,9 +17,12 @@
 //! Invariants the store keeps (see `farcache-store` for the protocol):
 //! - an item is written in full before a slot points at it, and is never changed
 //!   while a slot points at it; readers check its checksum and re-read the slot;
-//! - a slot goes `EMPTY → item → (item | TOMB)*`: it never becomes empty again, so
-//!   concurrent inserts of one key always race for the same (first empty) slot;
-//! - once a bucket has no empty slot, inserts take the bucket lock.
+//! - a slot goes `EMPTY → item → (item | TOMB)*`: it never becomes empty again;
+//! - buckets come in pairs (`b`, `b ^ 1`): a key lives in its home bucket or, once
+//!   the home has no empty slot left, in the pair bucket. A new key takes the first
+//!   empty slot of home-then-pair, so concurrent inserts of one key always race for
+//!   the same slot, and a lookup that finds an empty slot at home stops there;
+//! - once neither bucket has an empty slot, inserts take the home bucket's lock.
 
 pub mod class;
 pub mod error;

@@ -4,6 +4,10 @@
 use crate::FormatError;
 use crate::layout::SLOTS;
 
+/// Slots a key may be in: its home bucket's, then its pair bucket's. Replies number
+/// a key's slot in this order (`s >= SLOTS` is slot `s - SLOTS` of the pair).
+pub const REACH: usize = 2 * SLOTS;
+
 pub const KV_GET: &str = "kv_get";
 pub const KV_FIND: &str = "kv_find";
 pub const KV_STATS: &str = "kv_stats";
@@ -140,7 +144,7 @@ pub fn decode_mget_reply(b: &[u8]) -> Result<(u32, Vec<MgetEntry>), FormatError>
             .checked_add(vlen)
             .filter(|&e| e <= b.len())
             .ok_or_else(|| bad(format!("entry {i}: value runs past the reply")))?;
-        if h[0] > AGAIN || (h[0] == HIT && h[1] as usize >= SLOTS) {
+        if h[0] > AGAIN || (h[0] == HIT && h[1] as usize >= REACH) {
             return Err(bad(format!("entry {i}: head {h:?}")));
         }
         out.push(MgetEntry {
@@ -401,7 +405,7 @@ pub struct GetReply<'a> {
 
 impl<'a> GetReply<'a> {
     pub fn decode(b: &'a [u8]) -> Result<Self, FormatError> {
-        if b.len() < GET_HEAD || b[0] > BUSY || (b[0] == HIT && b[1] as usize >= SLOTS) {
+        if b.len() < GET_HEAD || b[0] > BUSY || (b[0] == HIT && b[1] as usize >= REACH) {
             return Err(FormatError::Malformed {
                 what: "kv_get reply",
                 reason: format!("{} bytes, head {:?}", b.len(), &b[..b.len().min(GET_HEAD)]),
@@ -418,12 +422,17 @@ impl<'a> GetReply<'a> {
     }
 }
 
-/// `kv_find` reply: where the key is (if anywhere) and the bucket as read.
+/// `kv_find` reply: where the key is (if anywhere) and the bucket as read. The
+/// bucket is the one holding the key on a hit; on a miss, the one a new key goes
+/// to: home while it has an empty slot, else the pair while that has one, else home
+/// (to be taken under its lock).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FindReply {
     pub status: u8,
-    /// The slot holding the key, if `status == HIT`.
+    /// The slot holding the key, if `status == HIT`, in [`FindReply::pair`]'s bucket.
     pub slot: Option<u8>,
+    /// The words are the pair bucket's, not the home bucket's.
+    pub pair: bool,
     /// The key's item has expired (it still occupies its slot).
     pub expired: bool,
     /// The shard's generation (`layout::GENERATION`).
@@ -441,6 +450,7 @@ impl FindReply {
         b[0] = self.status;
         b[1] = self.slot.unwrap_or(u8::MAX);
         b[2] = u8::from(self.expired);
+        b[3] = u8::from(self.pair);
         b[4..8].copy_from_slice(&self.generation.to_le_bytes());
         for (i, w) in self.words.iter().enumerate() {
             b[8 + i * 8..16 + i * 8].copy_from_slice(&w.to_le_bytes());
@@ -454,7 +464,7 @@ impl FindReply {
             what: "kv_find reply",
             reason: format!("{} bytes", b.len()),
         };
-        if b.len() != FIND_LEN || b[0] > BUSY {
+        if b.len() != FIND_LEN || b[0] > BUSY || b[3] > 1 {
             return Err(bad());
         }
         let slot = match b[1] {
@@ -474,10 +484,21 @@ impl FindReply {
             status: b[0],
             slot,
             expired: b[2] != 0,
+            pair: b[3] == 1,
             generation: u32::from_le_bytes([b[4], b[5], b[6], b[7]]),
             words,
             refs,
         })
+    }
+
+    /// The bucket the reply's words belong to, for a key whose home is `home`.
+    #[inline]
+    pub fn bucket(&self, home: u32) -> u32 {
+        if self.pair {
+            crate::Layout::pair(home)
+        } else {
+            home
+        }
     }
 }
 
@@ -586,6 +607,7 @@ mod tests {
             status: HIT,
             slot: Some(3),
             expired: false,
+            pair: true,
             generation: 7,
             words: [9; SLOTS + 1],
             refs: [1; 8],
@@ -659,6 +681,7 @@ mod tests {
             status: HIT,
             slot: Some(3),
             expired: true,
+            pair: false,
             generation: 77,
             words: [1, 2, 3, 4, 5, 6, 7, 8],
             refs: [1, 0, 1, 0, 0, 0, 0, 0],
@@ -667,6 +690,11 @@ mod tests {
         let mut e = f.encode();
         e[1] = 9;
         assert!(FindReply::decode(&e).is_err());
+        let mut e = f.encode();
+        e[3] = 2;
+        assert!(FindReply::decode(&e).is_err(), "pair flag is 0 or 1");
+        assert_eq!(f.bucket(6), 6);
+        assert_eq!(FindReply { pair: true, ..f }.bucket(6), 7);
 
         let s = ShardStats {
             live: 1,
@@ -683,6 +711,10 @@ mod tests {
             (r.status, r.slot, r.referenced, r.value),
             (HIT, 2, 1, &b"val"[..])
         );
-        assert!(GetReply::decode(&[HIT, 7, 0, 0, 0, 0, 0, 0]).is_err());
+        assert!(GetReply::decode(&[HIT, 14, 0, 0, 0, 0, 0, 0]).is_err());
+        assert!(
+            GetReply::decode(&[HIT, 13, 0, 0, 0, 0, 0, 0]).is_ok(),
+            "a pair slot"
+        );
     }
 }

@@ -328,7 +328,7 @@ impl Store {
             let w = f.words[usize::from(s)];
             if !SlotWord(w).is_hot()
                 && self.inner.cache.cas(
-                    lay.slot_addr(h.shard, h.bucket, usize::from(s)),
+                    lay.slot_addr(h.shard, f.bucket(h.bucket), usize::from(s)),
                     w,
                     SlotWord::with_hot(w),
                 )? != w
@@ -380,7 +380,7 @@ impl Store {
             let at = self
                 .inner
                 .layout
-                .slot_addr(h.shard, h.bucket, usize::from(s));
+                .slot_addr(h.shard, f.bucket(h.bucket), usize::from(s));
             if self.inner.cache.cas(at, w, SlotWord::without_hot(w))? == w {
                 return Ok(());
             }
@@ -398,7 +398,7 @@ impl Store {
             && let Some(s) = f.slot
         {
             let w = f.words[usize::from(s)];
-            let at = lay.slot_addr(h.shard, h.bucket, usize::from(s));
+            let at = lay.slot_addr(h.shard, f.bucket(h.bucket), usize::from(s));
             if let Ok(seen) = self.inner.cache.cas(at, w, TOMB)
                 && seen == w
             {

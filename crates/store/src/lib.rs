@@ -12,7 +12,8 @@
 //! ```
 //!
 //! How it works (layout in `farcache-kvformat`): keys hash to a shard (a slice of one
-//! region, so one server) and a bucket of 7 slots in it. A GET is one round trip: the
+//! region, so one server) and a bucket of 7 slots in it (or, once that is full, in
+//! its pair bucket, the next cache line). A GET is one round trip: the
 //! `kv_get` procedure runs on the key's server, finds the slot and returns the value.
 //! A PUT writes a new immutable item and swings the key's slot to it with one
 //! compare-and-swap (so the last writer wins and no reader sees half a value), then

@@ -240,7 +240,7 @@ impl<'k> Lookups<'k> {
         store: &Store,
         i: usize,
         status: u8,
-        hit: Option<(u64, u8, u8, Bytes)>,
+        hit: Option<(usize, u8, u8, Bytes)>,
         tracking: bool,
         sink: &mut Sink<'_>,
     ) {
@@ -256,7 +256,7 @@ impl<'k> Lookups<'k> {
             (wire::HIT, Some((slot, referenced, flags, v))) => {
                 if referenced == 0 {
                     let h = self.homes[i];
-                    let at = store.inner.layout.refs_addr(h.shard, h.bucket) + slot;
+                    let at = store.inner.layout.reach_ref_addr(h.shard, h.bucket, slot);
                     sink.touch.write(at, &[1]);
                 }
                 let is_hot = flags & wire::REPLY_HOT != 0;
@@ -400,7 +400,7 @@ impl<'k> Lookups<'k> {
                 status => {
                     let hit = (status == wire::HIT).then(|| {
                         (
-                            u64::from(e.slot),
+                            usize::from(e.slot),
                             e.referenced,
                             e.flags,
                             raw.slice(e.value.0..e.value.1),

@@ -12,7 +12,7 @@ use farcache_kvformat::hash::KeyHash;
 use farcache_kvformat::layout::SLOTS;
 use farcache_kvformat::slot::{EMPTY, LockWord, TOMB};
 use farcache_kvformat::wire::{self, FindReply};
-use farcache_kvformat::{SlotWord, item};
+use farcache_kvformat::{Layout, SlotWord, item};
 
 use crate::alloc::{bump_addr, carved};
 use crate::options::{Condition, PutOptions};
@@ -453,7 +453,11 @@ impl Store {
             }
             let expect = f.words[s];
             let new = keep_hot(expect, SlotWord::new(job.h.tag, job.word_class(), off).0);
-            let ci = b.cas(lay.slot_addr(job.h.shard, job.h.bucket, s), expect, new);
+            let ci = b.cas(
+                lay.slot_addr(job.h.shard, f.bucket(job.h.bucket), s),
+                expect,
+                new,
+            );
             job.cas = Some((ci, expect, new));
         }
         let r = b.run();
@@ -526,8 +530,12 @@ impl Store {
     fn unpublish(&self, job: &mut Job<'_>, new: u64) {
         let lay = self.inner.layout;
         let mut undone = false;
-        for s in 0..SLOTS {
-            let at = lay.slot_addr(job.h.shard, job.h.bucket, s);
+        let home = job.h.bucket;
+        for (bucket, s) in [home, Layout::pair(home)]
+            .into_iter()
+            .flat_map(|b| (0..SLOTS).map(move |s| (b, s)))
+        {
+            let at = lay.slot_addr(job.h.shard, bucket, s);
             if let Ok(seen) = self.inner.cache.cas(at, new, TOMB)
                 && seen == new
             {
@@ -551,8 +559,9 @@ impl Store {
         Ok(())
     }
 
-    /// Puts `job` into a bucket with no empty slot, under the bucket lock: reuses a
-    /// tombstone, else evicts the bucket's least recently referenced item.
+    /// Puts `job` whose home and pair buckets had no empty slot, under the home
+    /// bucket's lock: reuses a tombstone, else evicts the bucket's least recently
+    /// referenced item.
     fn put_locked(&self, job: &mut Job<'_>) -> PutResult {
         let cache = &self.inner.cache;
         let lay = self.inner.layout;
@@ -562,6 +571,14 @@ impl Store {
         for _ in 0..MAX_ATTEMPTS {
             let now = now_ms();
             let f = self.find(job.key, job.h, now)?;
+            if f.pair {
+                // The key is in the pair bucket, or that has room after all: no
+                // lock (the words are the pair's, and so would be the lock).
+                match self.put_found(job, now, false)? {
+                    Some(res) => return Ok(res),
+                    None => continue,
+                }
+            }
             let lock = LockWord(f.words[SLOTS]);
             if !lock.takeable(now) {
                 std::thread::sleep(backoff);
@@ -572,7 +589,7 @@ impl Store {
             if cache.cas(lock_at, lock.0, mine.0)? != lock.0 {
                 continue;
             }
-            let r = self.put_holding_lock(job, now);
+            let r = self.put_found(job, now, true);
             // Release only our own lease (someone may have broken an expired one).
             let _ = cache.cas(lock_at, mine.0, LockWord::FREE.0);
             match r? {
@@ -585,8 +602,10 @@ impl Store {
         })
     }
 
-    /// The put with the bucket locked; `None` when a slot changed under it.
-    fn put_holding_lock(&self, job: &mut Job<'_>, now: u64) -> Result<Option<bool>> {
+    /// The put after a fresh find; `None` when a slot changed under it. Only with
+    /// the home bucket `locked` may it take a tombstone or evict: a new key may take
+    /// only the first empty slot otherwise, which every insert of it races for.
+    fn put_found(&self, job: &mut Job<'_>, now: u64, locked: bool) -> Result<Option<bool>> {
         let cache = &self.inner.cache;
         let lay = self.inner.layout;
         let f = self.find(job.key, job.h, now)?;
@@ -596,22 +615,13 @@ impl Store {
         if !job.guard.allows(&f) {
             return Ok(Some(false));
         }
-        let s = match f.slot {
-            Some(s) => usize::from(s),
-            None => f.words[..SLOTS]
-                .iter()
-                .position(|&w| w == TOMB || w == EMPTY)
-                .or_else(|| {
-                    // The least recently referenced item (CLOCK byte 0 first); hot
-                    // keys are not evicted (their copies would outlive them).
-                    (0..SLOTS)
-                        .filter(|&s| !SlotWord(f.words[s]).is_hot())
-                        .min_by_key(|&s| f.refs[s])
-                })
-                .ok_or(StoreError::Full {
-                    shard: job.h.shard,
-                    size: job.size,
-                })?,
+        let first_empty = f.words[..SLOTS].iter().position(|&w| w == EMPTY);
+        let home = job.h.bucket;
+        let (bucket, s, expect) = match (f.slot, first_empty) {
+            (Some(s), _) => (f.bucket(home), usize::from(s), f.words[usize::from(s)]),
+            (None, Some(s)) => (f.bucket(home), s, EMPTY),
+            (None, None) if !locked || f.pair => return Ok(None),
+            (None, None) => self.room_under_lock(job, &f)?,
         };
         self.ensure_item(job)?;
         let Some(off) = job.item else { return Ok(None) };
@@ -622,13 +632,12 @@ impl Store {
             item::encode_into(&mut buf, job.key, job.value, job.expires, job.flags);
             wi = Some(b.write(lay.shard_base(job.h.shard) + off, &buf));
         }
-        let expect = f.words[s];
         let new = if f.slot.is_some() {
             keep_hot(expect, SlotWord::new(job.h.tag, job.word_class(), off).0)
         } else {
             SlotWord::new(job.h.tag, job.word_class(), off).0
         };
-        let ci = b.cas(lay.slot_addr(job.h.shard, job.h.bucket, s), expect, new);
+        let ci = b.cas(lay.slot_addr(job.h.shard, bucket, s), expect, new);
         let r = b.run();
         let swapped_at = std::time::Instant::now();
         let swapped = match r.value(ci) {
@@ -665,6 +674,46 @@ impl Store {
             self.retire(job.h.shard, old, f.generation);
         }
         Ok(Some(true))
+    }
+
+    /// A slot for a new key when neither of its buckets has an empty one, with the
+    /// home bucket locked (`f` is its find, with home's words): a tombstone at home,
+    /// else one in the pair, else the least recently referenced item of either
+    /// (CLOCK byte 0 first; hot keys are not evicted, their copies would outlive
+    /// them). Holding the home lock serialises every such insert of the key, so it
+    /// may take any of them; keys of the pair's own take the pair's lock, and the
+    /// slot's compare-and-swap settles a meeting.
+    fn room_under_lock(&self, job: &Job<'_>, f: &FindReply) -> Result<(u32, usize, u64)> {
+        let home = job.h.bucket;
+        if let Some(s) = f.words[..SLOTS].iter().position(|&w| w == TOMB) {
+            return Ok((home, s, TOMB));
+        }
+        let lay = self.inner.layout;
+        let pair = Layout::pair(home);
+        let mut b = self.inner.cache.batch();
+        let wi = b.read(lay.bucket_addr(job.h.shard, pair), SLOTS as u64 * 8);
+        let ri = b.read(lay.refs_addr(job.h.shard, pair), SLOTS as u64);
+        let r = b.run();
+        let (raw, refs) = (r.data(wi)?, r.data(ri)?);
+        let pair_words: Vec<u64> = raw.chunks_exact(8).map(crate::alloc::le).collect();
+        if let Some(s) = pair_words.iter().position(|&w| w == TOMB) {
+            return Ok((pair, s, TOMB));
+        }
+        let home_items = (0..SLOTS).map(|s| (home, s, f.words[s], f.refs[s]));
+        let pair_items = pair_words
+            .iter()
+            .zip(refs.iter())
+            .enumerate()
+            .map(|(s, (&w, &r))| (pair, s, w, r));
+        home_items
+            .chain(pair_items)
+            .filter(|&(_, _, w, _)| SlotWord::is_item(w) && !SlotWord(w).is_hot())
+            .min_by_key(|&(_, _, _, r)| r)
+            .map(|(b, s, w, _)| (b, s, w))
+            .ok_or(StoreError::Full {
+                shard: job.h.shard,
+                size: job.size,
+            })
     }
 
     /// Appends the finds of `chunk`'s jobs (all on one server): one `kv_mfind`, or a
@@ -753,7 +802,7 @@ impl Store {
             let cas = self
                 .inner
                 .cache
-                .cas(lay.slot_addr(h.shard, h.bucket, s), w, TOMB)
+                .cas(lay.slot_addr(h.shard, f.bucket(h.bucket), s), w, TOMB)
                 .map_err(StoreError::from);
             let seen = match cas {
                 Ok(seen) => seen,

@@ -450,7 +450,7 @@ impl Store {
         &self,
         r: &BatchResults,
         j: usize,
-    ) -> Result<(u8, Option<(u64, u8, u8, Bytes)>)> {
+    ) -> Result<(u8, Option<(usize, u8, u8, Bytes)>)> {
         let raw = r.bytes(j)?;
         let g = GetReply::decode(&raw).map_err(|e| StoreError::Reply {
             proc: wire::KV_GET,
@@ -460,7 +460,7 @@ impl Store {
             wire::HIT => (
                 wire::HIT,
                 Some((
-                    u64::from(g.slot),
+                    usize::from(g.slot),
                     g.referenced,
                     g.flags,
                     raw.slice(wire::GET_HEAD..),

@@ -272,6 +272,94 @@ fn concurrent_puts_to_one_key_never_tear() {
     assert_eq!(st.live, 1, "one key, one live slot: {st:?}");
 }
 
+/// `n` keys whose home is `bucket` of shard 0.
+fn keys_homed_at(s: &Store, bucket: u32, n: usize, prefix: &str) -> Vec<Vec<u8>> {
+    let d = s.descriptor();
+    (0..)
+        .map(|i| format!("{prefix}{i}").into_bytes())
+        .filter(|k| {
+            let h = farcache_kvformat::hash::locate(k, d.shards, d.buckets);
+            (h.shard, h.bucket) == (0, bucket)
+        })
+        .take(n)
+        .collect()
+}
+
+#[test]
+fn a_full_bucket_spills_into_its_pair_without_evicting_or_duplicating() {
+    let c = cluster();
+    // Roomy heap, small index (planned for 1000-byte values, given 40-byte ones).
+    let s = store(&c, "spill", 1 << 20, 1000);
+    // 11 keys for bucket 0 (7 slots) and 3 of bucket 1's own: 14 keys, 14 slots.
+    let mut keys = keys_homed_at(&s, 0, 11, "home");
+    keys.extend(keys_homed_at(&s, 1, 3, "pair"));
+    let keys = Arc::new(keys);
+    // Threads race to insert (and delete and re-insert) the same keys, so two
+    // inserts of one key often meet a full home bucket at once.
+    let writers: Vec<_> = (0..3u64)
+        .map(|t| {
+            let (s, keys) = (s.clone(), keys.clone());
+            std::thread::spawn(move || {
+                let mut rng = rand::rngs::StdRng::seed_from_u64(0x5b111 + t);
+                for round in 0..60u64 {
+                    let mut order: Vec<usize> = (0..keys.len()).collect();
+                    for i in (1..order.len()).rev() {
+                        order.swap(i, rng.gen_range(0..=i));
+                    }
+                    for &i in &order {
+                        let v = value_for(&keys[i], t * 1000 + round, 40);
+                        s.put(&keys[i], &v).expect("put");
+                        if rng.gen_range(0..8) == 0 {
+                            s.delete(&keys[i]).expect("delete");
+                        }
+                    }
+                }
+                for k in keys.iter() {
+                    s.put(k, &value_for(k, t * 1000 + 999, 40)).expect("put");
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().expect("writer");
+    }
+    let st = s.stats().expect("stats");
+    assert_eq!((st.live, st.evictions), (14, 0), "{st:?}");
+    for k in keys.iter() {
+        let v = s.get(k).expect("get").expect("present");
+        assert!(
+            (0..3).any(|t| v == value_for(k, t * 1000 + 999, 40)),
+            "{k:?}: not a last write"
+        );
+    }
+    // Deleting each key once leaves nothing: no key was ever in two slots.
+    for k in keys.iter() {
+        assert!(s.delete(k).expect("delete"), "{k:?}");
+        assert_eq!(s.get(k).expect("get"), None, "{k:?} had a second copy");
+    }
+    assert_eq!(s.stats().expect("stats").live, 0);
+    // Past both buckets' 14 slots, puts evict (under the home bucket's lock) and
+    // never return another key's bytes.
+    let more = keys_homed_at(&s, 0, 30, "more");
+    for (i, k) in more.iter().enumerate() {
+        s.put(k, &value_for(k, i as u64, 40))
+            .expect("put into full buckets");
+    }
+    let mut present = 0;
+    for (i, k) in more.iter().enumerate() {
+        if let Some(v) = s.get(k).expect("get") {
+            assert_eq!(v, value_for(k, i as u64, 40), "{k:?}");
+            present += 1;
+        }
+    }
+    let st = s.stats().expect("stats");
+    assert!(
+        st.evictions > 0 && st.live == present,
+        "{st:?}, {present} present"
+    );
+    assert!((7..=14).contains(&present), "{present} of 30 in 14 slots");
+}
+
 #[test]
 fn a_full_store_evicts_and_never_returns_another_keys_bytes() {
     let c = cluster();

@@ -134,7 +134,7 @@ impl StoreBenchOptions {
 
 /// Cache bytes for `keys` values of `size` bytes: twice what the items take (a 24-byte
 /// header, the key and the value, rounded up to a size class ≤ 25 % larger) plus the
-/// index. The slack keeps buckets far from full: a put into a full bucket evicts.
+/// index. The slack keeps bucket pairs far from full: a put into a full pair evicts.
 pub fn store_capacity(keys: u64, size: usize) -> u64 {
     let item = (24 + KEY_LEN + size) as u64;
     let per_key = (item * 5 / 4 + 24) * 2;

@@ -9,6 +9,7 @@
 use std::cell::RefCell;
 
 use farcache_kvformat::layout::{BUCKET_BYTES, SLOTS};
+use farcache_kvformat::slot::EMPTY;
 use farcache_kvformat::wire::{self, FindReply, Lookup, ShardStats};
 use farcache_kvformat::{Descriptor, Layout, SlotWord, class, item, layout};
 
@@ -26,7 +27,8 @@ thread_local! {
 }
 
 enum Found {
-    /// The key's slot and word; its checked item is in the scratch buffer.
+    /// The key's slot (numbered home-then-pair, see `wire::REACH`) and word; its
+    /// checked item is in the scratch buffer.
     Hit {
         slot: usize,
         word: u64,
@@ -108,53 +110,122 @@ fn read_item(
     Ok(Some(total))
 }
 
-/// Finds `l.key` in the bucket at `addr`. On a hit the item is left in `buf`.
+/// What one bucket's scan for a key found.
+enum Scanned {
+    Hit {
+        slot: usize,
+        word: u64,
+        item: Checked,
+    },
+    Absent,
+    /// A slot changed under the scan: look again.
+    Changed,
+}
+
+/// Looks for `l.key` among the `words` of the bucket at `addr`. On a hit the item is
+/// left in `buf`.
+fn scan(
+    mem: &dyn Memory,
+    addr: u64,
+    words: &[u64; SLOTS + 1],
+    l: &Lookup<'_>,
+    buf: &mut Vec<u8>,
+) -> Result<Scanned, (Miss, u64, usize)> {
+    for (i, &w) in words[..SLOTS].iter().enumerate() {
+        if !SlotWord::is_item(w) || SlotWord(w).tag() != l.tag {
+            continue;
+        }
+        let slot_at = addr + i as u64 * 8;
+        let sw = SlotWord(w);
+        let whole = match class::size(sw.class()) {
+            Some(size) => read_item(mem, l.shard_base.saturating_add(sw.offset()), size, buf)?,
+            None => None,
+        };
+        // Whatever was read counts only if the slot still points at it: if not,
+        // the item was replaced (and maybe reused) meanwhile, so look again.
+        if mem.read_u64(slot_at).map_err(|m| (m, slot_at, 8))? != w {
+            return Ok(Scanned::Changed);
+        }
+        match whole.map(|total| (total, item::decode(&buf[..total]))) {
+            Some((total, Ok(it))) if it.key == l.key => {
+                return Ok(Scanned::Hit {
+                    slot: i,
+                    word: w,
+                    item: Checked {
+                        value: (total - it.value.len(), total),
+                        flags: it.flags,
+                        expires_ms: it.expires_ms,
+                    },
+                });
+            }
+            // Another key with the same tag, or a damaged item the slot still
+            // points at: not this key's.
+            _ => {}
+        }
+    }
+    Ok(Scanned::Absent)
+}
+
+fn has_empty(words: &[u64; SLOTS + 1]) -> bool {
+    words[..SLOTS].contains(&EMPTY)
+}
+
+/// Finds `l.key` in its home bucket at `addr` or, if the home has no empty slot
+/// left, in the pair bucket (a key spills there only once its home is full, and
+/// slots never become empty again). On a hit the item is left in `buf`. `words_out`
+/// and `pair_out` get the bucket a [`FindReply`] describes: the key's, or on a miss
+/// the one a new key would go to.
 fn lookup(
     mem: &dyn Memory,
     addr: u64,
     l: &Lookup<'_>,
     buf: &mut Vec<u8>,
     words_out: &mut [u64; SLOTS + 1],
+    pair_out: &mut bool,
 ) -> Result<Found, (Miss, u64, usize)> {
     'attempt: for _ in 0..ATTEMPTS {
-        let words = read_words(mem, addr)?;
-        *words_out = words;
-        for (i, &w) in words[..SLOTS].iter().enumerate() {
-            if !SlotWord::is_item(w) || SlotWord(w).tag() != l.tag {
-                continue;
+        let home = read_words(mem, addr)?;
+        *words_out = home;
+        *pair_out = false;
+        match scan(mem, addr, &home, l, buf)? {
+            Scanned::Hit { slot, word, item } => return Ok(Found::Hit { slot, word, item }),
+            Scanned::Changed => continue 'attempt,
+            Scanned::Absent if has_empty(&home) => return Ok(Found::Miss),
+            Scanned::Absent => {}
+        }
+        let pair_at = layout::pair_bucket_addr(addr);
+        let pair = read_words(mem, pair_at)?;
+        match scan(mem, pair_at, &pair, l, buf)? {
+            Scanned::Hit { slot, word, item } => {
+                *words_out = pair;
+                *pair_out = true;
+                return Ok(Found::Hit {
+                    slot: slot + SLOTS,
+                    word,
+                    item,
+                });
             }
-            let slot_at = addr + i as u64 * 8;
-            let sw = SlotWord(w);
-            let whole = match class::size(sw.class()) {
-                Some(size) => read_item(mem, l.shard_base.saturating_add(sw.offset()), size, buf)?,
-                None => None,
-            };
-            // Whatever was read counts only if the slot still points at it: if not,
-            // the item was replaced (and maybe reused) meanwhile, so look again.
-            if mem.read_u64(slot_at).map_err(|m| (m, slot_at, 8))? != w {
-                continue 'attempt;
-            }
-            match whole.map(|total| (total, item::decode(&buf[..total]))) {
-                Some((total, Ok(it))) if it.key == l.key => {
-                    return Ok(Found::Hit {
-                        slot: i,
-                        word: w,
-                        item: Checked {
-                            value: (total - it.value.len(), total),
-                            flags: it.flags,
-                            expires_ms: it.expires_ms,
-                        },
-                    });
+            Scanned::Changed => continue 'attempt,
+            Scanned::Absent => {
+                if has_empty(&pair) {
+                    *words_out = pair;
+                    *pair_out = true;
                 }
-                // Another key with the same tag.
-                Some((_, Ok(_))) => {}
-                // A damaged item the slot still points at: not this key's.
-                _ => {}
+                return Ok(Found::Miss);
             }
         }
-        return Ok(Found::Miss);
     }
     Ok(Found::Busy)
+}
+
+/// The CLOCK byte of `slot` (numbered home-then-pair) of the bucket whose bytes
+/// are at `refs_addr`.
+fn ref_addr(refs_addr: u64, slot: usize) -> u64 {
+    if slot < SLOTS {
+        refs_addr.saturating_add(slot as u64)
+    } else {
+        layout::pair_refs_addr(refs_addr).saturating_add((slot - SLOTS) as u64)
+    }
 }
 
 fn decode_args<'a>(proc: &'static str, args: &'a [u8]) -> Result<Lookup<'a>, SprocError> {
@@ -194,8 +265,8 @@ impl Procedure for KvGet {
         let load = super::hot::lookups() as u32;
         SCRATCH.with(|s| {
             let mut buf = s.borrow_mut();
-            let mut words = [0u64; SLOTS + 1];
-            let found = match lookup(mem, addr, &l, &mut buf, &mut words) {
+            let (mut words, mut pair) = ([0u64; SLOTS + 1], false);
+            let found = match lookup(mem, addr, &l, &mut buf, &mut words, &mut pair) {
                 Ok(f) => f,
                 Err((m, at, len)) => return missed(P, mem, m, at, len, addr, args).map(Some),
             };
@@ -206,7 +277,7 @@ impl Procedure for KvGet {
                         out.extend_from_slice(&wire::get_head(wire::MISS, 0, 0, 0, load));
                         return Ok(None);
                     }
-                    let ref_at = l.refs_addr.saturating_add(slot as u64);
+                    let ref_at = ref_addr(l.refs_addr, slot);
                     let mut r = [0u8; 1];
                     if let Err(m) = mem.read(ref_at, &mut r) {
                         return missed(P, mem, m, ref_at, 1, addr, args).map(Some);
@@ -277,7 +348,7 @@ impl Procedure for KvMget {
         let limit = crate::procedure::MAX_OUTPUT;
         SCRATCH.with(|s| {
             let mut buf = s.borrow_mut();
-            let mut words = [0u64; SLOTS + 1];
+            let (mut words, mut pair) = ([0u64; SLOTS + 1], false);
             let mut full = false;
             pipelined(mem, &keys, |k| {
                 if full {
@@ -293,7 +364,7 @@ impl Procedure for KvMget {
                     refs_addr: k.refs_addr,
                     key: k.key,
                 };
-                let found = match lookup(mem, k.bucket_addr, &l, &mut buf, &mut words) {
+                let found = match lookup(mem, k.bucket_addr, &l, &mut buf, &mut words, &mut pair) {
                     Ok(f) => f,
                     Err((Miss::Budget, _, _)) => return Err(super::budget(P, mem)),
                     Err(_) => {
@@ -318,7 +389,7 @@ impl Procedure for KvMget {
                             return Ok(());
                         }
                         let mut r = [0u8; 1];
-                        let ref_at = k.refs_addr.saturating_add(slot as u64);
+                        let ref_at = ref_addr(k.refs_addr, slot);
                         if mem.read(ref_at, &mut r).is_err() {
                             out.extend_from_slice(&[wire::MOVED, 0, 0, 0, 0, 0, 0, 0]);
                             return Ok(());
@@ -353,6 +424,10 @@ const AHEAD: usize = 8;
 /// far as a lookup's first read goes), and for its CLOCK byte: hints only.
 fn prefetch_items(mem: &dyn Memory, k: &wire::MgetKey<'_>) {
     if let Ok(words) = read_words(mem, k.bucket_addr) {
+        if !has_empty(&words) {
+            // The key may have spilled there.
+            mem.prefetch(layout::pair_bucket_addr(k.bucket_addr));
+        }
         for &w in &words[..SLOTS] {
             if !SlotWord::is_item(w) || SlotWord(w).tag() != k.tag {
                 continue;
@@ -422,15 +497,23 @@ fn find_reply(
     l: &Lookup<'_>,
     buf: &mut Vec<u8>,
 ) -> Result<FindReply, (Miss, u64, usize)> {
-    let mut words = [0u64; SLOTS + 1];
-    let found = lookup(mem, addr, l, buf, &mut words)?;
+    let (mut words, mut pair) = ([0u64; SLOTS + 1], false);
+    let found = lookup(mem, addr, l, buf, &mut words, &mut pair)?;
+    let refs_at = if pair {
+        layout::pair_refs_addr(l.refs_addr)
+    } else {
+        l.refs_addr
+    };
     let mut refs = [0u8; 8];
-    mem.read(l.refs_addr, &mut refs)
-        .map_err(|m| (m, l.refs_addr, 8))?;
+    mem.read(refs_at, &mut refs).map_err(|m| (m, refs_at, 8))?;
     let gen_at = l.shard_base.saturating_add(layout::GENERATION);
     let generation = mem.read_u32(gen_at).map_err(|m| (m, gen_at, 4))?;
     let (status, slot, expired) = match found {
-        Found::Hit { slot, item, .. } => (wire::HIT, Some(slot as u8), item.expired(l.now_ms)),
+        Found::Hit { slot, item, .. } => (
+            wire::HIT,
+            Some((slot % SLOTS) as u8),
+            item.expired(l.now_ms),
+        ),
         Found::Miss => (wire::MISS, None, false),
         Found::Busy => (wire::BUSY, None, false),
     };
@@ -438,6 +521,7 @@ fn find_reply(
         status,
         slot,
         expired,
+        pair,
         generation,
         words,
         refs,
@@ -662,9 +746,16 @@ fn in_this_cache(mem: &dyn Memory, shard_base: u64, key: &[u8], buf: &mut Vec<u8
         refs_addr: lay.refs_addr(h.shard, h.bucket),
         key,
     };
-    let mut words = [0u64; SLOTS + 1];
+    let (mut words, mut pair) = ([0u64; SLOTS + 1], false);
     matches!(
-        lookup(mem, lay.bucket_addr(h.shard, h.bucket), &l, buf, &mut words),
+        lookup(
+            mem,
+            lay.bucket_addr(h.shard, h.bucket),
+            &l,
+            buf,
+            &mut words,
+            &mut pair
+        ),
         Ok(Found::Hit { .. })
     )
 }
@@ -740,12 +831,24 @@ impl Procedure for KvScan {
 mod tests {
     use super::*;
     use crate::memory::VecMemory;
+    use farcache_kvformat::slot;
     use farcache_kvformat::wire::{GetReply, MISS};
 
     const SHARD: u64 = 64 << 10;
 
     /// A one-shard store image with `key` → `value` in bucket 0, slot 2.
     fn image(key: &[u8], value: &[u8], expires: u64) -> (Vec<u8>, Layout, u16) {
+        image_at(key, value, expires, 0, 2)
+    }
+
+    /// A one-shard store image with `key` → `value` in `bucket`, `slot`.
+    fn image_at(
+        key: &[u8],
+        value: &[u8],
+        expires: u64,
+        bucket: u32,
+        slot: usize,
+    ) -> (Vec<u8>, Layout, u16) {
         let d = Descriptor::plan(1, SHARD, 64, 1 << 20, (4, 2)).expect("plan");
         let lay = Layout(d);
         let mut mem = vec![0u8; SHARD as usize];
@@ -757,7 +860,7 @@ mod tests {
         let c = class::for_len(it.len() as u64).expect("class");
         mem[off as usize..off as usize + it.len()].copy_from_slice(&it);
         let w = SlotWord::new(tag, c, off).0;
-        let slot = lay.slot_addr(0, 0, 2) as usize;
+        let slot = lay.slot_addr(0, bucket, slot) as usize;
         mem[slot..slot + 8].copy_from_slice(&w.to_le_bytes());
         mem[layout::BUMP as usize..layout::BUMP as usize + 8]
             .copy_from_slice(&u64::from(class::size(c).expect("size")).to_le_bytes());
@@ -765,6 +868,11 @@ mod tests {
     }
 
     fn get(mem: &[u8], lay: &Layout, tag: u16, key: &[u8], now: u64) -> Vec<u8> {
+        run(&KvGet, mem, lay, tag, key, now)
+    }
+
+    /// Runs a one-key lookup procedure for `key`, whose home is bucket 0.
+    fn run(p: &dyn Procedure, mem: &[u8], lay: &Layout, tag: u16, key: &[u8], now: u64) -> Vec<u8> {
         let m = VecMemory {
             bytes: mem,
             region_size: SHARD,
@@ -780,10 +888,80 @@ mod tests {
             key,
         }
         .encode_into(&mut args);
-        match KvGet.run(&m, lay.bucket_addr(0, 0), &args).expect("run") {
+        match p.run(&m, lay.bucket_addr(0, 0), &args).expect("run") {
             Outcome::Done(r) => r,
             o => panic!("{o:?}"),
         }
+    }
+
+    fn set_word(mem: &mut [u8], at: u64, w: u64) {
+        mem[at as usize..at as usize + 8].copy_from_slice(&w.to_le_bytes());
+    }
+
+    #[test]
+    fn a_key_spilled_into_the_pair_bucket_is_found_only_once_home_is_full() {
+        // The key sits in slot 4 of bucket 1, the pair of its home bucket 0.
+        let (mut mem, lay, tag) = image_at(b"key", b"spilled", 0, 1, 4);
+        mem[lay.refs_addr(0, 1) as usize + 4] = 1;
+        // While home has an empty slot, the pair is never looked at.
+        for s in 0..SLOTS - 1 {
+            set_word(&mut mem, lay.slot_addr(0, 0, s), slot::TOMB);
+        }
+        assert_eq!(get(&mem, &lay, tag, b"key", 1)[0], MISS);
+        let f = FindReply::decode(&run(&KvFind, &mem, &lay, tag, b"key", 1)).expect("find");
+        assert_eq!((f.status, f.pair), (MISS, false), "a new key goes home");
+        // Home full: the lookup goes on to the pair.
+        set_word(&mut mem, lay.slot_addr(0, 0, SLOTS - 1), slot::TOMB);
+        let r = get(&mem, &lay, tag, b"key", 1);
+        let g = GetReply::decode(&r).expect("reply");
+        assert_eq!(
+            (g.status, usize::from(g.slot), g.referenced, g.value),
+            (wire::HIT, SLOTS + 4, 1, &b"spilled"[..])
+        );
+        let f = FindReply::decode(&run(&KvFind, &mem, &lay, tag, b"key", 1)).expect("find");
+        assert_eq!((f.status, f.slot, f.pair), (wire::HIT, Some(4), true));
+        assert_eq!(f.refs[4], 1, "the pair's CLOCK bytes");
+        assert!(SlotWord::is_item(f.words[4]) && f.words[0] == slot::EMPTY);
+        // Another key: a miss that points at the pair's empty slots.
+        let f = FindReply::decode(&run(&KvFind, &mem, &lay, tag, b"other", 1)).expect("find");
+        assert_eq!((f.status, f.pair, f.words[0]), (MISS, true, slot::EMPTY));
+        // Both full: a miss that points home (its lock), with home's words.
+        for s in 0..SLOTS {
+            if s != 4 {
+                set_word(&mut mem, lay.slot_addr(0, 1, s), slot::TOMB);
+            }
+        }
+        let f = FindReply::decode(&run(&KvFind, &mem, &lay, tag, b"other", 1)).expect("find");
+        assert_eq!((f.status, f.pair), (MISS, false));
+        assert!(f.words[..SLOTS].iter().all(|&w| w == slot::TOMB));
+        // kv_mget finds it too, and numbers its slot home-then-pair.
+        let m = VecMemory {
+            bytes: &mem,
+            region_size: SHARD,
+            local: &[true],
+        };
+        let mut args = Vec::new();
+        wire::mget_head(&mut args, wire::MODE_VALUE, 1, 2);
+        for key in [&b"key"[..], b"other"] {
+            wire::MgetKey {
+                tag,
+                bucket_addr: lay.bucket_addr(0, 0),
+                shard_base: 0,
+                refs_addr: lay.refs_addr(0, 0),
+                key,
+            }
+            .encode_into(&mut args);
+        }
+        let Outcome::Done(r) = KvMget.run(&m, lay.bucket_addr(0, 0), &args).expect("mget") else {
+            panic!("not done")
+        };
+        let (_, e) = wire::decode_mget_reply(&r).expect("reply");
+        assert_eq!(
+            (e[0].status, usize::from(e[0].slot)),
+            (wire::HIT, SLOTS + 4)
+        );
+        assert_eq!(&r[e[0].value.0..e[0].value.1], b"spilled");
+        assert_eq!(e[1].status, MISS);
     }
 
     #[test]

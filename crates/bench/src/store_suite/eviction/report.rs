@@ -121,12 +121,13 @@ pub(super) fn notes(r: &StoreEvictReport, shards: u64) -> Vec<String> {
         format!(
             "simulators hold the store's final item count; per shard = that capacity split \
              over the store's shards, each key in its own; store model = each key in its \
-             bucket of {SLOTS} slots, a hand per shard claiming {STORE_WINDOW} buckets a \
+             bucket of {SLOTS} slots or, once that has no never-used slot, its pair's, a hand per shard claiming {STORE_WINDOW} buckets a \
              step and evicting up to {STORE_TAKE} unreferenced items, either clearing the \
              reference bits of the whole window (the store's sweep before it learnt to stop) \
              or with the hand stopping at its last victim; the store now stops clearing at \
              its last victim but still claims whole windows (crates/store/src/evict.rs); \
-             puts into full buckets evict the bucket's least referenced item (put.rs)"
+             puts finding both buckets full reuse a freed slot or evict the pair's least \
+             referenced item (put.rs)"
         ),
     ];
     if let Some(e) = &r.first_error {

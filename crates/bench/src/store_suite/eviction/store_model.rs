@@ -1,6 +1,6 @@
 //! A model of the store's index and CLOCK sweep (crates/store/src/evict.rs, put.rs)
-//! for `bench store-evict`: buckets of fixed slots, a hand per shard claiming windows
-//! of buckets, and puts into full buckets evicting there.
+//! for `bench store-evict`: buckets of fixed slots in pairs, a hand per shard claiming
+//! windows of buckets, and puts into full buckets evicting there.
 
 use std::collections::HashMap;
 
@@ -9,21 +9,26 @@ use super::{STORE_TAKE, STORE_WINDOW};
 
 /// Slots per bucket of the store's index.
 pub(super) const SLOTS: usize = 7;
+/// A slot never used (the store's `EMPTY`).
 const NO_KEY: u64 = u64::MAX;
+/// A slot whose key left (the store's `TOMB`).
+const GONE: u64 = u64::MAX - 1;
 
-/// A model of one shard of the store as it is laid out: every key has a fixed bucket
-/// of [`SLOTS`] slots, at most `cap` items fit the heap, and memory comes from the
+/// A model of one shard of the store as it is laid out: every key has a fixed home
+/// bucket of [`SLOTS`] slots and may spill into its pair (`b ^ 1`) once home has no
+/// never-used slot, at most `cap` items fit the heap, and memory comes from the
 /// store's sweep (the hand claims the next [`STORE_WINDOW`] buckets, up to the end of
 /// the index, clears the reference bit of every referenced item in them and evicts
 /// the first [`STORE_TAKE`] unreferenced ones; the extras' memory serves the next
-/// puts). A put into a bucket with no free slot evicts the bucket's least referenced
-/// item instead (the first with its bit clear, else the first), as the store does.
+/// puts). A put finding no never-used slot in either bucket reuses a freed one (home
+/// first), else evicts the two buckets' least referenced item instead (the first with
+/// its bit clear, else the first), as the store does.
 /// With `stop_at_victim` (not what the store does) the hand stops after the bucket of
 /// its last victim instead of skipping the rest of the window.
 pub struct BucketClock {
     cap: usize,
     buckets: u64,
-    /// `keys[b * SLOTS + s]`, [`NO_KEY`] when free.
+    /// `keys[b * SLOTS + s]`, [`NO_KEY`] or [`GONE`] when free.
     keys: Vec<u64>,
     referenced: Vec<bool>,
     map: HashMap<u64, usize>,
@@ -61,7 +66,7 @@ impl BucketClock {
     }
 
     fn evict_at(&mut self, i: usize) {
-        let k = std::mem::replace(&mut self.keys[i], NO_KEY);
+        let k = std::mem::replace(&mut self.keys[i], GONE);
         self.map.remove(&k);
         self.evictions += 1;
     }
@@ -76,7 +81,7 @@ impl BucketClock {
             self.steps += 1;
             let mut won = 0;
             for i in start as usize * SLOTS..(start + n) as usize * SLOTS {
-                if self.keys[i] == NO_KEY {
+                if self.keys[i] >= GONE {
                     continue;
                 }
                 if self.referenced[i] {
@@ -118,10 +123,13 @@ impl Policy for BucketClock {
             return;
         };
         let slots = b as usize * SLOTS..(b as usize + 1) * SLOTS;
-        if slots.end > self.keys.len() {
+        let pair = (b ^ 1) as usize * SLOTS..((b ^ 1) as usize + 1) * SLOTS;
+        if slots.end > self.keys.len() || pair.end > self.keys.len() {
             return;
         }
-        let at = match slots.clone().find(|&i| self.keys[i] == NO_KEY) {
+        let both = slots.clone().chain(pair);
+        let free = |k: u64| both.clone().find(|&i| self.keys[i] == k);
+        let at = match free(NO_KEY).or_else(|| free(GONE)) {
             Some(i) => {
                 if self.map.len() >= self.cap {
                     self.sweep();
@@ -129,8 +137,8 @@ impl Policy for BucketClock {
                 i
             }
             None => {
-                // The bucket's least referenced item makes room (its memory too).
-                let i = slots
+                // The pair's least referenced item makes room (its memory too).
+                let i = both
                     .clone()
                     .find(|&i| !self.referenced[i])
                     .unwrap_or(slots.start);
@@ -139,7 +147,7 @@ impl Policy for BucketClock {
                 i
             }
         };
-        if self.keys[at] != NO_KEY || self.map.len() >= self.cap {
+        if self.keys[at] < GONE || self.map.len() >= self.cap {
             // Nothing was freed: the put fails, as the store's would.
             return;
         }
@@ -177,7 +185,7 @@ mod tests {
             assert!(m.map.len() <= 150 && m.bucket_evictions <= m.evictions);
             for (&k, &i) in &m.map {
                 assert_eq!(m.keys[i], k);
-                assert_eq!(i / SLOTS, bucket_of[k as usize] as usize);
+                assert_eq!(i / SLOTS | 1, bucket_of[k as usize] as usize | 1);
             }
         }
     }

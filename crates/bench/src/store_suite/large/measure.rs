@@ -67,7 +67,7 @@ pub(super) fn run_size(
             capacity,
             &StoreOptions {
                 // Pieces and small manifest copies: a roomy index keeps buckets from
-                // filling (a put into a full bucket evicts).
+                // filling (a put into a full bucket pair evicts).
                 avg_value_size: 4096,
                 region_size: Some(REGION),
                 ec_data: EC_DATA,
