@@ -10,8 +10,9 @@ use xxhash_rust::xxh3::xxh3_64;
 use crate::FormatError;
 use crate::hash::PLACED;
 
-const MAGIC: [u8; 4] = *b"FCM1";
-const HEAD: usize = 4 + 2 + 8 + 8 + 8 + 4 + 8;
+/// 2 added [`Manifest::seq`].
+const MAGIC: [u8; 4] = *b"FCM2";
+const HEAD: usize = 4 + 2 + 8 + 8 + 8 + 4 + 8 + 8;
 
 /// Kinds of placed keys.
 const PIECE: u8 = b'P';
@@ -22,6 +23,10 @@ const HOT: u8 = b'H';
 pub struct Manifest {
     /// Distinguishes this put's pieces from any other put's of the same key.
     pub version: u64,
+    /// Orders the puts of one key: above the `seq` of the manifest the put replaced
+    /// (and at least its writer's clock in ms). Manifest copies outlive their object
+    /// when a writer stops half way, so a reader without the home takes the highest.
+    pub seq: u64,
     /// The value's length.
     pub len: u64,
     pub data: u8,
@@ -74,6 +79,7 @@ impl Manifest {
         b.extend_from_slice(&self.chunk_len.to_le_bytes());
         b.extend_from_slice(&self.piece_len.to_le_bytes());
         b.extend_from_slice(&self.checksum.to_le_bytes());
+        b.extend_from_slice(&self.seq.to_le_bytes());
         for c in &self.shards {
             b.extend_from_slice(&(c.len() as u16).to_le_bytes());
             for s in c {
@@ -133,6 +139,7 @@ impl Manifest {
             chunk_len: u64_at(22),
             piece_len: u32::from_le_bytes([b[30], b[31], b[32], b[33]]),
             checksum: u64_at(34),
+            seq: u64_at(42),
             shards,
         };
         if m.piece_len == 0 || m.chunk_len == 0 || m.chunk_len * u64::from(data) < m.len {
@@ -191,6 +198,7 @@ mod tests {
     fn manifests_and_keys_round_trip() {
         let m = Manifest {
             version: 7,
+            seq: 1_795_000_000_000,
             len: 1000,
             data: 4,
             parity: 2,

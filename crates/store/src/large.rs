@@ -15,7 +15,7 @@ use farcache_kvformat::{SlotWord, class, item};
 
 use crate::options::{Condition, PutOptions};
 use crate::put::{Entry, Guard, PutResult, PutSpec};
-use crate::store::{Probe, Store};
+use crate::store::{MAX_ATTEMPTS, Probe, Store};
 use crate::{Result, StoreError};
 
 /// Bytes of pieces written per batch.
@@ -119,11 +119,18 @@ impl Store {
 
     /// Stores `value` erasure coded under `key` (whatever its size).
     pub fn put_large(&self, key: &[u8], value: &[u8], opts: PutOptions) -> PutResult {
-        self.put_large_spec(key, value, opts.into())
+        self.put_large_spec(key, value, opts.into(), 0)
     }
 
-    /// [`Store::put_large`] with an absolute expiry and a guard (repair's rewrite).
-    pub(crate) fn put_large_spec(&self, key: &[u8], value: &[u8], spec: PutSpec) -> PutResult {
+    /// [`Store::put_large`] with an absolute expiry and a guard, its `seq` at least
+    /// `min_seq` (repair's rewrite, ordered above the copy it was rebuilt from).
+    pub(crate) fn put_large_spec(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        spec: PutSpec,
+        min_seq: u64,
+    ) -> PutResult {
         Self::check_key(key)?;
         let desc = self.inner.layout.0;
         let (d, p) = (usize::from(desc.ec_data), usize::from(desc.ec_parity));
@@ -147,8 +154,18 @@ impl Store {
         // A chunk's pieces spread over up to this many of its server's shards.
         let pieces = chunk_len.div_ceil(piece_len) as usize;
         let shards = self.placement(key, d + p, pieces.min(MAX_SHARDS_PER_CHUNK), &[])?;
-        let m = Manifest {
+        // What this put replaces, read first: the new manifest's `seq` goes above
+        // its, and the swap is guarded by its slot word so that order holds (copies
+        // of both may outlive a writer that stops, and only `seq` tells them apart).
+        let mut cur = self.current(key)?;
+        match (spec.guard, &cur) {
+            (Guard::Cond(Condition::IfAbsent), Some(_))
+            | (Guard::Cond(Condition::IfPresent), None) => return Ok(false),
+            _ => {}
+        }
+        let mut m = Manifest {
             version: self.fresh_version(key),
+            seq: seq_after(cur.as_ref()).max(min_seq),
             len,
             data: d as u8,
             parity: p as u8,
@@ -163,40 +180,62 @@ impl Store {
             ..spec
         };
         for (c, chunk) in chunks.iter().enumerate() {
-            self.write_chunk(key, &m, c, chunk, pieces)?;
+            self.write_pieces(key, &m, c, chunk, pieces)?;
+            self.write_copy(key, &m, c, pieces)?;
         }
-        let old = match self.lookup_raw(&[key], Probe::Value).pop() {
-            Some(Ok(Some((flags, v)))) if flags & item::FLAG_MANIFEST != 0 => {
-                Manifest::decode(&v).ok()
-            }
-            _ => None,
-        };
-        let menc = m.encode();
-        let home = Entry {
-            key,
-            value: &menc,
-            flags: item::FLAG_MANIFEST,
-        };
-        let r = self.put_entries(&[home], spec).pop().unwrap_or(Ok(false));
-        match r {
-            Ok(true) => {
-                if let Some(old) = old.filter(|o| o.version != m.version) {
-                    self.drop_object(key, &old);
+        for _ in 0..MAX_ATTEMPTS {
+            let swap = match (spec.guard, &cur) {
+                (Guard::Slot(w), _) => Guard::Slot(w),
+                (Guard::Cond(_), Some(c)) => Guard::Slot(c.word),
+                (Guard::Cond(_), None) => Guard::Cond(Condition::IfAbsent),
+            };
+            let menc = m.encode();
+            let home = Entry {
+                key,
+                value: &menc,
+                flags: item::FLAG_MANIFEST,
+            };
+            let swapped = self
+                .put_entries(
+                    &[home],
+                    PutSpec {
+                        guard: swap,
+                        ..spec
+                    },
+                )
+                .pop()
+                .unwrap_or(Ok(false));
+            match swapped {
+                // The replaced object (if coded) was dropped with its slot word.
+                Ok(true) => return Ok(true),
+                Ok(false) if matches!(spec.guard, Guard::Cond(Condition::Always)) => {
+                    // Another put or a delete came first: go after it.
+                    cur = self.current(key)?;
+                    let seq = seq_after(cur.as_ref());
+                    if seq > m.seq {
+                        m.seq = seq;
+                        for c in 0..m.chunks() {
+                            self.write_copy(key, &m, c, pieces)?;
+                        }
+                    }
                 }
-                Ok(true)
+                Ok(false) => {
+                    self.drop_object(key, &m);
+                    return Ok(false);
+                }
+                // The manifest may or may not be in place: leave the chunks (unread
+                // pieces are the first to be evicted).
+                Err(e) => return Err(e),
             }
-            Ok(false) => {
-                self.drop_object(key, &m);
-                Ok(false)
-            }
-            // The manifest may or may not be in place: leave the chunks (unread
-            // pieces are the first to be evicted).
-            Err(e) => Err(e),
         }
+        self.drop_object(key, &m);
+        Err(StoreError::Contended {
+            attempts: MAX_ATTEMPTS,
+        })
     }
 
-    /// Writes chunk `c` of `m` (its pieces, then the manifest copy beside them).
-    pub(crate) fn write_chunk(
+    /// Writes chunk `c` of `m`'s pieces.
+    fn write_pieces(
         &self,
         key: &[u8],
         m: &Manifest,
@@ -224,6 +263,12 @@ impl Store {
                 bytes_in = 0;
             }
         }
+        Ok(())
+    }
+
+    /// Writes the copy of `m` beside chunk `c` (after the chunk: a copy names only
+    /// pieces that are there).
+    fn write_copy(&self, key: &[u8], m: &Manifest, c: usize, spec: PutSpec) -> Result<()> {
         let menc = m.encode();
         let ck = manifest::copy_key(m.copy_shard(c), key);
         let copy = Entry {
@@ -354,8 +399,7 @@ impl Store {
         }
     }
 
-    /// A manifest copy of `key` from any shard (the newest version wins a tie-break
-    /// only by being found first; copies are rewritten together).
+    /// The newest manifest copy of `key` on any shard (highest `seq`).
     pub(crate) fn find_copy(&self, key: &[u8]) -> Option<Manifest> {
         let shards = self.inner.layout.0.shards;
         let keys: Vec<Vec<u8>> = (0..shards).map(|s| manifest::copy_key(s, key)).collect();
@@ -368,7 +412,7 @@ impl Store {
                 }
                 _ => None,
             })
-            .next()
+            .max_by_key(|m| m.seq)
     }
 
     /// Whether `e` says the key's home shard is gone (its bytes lost with a server).
@@ -419,6 +463,15 @@ impl Store {
             tracing::warn!(error = %e, "old item not recycled");
         }
     }
+}
+
+/// The `seq` of a put replacing `cur`: above a coded value's, and at least the
+/// clock (so puts by different writers still order by time when no read links them).
+fn seq_after(cur: Option<&crate::meta::Current>) -> u64 {
+    let now = crate::store::now_ms();
+    cur.filter(|c| c.flags & item::FLAG_MANIFEST != 0)
+        .and_then(|c| Manifest::decode(&c.value).ok())
+        .map_or(now, |m| now.max(m.seq.saturating_add(1)))
 }
 
 /// The `d + p` chunks of `value` as pieces: stripe `j` (piece `j` of every chunk) is

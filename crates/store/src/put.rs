@@ -204,7 +204,7 @@ impl Store {
             if let Err(e) = Self::check_key(k) {
                 out[i] = Some(Err(e));
             } else if v.len() as u64 > small {
-                out[i] = Some(self.put_large_spec(k, v, opts.into()));
+                out[i] = Some(self.put_large_spec(k, v, opts.into(), 0));
             } else {
                 entries.push(Entry {
                     key: k,

@@ -179,11 +179,13 @@ impl Store {
     }
 
     fn repair_object(&self, key: &[u8], found: Found, report: &mut RepairReport) -> Result<()> {
-        // The manifest under the key rules; without it, a copy whose chunks survive.
+        // The manifest under the key rules; without it, the newest copy (highest
+        // `seq`) whose object can still be decoded.
         let candidates: Vec<Manifest> = match &found.home {
             Some(h) => vec![h.clone()],
             None => {
                 let mut v: Vec<Manifest> = found.copies.iter().map(|(_, m)| m.clone()).collect();
+                v.sort_by_key(|m| m.version);
                 v.dedup_by_key(|m| m.version);
                 v
             }
@@ -194,7 +196,10 @@ impl Store {
                 let p = self.chunks_present(key, &m);
                 (m, p)
             })
-            .max_by_key(|(_, p)| p.iter().filter(|&&x| x).count())
+            .max_by_key(|(m, p)| {
+                let n = p.iter().filter(|&&x| x).count();
+                (n + usize::from(m.parity) >= m.chunks(), m.seq, n)
+            })
         else {
             return Ok(());
         };
@@ -236,7 +241,7 @@ impl Store {
                 }
                 return Ok(());
             };
-            if self.put_large_spec(key, &value, spec)? {
+            if self.put_large_spec(key, &value, spec, m.seq.saturating_add(1))? {
                 // Pieces of the old version left on live shards (a put over the
                 // manifest drops them itself).
                 if !matches!(guard, Guard::Slot(_)) {
@@ -309,19 +314,8 @@ mod tests {
     use crate::{PutOptions, StoreExt, StoreOptions};
     use farcache_testkit::{ClusterOptions, LocalCluster};
 
-    /// The step a repair takes after decoding: a rewrite guarded by the slot word it
-    /// saw. A put that lands in between wins; without one, the rewrite carries the
-    /// expiry it was given.
-    #[test]
-    fn a_guarded_rewrite_never_replaces_a_newer_put() {
-        let opts = ClusterOptions::default()
-            .servers(3)
-            .region_size(1 << 20)
-            .server_memory(96 << 20)
-            .server_threads(2);
-        let c = LocalCluster::start(&opts).unwrap();
-        let s = c
-            .client()
+    fn ec_store(c: &LocalCluster) -> crate::Store {
+        c.client()
             .unwrap()
             .create_store(
                 "ec",
@@ -333,7 +327,71 @@ mod tests {
                     ..StoreOptions::default()
                 },
             )
+            .unwrap()
+    }
+
+    fn ec_cluster() -> LocalCluster {
+        let opts = ClusterOptions::default()
+            .servers(3)
+            .region_size(1 << 20)
+            .server_memory(96 << 20)
+            .server_threads(2);
+        LocalCluster::start(&opts).unwrap()
+    }
+
+    /// A writer that stops between its copies and its swap, or a put whose old copies
+    /// were not all deleted, leaves copies of another version beside the newest. A
+    /// reader without the home takes the newest (highest `seq`), wherever the stale
+    /// ones sit.
+    #[test]
+    fn the_newest_manifest_copy_wins_over_lingering_ones() {
+        let c = ec_cluster();
+        let s = ec_store(&c);
+        let shards = s.descriptor().shards;
+        // A key whose newest copies are all past shard 0, so a stale copy there is
+        // met first by a scan in shard order.
+        let (key, stale, newest) = (0..)
+            .find_map(|i| {
+                let key = format!("obj{i}").into_bytes();
+                s.put(&key, &vec![1u8; 100_000]).unwrap();
+                let a = s.manifest(&key).unwrap().unwrap();
+                s.put(&key, &vec![2u8; 100_000]).unwrap();
+                let b = s.manifest(&key).unwrap().unwrap();
+                let copies: Vec<u32> = (0..b.chunks()).map(|c| b.copy_shard(c)).collect();
+                (!copies.contains(&0)).then_some((key, a, b))
+            })
             .unwrap();
+        assert!(
+            newest.seq > stale.seq,
+            "a put orders above what it replaced"
+        );
+        assert_eq!(s.find_copy(&key), Some(newest.clone()));
+        let copies: Vec<u32> = (0..newest.chunks()).map(|c| newest.copy_shard(c)).collect();
+        let enc = stale.encode();
+        for shard in (0..shards).filter(|s| !copies.contains(s)) {
+            let ck = manifest::copy_key(shard, &key);
+            let e = Entry {
+                key: &ck,
+                value: &enc,
+                flags: item::FLAG_MANIFEST,
+            };
+            assert!(
+                s.put_entries(&[e], PutOptions::default().into())
+                    .pop()
+                    .unwrap()
+                    .unwrap()
+            );
+        }
+        assert_eq!(s.find_copy(&key), Some(newest));
+    }
+
+    /// The step a repair takes after decoding: a rewrite guarded by the slot word it
+    /// saw. A put that lands in between wins; without one, the rewrite carries the
+    /// expiry it was given.
+    #[test]
+    fn a_guarded_rewrite_never_replaces_a_newer_put() {
+        let c = ec_cluster();
+        let s = ec_store(&c);
         let (old, new) = (vec![1u8; 100_000], vec![2u8; 100_000]);
         let hour = Duration::from_secs(3600);
         assert!(s.put_with(b"k", &old, PutOptions::ttl(hour)).unwrap());
@@ -344,7 +402,7 @@ mod tests {
             expires: seen.expires_ms.unwrap(),
             guard: Guard::Slot(seen.word),
         };
-        assert!(!s.put_large_spec(b"k", &old, stale).unwrap());
+        assert!(!s.put_large_spec(b"k", &old, stale, 0).unwrap());
         assert_eq!(s.get(b"k").unwrap().unwrap()[..], new[..]);
         assert!(s.still_names(b"k", s.current(b"k").unwrap().unwrap().word));
         assert!(!s.still_names(b"k", seen.word));
@@ -355,7 +413,7 @@ mod tests {
             expires,
             guard: Guard::Slot(now.word),
         };
-        assert!(s.put_large_spec(b"k", &new, fresh).unwrap());
+        assert!(s.put_large_spec(b"k", &new, fresh, 0).unwrap());
         let e = s.entry(b"k").unwrap().unwrap();
         assert_eq!((&e.value[..], e.expires_ms), (&new[..], Some(expires)));
 
