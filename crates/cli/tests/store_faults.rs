@@ -304,6 +304,57 @@ fn a_stopped_server_does_not_hold_up_coded_gets() {
     );
 }
 
+/// A stopped server is the *home* of coded objects (their manifests live there):
+/// after `HEDGE_AFTER` a GET reads the newest manifest copy from the other servers
+/// and decodes from their chunks, instead of waiting out the 10 s op timeout.
+#[test]
+fn a_stopped_home_does_not_hold_up_coded_gets() {
+    let c = cluster(3, REGION, 96 << 20);
+    let store = coded_store(&c, "ec", 48 * REGION);
+    let n = 6;
+    for i in 0..n {
+        store
+            .put(format!("o{i}").as_bytes(), &object(i))
+            .expect("put");
+    }
+    // Overwritten once, so older copies may linger beside the newest.
+    store.put(b"o0", &object(100)).expect("put");
+    let want = |i: u64| if i == 0 { object(100) } else { object(i) };
+    let home_of = |i: u64| {
+        let m = store
+            .manifest(format!("o{i}").as_bytes())
+            .expect("manifest")
+            .expect("coded");
+        server_of(&store, m.shards[0][0])
+    };
+    let victim = home_of(0);
+    let homed: Vec<u64> = (0..n).filter(|&i| home_of(i) == victim).collect();
+    for i in 0..n {
+        // Connections to every server, opened before the stop.
+        store.get(format!("o{i}").as_bytes()).expect("get");
+    }
+    let cl = client(&c);
+    let pid = c.server_pid(server_index(&c, &cl, victim)).expect("pid");
+    // SAFETY: signalling a child process we started.
+    unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+    let mut slowest = Duration::ZERO;
+    for _ in 0..3 {
+        for &i in &homed {
+            let t = std::time::Instant::now();
+            let got = store.get(format!("o{i}").as_bytes());
+            slowest = slowest.max(t.elapsed());
+            let got = got.unwrap_or_else(|e| panic!("o{i}: {e}"));
+            assert!(got.as_deref() == Some(&want(i)[..]), "o{i}: wrong value");
+        }
+    }
+    // SAFETY: as above.
+    unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+    assert!(
+        slowest < Duration::from_secs(2),
+        "a GET with its home stopped waited {slowest:?}"
+    );
+}
+
 fn versioned(i: u64, version: u64) -> Vec<u8> {
     let len = 150_000 + (i as usize * 7_919) % 100_000;
     (0..len)

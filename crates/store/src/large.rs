@@ -7,6 +7,7 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use bytes::Bytes;
 use farcache_client::{OpError, Ticket};
@@ -15,7 +16,7 @@ use farcache_kvformat::{SlotWord, class, item};
 
 use crate::options::{Condition, PutOptions};
 use crate::put::{Entry, Guard, PutResult, PutSpec};
-use crate::store::{MAX_ATTEMPTS, Probe, Store};
+use crate::store::{Lookups, MAX_ATTEMPTS, Probe, Store};
 use crate::{Result, StoreError};
 
 /// Bytes of pieces written per batch.
@@ -397,6 +398,78 @@ impl Store {
             Some(m) => self.get_large(key, &m.encode()),
             None => Err(err),
         }
+    }
+
+    /// An erasure-coded value of `key` read without its home (a GET's hedge): the
+    /// newest manifest copy among the servers that answer (see
+    /// [`Store::find_copy_within`]), then its chunks. `None` if it is not coded, or
+    /// not readable so.
+    pub(crate) fn get_large_from_copies(&self, key: &[u8]) -> Option<Bytes> {
+        let desc = self.inner.layout.0;
+        if desc.ec_data == 0 || desc.ec_parity == 0 {
+            return None;
+        }
+        let m = self.find_copy_within(key, crate::store::HEDGE_AFTER)?;
+        tracing::debug!(seq = m.seq, "get: home slow, read through a manifest copy");
+        self.get_large(key, &m.encode()).ok().flatten()
+    }
+
+    /// The newest manifest copy of `key` among the servers that answer within
+    /// `budget`, asked for all at once. `None` unless all but at most `p` servers
+    /// answered: an object's `d + p` copies are on distinct servers, so then at
+    /// least `d` copies of the newest object were among the answers, and no older
+    /// copy can outrank them.
+    pub(crate) fn find_copy_within(&self, key: &[u8], budget: Duration) -> Option<Manifest> {
+        let mut by_server: Vec<(u32, Vec<Vec<u8>>)> = Vec::new();
+        for (shard, server) in self.shard_servers().into_iter().enumerate() {
+            let Some(server) = server else { continue };
+            let ck = manifest::copy_key(shard as u32, key);
+            match by_server.iter_mut().find(|(s, _)| *s == server) {
+                Some((_, keys)) => keys.push(ck),
+                None => by_server.push((server, vec![ck])),
+            }
+        }
+        let total = by_server.len();
+        let need = total
+            .saturating_sub(usize::from(self.inner.layout.0.ec_parity))
+            .max(1);
+        let mut pending: Vec<(Lookups<'_>, Ticket)> = by_server
+            .iter()
+            .map(|(_, keys)| {
+                let mut l =
+                    Lookups::new(self, keys.iter().map(Vec::as_slice).collect(), Probe::Value);
+                let t = l.batch(self).submit();
+                (l, t)
+            })
+            .collect();
+        let start = std::time::Instant::now();
+        let (mut answered, mut best): (usize, Option<Manifest>) = (0, None);
+        while answered < total && !pending.is_empty() {
+            let mut i = 0;
+            while i < pending.len() {
+                let Some(r) = pending[i].1.try_take() else {
+                    i += 1;
+                    continue;
+                };
+                let (mut l, _) = pending.swap_remove(i);
+                l.absorb(self, &r);
+                answered += 1;
+                for found in l.finish() {
+                    if let Ok(Some((flags, v))) = found
+                        && flags & item::FLAG_MANIFEST != 0
+                        && let Ok(m) = Manifest::decode(&v)
+                        && best.as_ref().is_none_or(|b| m.seq > b.seq)
+                    {
+                        best = Some(m);
+                    }
+                }
+            }
+            if answered >= need || start.elapsed() >= budget {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        best.filter(|_| answered >= need)
     }
 
     /// The newest manifest copy of `key` on any shard (highest `seq`).

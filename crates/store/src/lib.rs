@@ -52,4 +52,4 @@ pub use meta::Entry;
 pub use options::{Condition, PutOptions, StoreOptions};
 pub use repair::{RepairReport, Repairer};
 pub use stats::StoreStats;
-pub use store::{PendingGets, Store, StoreExt};
+pub use store::{HEDGE_AFTER, PendingGets, Store, StoreExt};

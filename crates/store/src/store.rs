@@ -24,6 +24,34 @@ pub const TRANSIENT_BUDGET: std::time::Duration = std::time::Duration::from_secs
 
 pub(crate) use crate::lookup::{Lookups, RawLookup};
 
+/// How long [`Store::get`] waits for a key's home before it also reads an
+/// erasure-coded value through its manifest copies. Far above a healthy lookup
+/// (tens of µs), far below the client's op timeout (10 s by default).
+pub const HEDGE_AFTER: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// `t`'s results if they come within `budget`: spinning for the first 200 µs, as
+/// `Ticket::wait` does, then polling every 100 µs.
+pub(crate) fn take_within(
+    t: &mut farcache_client::Ticket,
+    budget: std::time::Duration,
+) -> Option<BatchResults> {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(r) = t.try_take() {
+            return Some(r);
+        }
+        let waited = start.elapsed();
+        if waited >= budget {
+            return None;
+        }
+        if waited < std::time::Duration::from_micros(200) {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+    }
+}
+
 /// An MGET on its way ([`Store::mget_submit`]); [`PendingGets::wait`] finishes it.
 pub struct PendingGets<'k, K> {
     store: &'k Store,
@@ -321,13 +349,36 @@ impl Store {
     }
 
     /// The value of `key`, or `None` if it is absent or expired. One round trip.
+    ///
+    /// If the key's home server has not answered after [`HEDGE_AFTER`] (stopped,
+    /// or far behind), the GET also looks for an erasure-coded value's manifest
+    /// copies on the other servers and reads the value from its chunks, so a stopped
+    /// home holds up coded values no more than a stopped chunk server does. Small
+    /// values have one home, and wait for it.
     pub fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
-        self.mget(&[key]).and_then(|mut v| {
-            v.pop().ok_or_else(|| StoreError::Reply {
-                proc: wire::KV_GET,
-                reason: "no result".into(),
-            })?
-        })
+        Self::check_key(key)?;
+        let mut l = Lookups::new(self, vec![key], Probe::Value);
+        let mut t = l.batch(self).submit();
+        let r = match take_within(&mut t, HEDGE_AFTER) {
+            Some(r) => r,
+            None => {
+                if let Some(v) = self.get_large_from_copies(key) {
+                    return Ok(Some(v));
+                }
+                t.wait()
+            }
+        };
+        if l.absorb(self, &r) {
+            crate::put::backoff(l.attempts);
+        }
+        while !l.is_done() {
+            let r = l.batch(self).run();
+            if l.absorb(self, &r) {
+                crate::put::backoff(l.attempts);
+            }
+        }
+        let raw = l.finish().pop().unwrap_or(Ok(None));
+        self.resolve(key, raw, Probe::Value)
     }
 
     /// Whether `key` is present (and not expired).

@@ -185,7 +185,7 @@ mod tests {
             assert!(m.map.len() <= 150 && m.bucket_evictions <= m.evictions);
             for (&k, &i) in &m.map {
                 assert_eq!(m.keys[i], k);
-                assert_eq!(i / SLOTS | 1, bucket_of[k as usize] as usize | 1);
+                assert_eq!((i / SLOTS) | 1, bucket_of[k as usize] as usize | 1);
             }
         }
     }
