@@ -77,6 +77,7 @@ fn bench_store_large_writes_rows_and_chart() {
         ("farcache GET wait-all 2M", 0),
         ("farcache GET first-d 2M, 1 server stopped", 1),
         ("farcache GET wait-all 2M, 1 server stopped", 1),
+        ("farcache GET first-d 2M, home server stopped", 1),
     ];
     for (name, stopped) in farcache {
         let r = row(name);
@@ -104,6 +105,8 @@ fn bench_store_large_writes_rows_and_chart() {
         "farcache GET first-d 2M",
         "farcache GET wait-all 2M",
         "farcache GET first-d 2M, 1 server stopped",
+        // Through manifest copies, after the GET's hedge.
+        "farcache GET first-d 2M, home server stopped",
     ] {
         let r = row(name);
         assert_eq!(r["failures"], 0, "{r:#}");
@@ -136,6 +139,17 @@ fn bench_store_large_writes_rows_and_chart() {
         "{stopped:#}"
     );
     assert_eq!(stopped["failures_after_resume"], 0, "{stopped:#}");
+    assert!(stopped["home_server"].is_u64(), "{stopped:#}");
+    assert!(
+        stopped["homed_objects"].as_u64().is_some_and(|n| n >= 1),
+        "{stopped:#}"
+    );
+    // The hedge, not the stopped-run client's op timeout, bounds those reads.
+    let home = row("farcache GET first-d 2M, home server stopped");
+    assert!(
+        f(home, "max_us") < f(&json, "op_timeout_ms") * 1e3,
+        "{home:#}"
+    );
 
     let mem = &json["memory"][0];
     assert_eq!(mem["coded_objects"], 4, "{mem:#}");

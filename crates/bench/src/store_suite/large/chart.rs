@@ -13,6 +13,7 @@ use crate::report::{fmt_size, locate_chart_font, register_chart_font};
 const FIRST_D: RGBColor = RGBColor(31, 119, 180);
 const WAIT_ALL: RGBColor = RGBColor(255, 127, 14);
 const REDIS: RGBColor = RGBColor(214, 39, 40);
+const HOME: RGBColor = RGBColor(44, 160, 44);
 const TITLE_H: u32 = 40;
 const BAR_ROW_H: u32 = 60;
 
@@ -38,21 +39,32 @@ struct Bar<'a> {
 
 /// The GET rows of `size`, in the order drawn (top first).
 fn bars(report: &StoreLargeReport, size: usize) -> Vec<Bar<'_>> {
-    let find = |system: &str, what: &str, stopped: u32| {
+    // Rows with a stopped server end in which one it was.
+    let find = |system: &str, what: &str, stopped: &str| {
         report.rows.iter().find(|r| {
             r.row.system == system
                 && r.row.op == "GET"
                 && r.row.record_size == size
-                && r.stopped_servers == stopped
+                && (r.stopped_servers > 0) == !stopped.is_empty()
                 && r.row.name.contains(what)
+                && r.row.name.ends_with(stopped)
         })
     };
+    const ONE: &str = ", 1 server stopped";
+    const HOME_STOPPED: &str = ", home server stopped";
     let want = [
-        ("farcache", "first-d", 0, "first-d", FIRST_D),
-        ("farcache", "wait-all", 0, "wait-all", WAIT_ALL),
-        ("farcache", "first-d", 1, "first-d, 1 stopped", FIRST_D),
-        ("farcache", "wait-all", 1, "wait-all, 1 stopped", WAIT_ALL),
-        ("redis", "GET", 0, "redis GET", REDIS),
+        ("farcache", "first-d", "", "first-d", FIRST_D),
+        ("farcache", "wait-all", "", "wait-all", WAIT_ALL),
+        ("farcache", "first-d", ONE, "first-d, 1 stopped", FIRST_D),
+        ("farcache", "wait-all", ONE, "wait-all, 1 stopped", WAIT_ALL),
+        (
+            "farcache",
+            "first-d",
+            HOME_STOPPED,
+            "first-d, home stopped",
+            HOME,
+        ),
+        ("redis", "GET", "", "redis GET", REDIS),
     ];
     want.into_iter()
         .filter_map(|(sys, what, stopped, label, color)| {

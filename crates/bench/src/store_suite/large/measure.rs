@@ -16,8 +16,9 @@ use super::{
 };
 use crate::error::Result;
 
-/// Progress steps per size: put, GET first-d, GET wait-all, the stopped server's two.
-pub(super) const PHASES: usize = 5;
+/// Progress steps per size: put, GET first-d, GET wait-all, the stopped server's two,
+/// the stopped home's one.
+pub(super) const PHASES: usize = 6;
 
 /// Everything measured for one object size.
 #[derive(Debug, Clone)]
@@ -28,6 +29,8 @@ pub(super) struct SizeOutcome {
     pub get_all: Run,
     /// `Err`: why the stopped-server runs did not happen.
     pub stopped: std::result::Result<Stopped, String>,
+    /// `Err`: why the stopped-home run did not happen.
+    pub home_stopped: std::result::Result<HomeStopped, String>,
     /// Objects whose manifest says RS(d+p) with this bench's d and p.
     pub coded: u64,
     /// The census right after the puts.
@@ -46,6 +49,16 @@ pub(super) struct Stopped {
     pub readable: Vec<u64>,
     pub get: Run,
     pub get_all: Run,
+}
+
+/// The run with the objects' home server stopped: `Store::get` hedges past it.
+#[derive(Debug, Clone)]
+pub(super) struct HomeStopped {
+    pub server: u32,
+    pub process: usize,
+    /// Objects whose home (manifest) is on it: the ones read.
+    pub homed: Vec<u64>,
+    pub get: Run,
 }
 
 /// Creates a store for `objects`, runs every phase, deletes it.
@@ -107,6 +120,9 @@ pub(super) fn run_size(
     pb.set_message(format!("{mib} MiB: one server stopped"));
     let stopped = stopped_runs(cluster, &store, &name, &manifests, opts, objects);
     pb.inc(2);
+    pb.set_message(format!("{mib} MiB: home server stopped"));
+    let home_stopped = home_stopped_run(cluster, &store, &name, &manifests, opts, objects);
+    pb.inc(1);
     // Everything reads back once the server runs again.
     let after = timed_gets(
         &StoreLargeOptions {
@@ -128,6 +144,7 @@ pub(super) fn run_size(
         get,
         get_all,
         stopped,
+        home_stopped,
         coded,
         stats,
         after,
@@ -213,18 +230,31 @@ fn pick_victim(store: &Store, manifests: &[Option<Manifest>]) -> Option<(u32, Ve
         .max_by(|a, b| a.1.len().cmp(&b.1.len()).then(b.0.cmp(&a.0)))
 }
 
-/// The stopped-server runs: first-d, then waiting for all chunks, each in a stop of
-/// its own seen from its start by a fresh client.
-fn stopped_runs(
+/// The server that is home (chunk 0's server, where the manifest lives) of the most
+/// objects, and those objects.
+fn pick_home(store: &Store, manifests: &[Option<Manifest>]) -> Option<(u32, Vec<u64>)> {
+    let mut by_server: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+    for (i, m) in manifests.iter().enumerate() {
+        if let Some(home) = m
+            .as_ref()
+            .and_then(|m| m.shards.first())
+            .and_then(|s| s.first())
+            .and_then(|&s| shard_server(store, s))
+        {
+            by_server.entry(home).or_default().push(i as u64);
+        }
+    }
+    by_server
+        .into_iter()
+        .max_by(|a, b| a.1.len().cmp(&b.1.len()).then(b.0.cmp(&a.0)))
+}
+
+/// The server process holding `server`'s id, and its pid.
+fn process_of(
     cluster: &ProcessCluster,
     store: &Store,
-    name: &str,
-    manifests: &[Option<Manifest>],
-    opts: &StoreLargeOptions,
-    objects: &Objects,
-) -> std::result::Result<Stopped, String> {
-    let (server, readable) =
-        pick_victim(store, manifests).ok_or("no server holds a data chunk away from a home")?;
+    server: u32,
+) -> std::result::Result<(usize, libc::pid_t), String> {
     let info = store.cache().info();
     let addr = info
         .servers
@@ -238,7 +268,45 @@ fn stopped_runs(
     let pid = cluster
         .server_pid(process)
         .ok_or_else(|| format!("server process {process} is not running"))?;
-    let pid = libc::pid_t::try_from(pid).map_err(|e| e.to_string())?;
+    Ok((
+        process,
+        libc::pid_t::try_from(pid).map_err(|e| e.to_string())?,
+    ))
+}
+
+/// First-d GETs of the objects homed on one server while it is stopped.
+fn home_stopped_run(
+    cluster: &ProcessCluster,
+    store: &Store,
+    name: &str,
+    manifests: &[Option<Manifest>],
+    opts: &StoreLargeOptions,
+    objects: &Objects,
+) -> std::result::Result<HomeStopped, String> {
+    let (server, homed) = pick_home(store, manifests).ok_or("no object has a home")?;
+    let (process, pid) = process_of(cluster, store, server)?;
+    let get = stop_and_read(cluster, name, pid, &homed, opts, objects, false)?;
+    Ok(HomeStopped {
+        server,
+        process,
+        homed,
+        get,
+    })
+}
+
+/// The stopped-server runs: first-d, then waiting for all chunks, each in a stop of
+/// its own seen from its start by a fresh client.
+fn stopped_runs(
+    cluster: &ProcessCluster,
+    store: &Store,
+    name: &str,
+    manifests: &[Option<Manifest>],
+    opts: &StoreLargeOptions,
+    objects: &Objects,
+) -> std::result::Result<Stopped, String> {
+    let (server, readable) =
+        pick_victim(store, manifests).ok_or("no server holds a data chunk away from a home")?;
+    let (process, pid) = process_of(cluster, store, server)?;
     let get = stop_and_read(cluster, name, pid, &readable, opts, objects, false)?;
     let get_all = stop_and_read(cluster, name, pid, &readable, opts, objects, true)?;
     Ok(Stopped {

@@ -117,6 +117,10 @@ pub struct StoppedInfo {
     pub error: Option<String>,
     /// Every object read once more after SIGCONT: failures.
     pub failures_after_resume: u64,
+    /// The home-stopped run: the server stopped, and how many objects it is home of.
+    pub home_server: Option<u32>,
+    pub homed_objects: usize,
+    pub home_error: Option<String>,
 }
 
 impl StoreLargeReport {
@@ -197,6 +201,9 @@ impl StoreLargeReport {
             readable_objects: 0,
             error: None,
             failures_after_resume: out.after.failures,
+            home_server: None,
+            homed_objects: 0,
+            home_error: None,
         };
         match &out.stopped {
             Ok(s) => {
@@ -221,6 +228,29 @@ impl StoreLargeReport {
                 info.error = Some(e.clone());
                 self.notes
                     .push(format!("{sz}: no stopped-server runs: {e}"));
+            }
+        }
+        match &out.home_stopped {
+            Ok(h) => {
+                let name = format!("farcache GET first-d {sz}, home server stopped");
+                self.rows
+                    .push(row(name, "farcache", "GET", size, &h.get, ec, 1));
+                info.home_server = Some(h.server);
+                info.homed_objects = h.homed.len();
+                self.notes.push(format!(
+                    "{sz}: home server stopped: server {} (process {}) holds the manifests \
+                     of {} of {} objects; Store::get read them through manifest copies \
+                     after its {} ms hedge",
+                    h.server,
+                    h.process,
+                    h.homed.len(),
+                    objects.count,
+                    farcache_store::HEDGE_AFTER.as_millis()
+                ));
+            }
+            Err(e) => {
+                info.home_error = Some(e.clone());
+                self.notes.push(format!("{sz}: no home-stopped run: {e}"));
             }
         }
         if out.after.failures > 0 {
