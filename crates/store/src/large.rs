@@ -453,9 +453,18 @@ impl Store {
                 };
                 let (mut l, _) = pending.swap_remove(i);
                 l.absorb(self, &r);
+                // Only a server that answered every key counts (a failed or busy
+                // lookup is not an absent copy).
+                if !l.is_done() {
+                    continue;
+                }
+                let found = l.finish();
+                if found.iter().any(|f| f.is_err()) {
+                    continue;
+                }
                 answered += 1;
-                for found in l.finish() {
-                    if let Ok(Some((flags, v))) = found
+                for f in found {
+                    if let Ok(Some((flags, v))) = f
                         && flags & item::FLAG_MANIFEST != 0
                         && let Ok(m) = Manifest::decode(&v)
                         && best.as_ref().is_none_or(|b| m.seq > b.seq)

@@ -357,23 +357,37 @@ impl Store {
     /// values have one home, and wait for it.
     pub fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
         Self::check_key(key)?;
+        let started = std::time::Instant::now();
+        let mut hedged = false;
         let mut l = Lookups::new(self, vec![key], Probe::Value);
-        let mut t = l.batch(self).submit();
-        let r = match take_within(&mut t, HEDGE_AFTER) {
-            Some(r) => r,
-            None => {
+        loop {
+            let mut t = l.batch(self).submit();
+            let r = match hedged {
+                true => t.wait(),
+                false => match take_within(&mut t, HEDGE_AFTER.saturating_sub(started.elapsed())) {
+                    Some(r) => r,
+                    None => {
+                        hedged = true;
+                        if let Some(v) = self.get_large_from_copies(key) {
+                            return Ok(Some(v));
+                        }
+                        t.wait()
+                    }
+                },
+            };
+            let pause = l.absorb(self, &r);
+            if l.is_done() {
+                break;
+            }
+            // Asked again (the home failed over, or is unreachable since the op
+            // timeout failed its connection): past the hedge, try the copies once.
+            if !hedged && started.elapsed() >= HEDGE_AFTER {
+                hedged = true;
                 if let Some(v) = self.get_large_from_copies(key) {
                     return Ok(Some(v));
                 }
-                t.wait()
             }
-        };
-        if l.absorb(self, &r) {
-            crate::put::backoff(l.attempts);
-        }
-        while !l.is_done() {
-            let r = l.batch(self).run();
-            if l.absorb(self, &r) {
+            if pause {
                 crate::put::backoff(l.attempts);
             }
         }

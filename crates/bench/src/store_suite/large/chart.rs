@@ -45,7 +45,7 @@ fn bars(report: &StoreLargeReport, size: usize) -> Vec<Bar<'_>> {
             r.row.system == system
                 && r.row.op == "GET"
                 && r.row.record_size == size
-                && (r.stopped_servers > 0) == !stopped.is_empty()
+                && (r.stopped_servers > 0) != stopped.is_empty()
                 && r.row.name.contains(what)
                 && r.row.name.ends_with(stopped)
         })
