@@ -247,18 +247,24 @@ fn erasure_coded_objects_survive_dead_servers_and_are_rebuilt() {
     }
 }
 
-/// RS(2+1) objects on three servers; the process (pid) of the server holding o0's
-/// second data chunk, to be stopped, and the objects whose key (home) is elsewhere,
-/// to be read meanwhile.
-fn stopped_setup() -> (farcache_testkit::ProcessCluster, Store, u32, Vec<u64>) {
+/// Three servers and an RS(2+1) store "ec" holding objects `o0..on`.
+fn coded_objects(n: u64) -> (farcache_testkit::ProcessCluster, Store) {
     let c = cluster(3, REGION, 96 << 20);
     let store = coded_store(&c, "ec", 48 * REGION);
-    let n = 6;
     for i in 0..n {
         store
             .put(format!("o{i}").as_bytes(), &object(i))
             .expect("put");
     }
+    (c, store)
+}
+
+/// RS(2+1) objects on three servers; the process (pid) of the server holding o0's
+/// second data chunk, to be stopped, and the objects whose key (home) is elsewhere,
+/// to be read meanwhile.
+fn stopped_setup() -> (farcache_testkit::ProcessCluster, Store, u32, Vec<u64>) {
+    let n = 6;
+    let (c, store) = coded_objects(n);
     let m = store.manifest(b"o0").expect("manifest").expect("coded");
     let victim = server_of(&store, m.shards[1][0]);
     let cl = client(&c);
@@ -310,14 +316,8 @@ fn a_stopped_server_does_not_hold_up_coded_gets() {
 /// the op timeout has failed the home's connection.
 #[test]
 fn a_stopped_home_does_not_hold_up_coded_gets() {
-    let c = cluster(3, REGION, 96 << 20);
-    let store = coded_store(&c, "ec", 48 * REGION);
     let n = 6;
-    for i in 0..n {
-        store
-            .put(format!("o{i}").as_bytes(), &object(i))
-            .expect("put");
-    }
+    let (c, store) = coded_objects(n);
     // Overwritten once, so older copies may linger beside the newest.
     store.put(b"o0", &object(100)).expect("put");
     let want = |i: u64| if i == 0 { object(100) } else { object(i) };
