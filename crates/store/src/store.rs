@@ -29,6 +29,11 @@ pub(crate) use crate::lookup::{Lookups, RawLookup};
 /// (tens of µs), far below the client's op timeout (10 s by default).
 pub const HEDGE_AFTER: std::time::Duration = std::time::Duration::from_millis(50);
 
+/// How long a home server read around by a hedge stays suspect: GETs homed there
+/// go to the copies without waiting, and after this one waits `HEDGE_AFTER` again
+/// (so a server that recovers costs at most one late hedge per this period).
+const SLOW_HOME_FOR: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// `t`'s results if they come within `budget`: spinning for the first 200 µs, as
 /// `Ticket::wait` does, then polling every 100 µs.
 pub(crate) fn take_within(
@@ -145,6 +150,11 @@ pub(crate) struct Inner {
     pub pool: crate::async_api::PoolCell,
     /// Hot keys this handle knows of, and server load estimates.
     pub hot: crate::hot::HotState,
+    /// Servers a GET recently read around (its home did not answer within the
+    /// hedge), and until when: GETs homed there hedge at once.
+    pub slow_homes: Mutex<Vec<(u32, std::time::Instant)>>,
+    /// `slow_homes` is not empty (GETs skip its lock otherwise).
+    pub any_slow_home: std::sync::atomic::AtomicBool,
 }
 
 impl Drop for Inner {
@@ -270,6 +280,8 @@ impl Store {
                 free: Mutex::new(FreeCache::default()),
                 pool: Default::default(),
                 hot: Default::default(),
+                slow_homes: Mutex::new(Vec::new()),
+                any_slow_home: Default::default(),
             }),
         }
     }
@@ -359,16 +371,21 @@ impl Store {
         Self::check_key(key)?;
         let started = std::time::Instant::now();
         let mut hedged = false;
+        let wait_home = match self.slow_home(key, started) {
+            true => std::time::Duration::ZERO,
+            false => HEDGE_AFTER,
+        };
         let mut l = Lookups::new(self, vec![key], Probe::Value);
         loop {
             let mut t = l.batch(self).submit();
             let r = match hedged {
                 true => t.wait(),
-                false => match take_within(&mut t, HEDGE_AFTER.saturating_sub(started.elapsed())) {
+                false => match take_within(&mut t, wait_home.saturating_sub(started.elapsed())) {
                     Some(r) => r,
                     None => {
                         hedged = true;
                         if let Some(v) = self.get_large_from_copies(key) {
+                            self.mark_slow_home(key);
                             return Ok(Some(v));
                         }
                         t.wait()
@@ -381,9 +398,10 @@ impl Store {
             }
             // Asked again (the home failed over, or is unreachable since the op
             // timeout failed its connection): past the hedge, try the copies once.
-            if !hedged && started.elapsed() >= HEDGE_AFTER {
+            if !hedged && started.elapsed() >= wait_home {
                 hedged = true;
                 if let Some(v) = self.get_large_from_copies(key) {
+                    self.mark_slow_home(key);
                     return Ok(Some(v));
                 }
             }
@@ -393,6 +411,36 @@ impl Store {
         }
         let raw = l.finish().pop().unwrap_or(Ok(None));
         self.resolve(key, raw, Probe::Value)
+    }
+
+    fn home_server(&self, key: &[u8]) -> u32 {
+        self.server_of(&self.inner.cache.info(), self.locate(key).shard)
+    }
+
+    /// Whether `key`'s home server was read around by a hedge less than
+    /// [`SLOW_HOME_FOR`] ago.
+    fn slow_home(&self, key: &[u8], now: std::time::Instant) -> bool {
+        if !self.inner.any_slow_home.load(Ordering::Relaxed) {
+            return false;
+        }
+        let server = self.home_server(key);
+        let mut slow = self.inner.slow_homes.lock();
+        slow.retain(|&(_, until)| until > now);
+        if slow.is_empty() {
+            self.inner.any_slow_home.store(false, Ordering::Relaxed);
+        }
+        slow.iter().any(|&(s, _)| s == server)
+    }
+
+    fn mark_slow_home(&self, key: &[u8]) {
+        let server = self.home_server(key);
+        let until = std::time::Instant::now() + SLOW_HOME_FOR;
+        let mut slow = self.inner.slow_homes.lock();
+        match slow.iter_mut().find(|(s, _)| *s == server) {
+            Some(e) => e.1 = until,
+            None => slow.push((server, until)),
+        }
+        self.inner.any_slow_home.store(true, Ordering::Relaxed);
     }
 
     /// Whether `key` is present (and not expired).
