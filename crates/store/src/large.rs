@@ -208,10 +208,29 @@ impl Store {
                 .unwrap_or(Ok(false));
             match swapped {
                 // The replaced object (if coded) was dropped with its slot word.
-                Ok(true) => return Ok(true),
-                Ok(false) if matches!(spec.guard, Guard::Cond(Condition::Always)) => {
-                    // Another put or a delete came first: go after it.
+                Ok(true) => {
+                    // A copy write skipped for a newer put's copy that then lost
+                    // its race may have left a shard without ours.
+                    for c in 0..m.chunks() {
+                        if let Err(e) = self.write_copy(key, &m, c, pieces) {
+                            tracing::debug!(error = %e, "put: a manifest copy left to repair");
+                        }
+                    }
+                    return Ok(true);
+                }
+                Ok(false)
+                    if matches!(
+                        spec.guard,
+                        Guard::Cond(Condition::Always | Condition::IfPresent)
+                    ) =>
+                {
+                    // Another put or a delete came first: go after it (an `IfPresent`
+                    // put only while the key is still there).
                     cur = self.current(key)?;
+                    if cur.is_none() && spec.guard == Guard::Cond(Condition::IfPresent) {
+                        self.lost_race(key, &m, pieces);
+                        return Ok(false);
+                    }
                     let seq = seq_after(cur.as_ref());
                     if seq > m.seq {
                         m.seq = seq;
@@ -221,7 +240,7 @@ impl Store {
                     }
                 }
                 Ok(false) => {
-                    self.drop_object(key, &m);
+                    self.lost_race(key, &m, pieces);
                     return Ok(false);
                 }
                 // The manifest may or may not be in place: leave the chunks (unread
@@ -229,7 +248,7 @@ impl Store {
                 Err(e) => return Err(e),
             }
         }
-        self.drop_object(key, &m);
+        self.lost_race(key, &m, pieces);
         Err(StoreError::Contended {
             attempts: MAX_ATTEMPTS,
         })
@@ -269,18 +288,57 @@ impl Store {
 
     /// Writes the copy of `m` beside chunk `c` (after the chunk: a copy names only
     /// pieces that are there).
-    fn write_copy(&self, key: &[u8], m: &Manifest, c: usize, spec: PutSpec) -> Result<()> {
+    /// Copies only move forward in (`seq`, `version`): a put that lost a race, or a
+    /// repair, never replaces a newer object's copy.
+    pub(crate) fn write_copy(
+        &self,
+        key: &[u8],
+        m: &Manifest,
+        c: usize,
+        spec: PutSpec,
+    ) -> Result<()> {
         let menc = m.encode();
         let ck = manifest::copy_key(m.copy_shard(c), key);
-        let copy = Entry {
-            key: &ck,
-            value: &menc,
-            flags: item::FLAG_MANIFEST,
-        };
-        for r in self.put_entries(&[copy], spec) {
-            r?;
+        for _ in 0..MAX_ATTEMPTS {
+            let guard = match self.current(&ck)? {
+                Some(cur) => match Manifest::decode(&cur.value) {
+                    Ok(o) if newest_first(&o, m) => return Ok(()),
+                    _ => Guard::Slot(cur.word),
+                },
+                None => Guard::Cond(Condition::IfAbsent),
+            };
+            let copy = Entry {
+                key: &ck,
+                value: &menc,
+                flags: item::FLAG_MANIFEST,
+            };
+            let put = PutSpec { guard, ..spec };
+            if self.put_entries(&[copy], put).pop().unwrap_or(Ok(false))? {
+                return Ok(());
+            }
         }
-        Ok(())
+        Err(StoreError::Contended {
+            attempts: MAX_ATTEMPTS,
+        })
+    }
+
+    /// After this put's swap failed for good: drops its object, then writes the
+    /// copies of whatever the key names now (its own copy writes may have taken
+    /// their place, and dropping them left those shards without one).
+    fn lost_race(&self, key: &[u8], m: &Manifest, spec: PutSpec) {
+        self.drop_object(key, m);
+        if let Ok(Some(cur)) = self.current(key)
+            && cur.flags & item::FLAG_MANIFEST != 0
+            && let Ok(now) = Manifest::decode(&cur.value)
+        {
+            let spec = PutSpec {
+                expires: cur.expires_ms.unwrap_or(item::NO_EXPIRY),
+                ..spec
+            };
+            for c in 0..now.chunks() {
+                let _ = self.write_copy(key, &now, c, spec);
+            }
+        }
     }
 
     /// Reads the object `m` describes: all chunks asked for at once, decoded from
@@ -467,7 +525,7 @@ impl Store {
                     if let Ok(Some((flags, v))) = f
                         && flags & item::FLAG_MANIFEST != 0
                         && let Ok(m) = Manifest::decode(&v)
-                        && best.as_ref().is_none_or(|b| m.seq > b.seq)
+                        && best.as_ref().is_none_or(|b| newest_first(&m, b))
                     {
                         best = Some(m);
                     }
@@ -494,7 +552,7 @@ impl Store {
                 }
                 _ => None,
             })
-            .max_by_key(|m| m.seq)
+            .max_by_key(|m| (m.seq, m.version))
     }
 
     /// Whether `e` says the key's home shard is gone (its bytes lost with a server).
@@ -516,13 +574,12 @@ impl Store {
                 let pk = manifest::piece_key(m.piece_shard(c, j), m.version, c as u8, j, key);
                 let _ = self.delete_raw(&pk);
             }
+            // Only while it still names this version: a newer put's copy there stays.
             let ck = manifest::copy_key(m.copy_shard(c), key);
-            let same = matches!(
-                self.lookup_raw(&[&ck], Probe::Value).pop(),
-                Some(Ok(Some((_, v)))) if Manifest::decode(&v).is_ok_and(|o| o.version == m.version)
-            );
-            if same {
-                let _ = self.delete_raw(&ck);
+            if let Ok(Some(cur)) = self.current(&ck)
+                && Manifest::decode(&cur.value).is_ok_and(|o| o.version == m.version)
+            {
+                let _ = self.delete_if(&ck, Some(cur.word));
             }
         }
     }
@@ -545,6 +602,12 @@ impl Store {
             tracing::warn!(error = %e, "old item not recycled");
         }
     }
+}
+
+/// Whether `a` is at least as new as `b`: higher `seq`, ties broken by version (two
+/// puts may take the same clock millisecond).
+pub(crate) fn newest_first(a: &Manifest, b: &Manifest) -> bool {
+    (a.seq, a.version) >= (b.seq, b.version)
 }
 
 /// The `seq` of a put replacing `cur`: above a coded value's, and at least the

@@ -775,6 +775,11 @@ impl Store {
 
     /// [`Store::delete`] of a key the caller checked.
     pub(crate) fn delete_raw(&self, key: &[u8]) -> Result<bool> {
+        self.delete_if(key, None)
+    }
+
+    /// Deletes `key` if its slot still holds `word` (any word when `None`).
+    pub(crate) fn delete_if(&self, key: &[u8], word: Option<u64>) -> Result<bool> {
         let h = self.locate(key);
         let lay = self.inner.layout;
         let started = std::time::Instant::now();
@@ -799,6 +804,9 @@ impl Store {
                 _ => return Ok(false),
             };
             let w = f.words[s];
+            if word.is_some_and(|x| SlotWord::with_hot(x) != SlotWord::with_hot(w)) {
+                return Ok(false);
+            }
             let cas = self
                 .inner
                 .cache

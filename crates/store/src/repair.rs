@@ -198,7 +198,7 @@ impl Store {
             })
             .max_by_key(|(m, p)| {
                 let n = p.iter().filter(|&&x| x).count();
-                (n + usize::from(m.parity) >= m.chunks(), m.seq, n)
+                (n + usize::from(m.parity) >= m.chunks(), m.seq, m.version, n)
             })
         else {
             return Ok(());
@@ -274,15 +274,8 @@ impl Store {
                 .iter()
                 .any(|(s, c)| *s == shard && c.version == m.version)
             {
-                let ck = manifest::copy_key(shard, key);
-                let copy = Entry {
-                    key: &ck,
-                    value: &enc,
-                    flags: item::FLAG_MANIFEST,
-                };
-                for r in self.put_entries(&[copy], copies) {
-                    r?;
-                }
+                // Never over a newer put's copy (the key may have moved on).
+                self.write_copy(key, &m, c, copies)?;
             }
         }
         Ok(())
@@ -383,6 +376,37 @@ mod tests {
             );
         }
         assert_eq!(s.find_copy(&key), Some(newest));
+    }
+
+    /// A put that loses its swap (a repair-like rewrite guarded by a word that has
+    /// gone) after writing its copies over the winner's (same placement, higher
+    /// `seq`) leaves every copy beside the winner's chunks naming the winner.
+    #[test]
+    fn a_put_that_loses_leaves_the_winners_copies() {
+        let c = ec_cluster();
+        let s = ec_store(&c);
+        let key: &[u8] = b"race";
+        s.put(key, &vec![1u8; 100_000]).unwrap();
+        let stale = s.current(key).unwrap().unwrap().word;
+        s.put(key, &vec![2u8; 100_000]).unwrap();
+        let winner = s.manifest(key).unwrap().unwrap();
+        let spec = PutSpec {
+            expires: item::NO_EXPIRY,
+            guard: Guard::Slot(stale),
+        };
+        assert!(!s.put_large_spec(key, &vec![3u8; 100_000], spec, 0).unwrap());
+        assert_eq!(s.manifest(key).unwrap(), Some(winner.clone()));
+        for c in 0..winner.chunks() {
+            let ck = manifest::copy_key(winner.copy_shard(c), key);
+            let copy = s.current(&ck).unwrap().expect("a copy beside every chunk");
+            assert_eq!(
+                Manifest::decode(&copy.value).unwrap().version,
+                winner.version,
+                "chunk {c}'s copy names another object"
+            );
+        }
+        assert_eq!(s.find_copy(key).map(|m| m.version), Some(winner.version));
+        assert_eq!(s.get(key).unwrap().unwrap()[..], vec![2u8; 100_000][..]);
     }
 
     /// The step a repair takes after decoding: a rewrite guarded by the slot word it
