@@ -200,6 +200,11 @@ impl Store {
             .unwrap_or(first)
     }
 
+    /// The shard where `key`'s hot copy goes (see `second_home`), for reports.
+    pub fn hot_copy_shard(&self, key: &[u8]) -> u32 {
+        self.second_home(key, self.locate(key).shard)
+    }
+
     /// Server of `shard` in the current table (0 if unknown).
     pub(crate) fn server_of(&self, info: &farcache_client::CacheInfo, shard: u32) -> u32 {
         let r = self.inner.layout.shard_base(shard) / info.region_size.max(1);

@@ -2,7 +2,7 @@
 //! holding its shards, a key's two homes, and each server's kv lookup count.
 
 use farcache_client::Cache;
-use farcache_kvformat::hash::{locate, second_shard};
+use farcache_kvformat::hash::locate;
 use farcache_kvformat::wire;
 use farcache_store::Store;
 use farcache_testkit::ProcessCluster;
@@ -109,10 +109,11 @@ pub(super) fn homes(store: &Store, key: &[u8]) -> (Option<u32>, Option<u32>) {
         info.regions.get(r).copied()
     };
     let home = locate(key, d.shards, d.buckets).shard;
-    (server(home), server(second_shard(key, d.shards, home)))
+    (server(home), server(store.hot_copy_shard(key)))
 }
 
-/// Hot keys whose second home is a shard on their home's server.
+/// Hot keys whose second home is a shard on their home's server (the store moves a
+/// copy off its home's server when another server holds a shard, so 0 then).
 pub(super) fn copies_on_home_server(store: &Store, hot: &[Vec<u8>]) -> usize {
     hot.iter()
         .filter(|k| {
