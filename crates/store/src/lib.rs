@@ -32,6 +32,7 @@
 
 pub mod alloc;
 pub mod async_api;
+pub mod copies;
 pub mod error;
 pub mod evict;
 pub mod hot;
