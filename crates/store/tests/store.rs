@@ -149,6 +149,47 @@ fn api_round_trips_and_refusals() {
 fn random_ops_from_threads_match_a_model() {
     let c = cluster();
     let s = store(&c, "model", 4 << 20, 48);
+    random_ops_match_a_model(&s, 200);
+}
+
+/// The same on an index far too small for its keys: most buckets overflow into
+/// their pairs, and deletes and re-inserts go through the locked path (tombstones
+/// of either bucket), from four threads at once. No pair holds more keys than its
+/// 14 slots, so nothing may be evicted.
+#[test]
+fn random_ops_on_full_bucket_pairs_match_a_model() {
+    let c = cluster();
+    let s = store(&c, "pairs", 1 << 20, 4000);
+    let keys = 75;
+    let d = s.descriptor();
+    let mut per_bucket = HashMap::new();
+    for t in 0..4 {
+        for k in 0..keys {
+            let h = farcache_kvformat::hash::locate(
+                format!("t{t}-k{k}").as_bytes(),
+                d.shards,
+                d.buckets,
+            );
+            *per_bucket.entry((h.shard, h.bucket)).or_insert(0) += 1;
+        }
+    }
+    let full = per_bucket.values().filter(|&&n| n > 7).count();
+    let pair_max = per_bucket
+        .iter()
+        .map(|(&(sh, b), &n)| n + per_bucket.get(&(sh, b ^ 1)).copied().unwrap_or(0))
+        .max()
+        .unwrap_or(0);
+    assert!(
+        full >= 3 && pair_max <= 14,
+        "{full} buckets over 7 keys, a pair with {pair_max}"
+    );
+    random_ops_match_a_model(&s, keys);
+}
+
+/// Four threads, each with its own `keys` keys, run random get/put/delete/mget/mput
+/// checked against a model of their own; then the store holds exactly the models'
+/// keys and evicted none.
+fn random_ops_match_a_model(s: &Store, keys: u64) {
     let threads = 4;
     let handles: Vec<_> = (0..threads)
         .map(|t| {
@@ -158,7 +199,7 @@ fn random_ops_from_threads_match_a_model() {
                 let mut model: HashMap<Vec<u8>, Vec<u8>> = HashMap::new();
                 for step in 0..3000u64 {
                     // Few keys per thread, so ops keep hitting the same buckets.
-                    let key = format!("t{t}-k{}", rng.gen_range(0..200)).into_bytes();
+                    let key = format!("t{t}-k{}", rng.gen_range(0..keys)).into_bytes();
                     match rng.gen_range(0..10) {
                         0..=3 => {
                             let v = value_for(&key, step, rng.gen_range(0..160));
@@ -171,7 +212,7 @@ fn random_ops_from_threads_match_a_model() {
                         }
                         5 => {
                             let keys: Vec<Vec<u8>> = (0..rng.gen_range(1..40))
-                                .map(|_| format!("t{t}-k{}", rng.gen_range(0..200)).into_bytes())
+                                .map(|_| format!("t{t}-k{}", rng.gen_range(0..keys)).into_bytes())
                                 .collect();
                             let got = s.mget(&keys).expect("mget");
                             for (k, g) in keys.iter().zip(got) {
@@ -181,7 +222,8 @@ fn random_ops_from_threads_match_a_model() {
                         6 => {
                             let pairs: Vec<(Vec<u8>, Vec<u8>)> = (0..rng.gen_range(1..30))
                                 .map(|i| {
-                                    let k = format!("t{t}-k{}", rng.gen_range(0..200)).into_bytes();
+                                    let k =
+                                        format!("t{t}-k{}", rng.gen_range(0..keys)).into_bytes();
                                     let v = value_for(&k, step * 100 + i, rng.gen_range(0..100));
                                     (k, v)
                                 })
