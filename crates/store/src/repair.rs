@@ -409,6 +409,55 @@ mod tests {
         assert_eq!(s.get(key).unwrap().unwrap()[..], vec![2u8; 100_000][..]);
     }
 
+    /// Writers and losing rewrites race on one key from four threads; when they
+    /// stop, every copy beside the winner's chunks names the winner.
+    #[test]
+    fn racing_coded_puts_leave_the_winners_copies() {
+        let c = ec_cluster();
+        let s = ec_store(&c);
+        let key: &[u8] = b"race";
+        s.put(key, &vec![0u8; 100_000]).unwrap();
+        let writers: Vec<_> = (0..4u8)
+            .map(|t| {
+                let s = s.clone();
+                std::thread::spawn(move || {
+                    for i in 0..25u8 {
+                        let v = vec![t * 60 + i + 1; 100_000];
+                        if t >= 2 {
+                            // A rewrite guarded by a word that is often gone by the swap.
+                            let Some(cur) = s.current(key).unwrap() else {
+                                continue;
+                            };
+                            let spec = PutSpec {
+                                expires: item::NO_EXPIRY,
+                                guard: Guard::Slot(cur.word),
+                            };
+                            s.put_large_spec(key, &v, spec, 0).unwrap();
+                        } else {
+                            s.put(key, &v).unwrap();
+                        }
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap();
+        }
+        let home = s.manifest(key).unwrap().unwrap();
+        for c in 0..home.chunks() {
+            let ck = manifest::copy_key(home.copy_shard(c), key);
+            let copy = s.current(&ck).unwrap().expect("a copy beside every chunk");
+            assert_eq!(
+                Manifest::decode(&copy.value).unwrap().version,
+                home.version,
+                "chunk {c}'s copy names another object"
+            );
+        }
+        assert_eq!(s.find_copy(key).map(|m| m.version), Some(home.version));
+        let v = s.get(key).unwrap().unwrap();
+        assert!(v.iter().all(|&b| b == v[0]), "torn value");
+    }
+
     /// The step a repair takes after decoding: a rewrite guarded by the slot word it
     /// saw. A put that lands in between wins; without one, the rewrite carries the
     /// expiry it was given.
