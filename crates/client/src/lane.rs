@@ -1617,6 +1617,43 @@ mod tests {
         );
     }
 
+    /// `wait_until` hands the ticket back at its deadline while a server is silent,
+    /// and returns the results at once from one that answers.
+    #[test]
+    fn wait_until_returns_the_ticket_at_its_deadline() {
+        let secret = ClusterSecret::generate();
+        let silent = silent_server(secret.clone());
+        let live = fake_server(secret.clone(), |_, _| Status::Ok);
+        let mut info = table(silent);
+        info.servers.push(server_info(2, live));
+        for r in 8..16 {
+            info.regions[r] = 2;
+        }
+        let cfg = ClientConfig::new("127.0.0.1:1")
+            .secret(secret)
+            .op_timeout(Duration::from_secs(20));
+        let cache = Cache::new(CacheShared::new(ClientShared::for_test(cfg), info, None));
+        let mut b = cache.batch();
+        b.read(0, 8);
+        let t = Instant::now();
+        let Err(ticket) = b.submit().wait_until(t + Duration::from_millis(100)) else {
+            panic!("a silent server answered");
+        };
+        let waited = t.elapsed();
+        assert!(
+            waited >= Duration::from_millis(100) && waited < Duration::from_secs(2),
+            "{waited:?}"
+        );
+        drop(ticket);
+        let mut b = cache.batch();
+        b.read(8 << 16, 4);
+        let r = b
+            .submit()
+            .wait_until(Instant::now() + Duration::from_secs(5))
+            .unwrap_or_else(|_| panic!("the live server did not answer"));
+        assert_eq!(&r.data(0).expect("read")[..], &[7; 4]);
+    }
+
     /// A server that accepts connections and never says a word (a stopped process
     /// whose kernel still completes TCP handshakes).
     fn mute_server() -> String {

@@ -36,15 +36,36 @@ impl Ticket {
 
     /// Blocks until every op of the batch has a result.
     pub fn wait(mut self) -> BatchResults {
+        // Without a deadline the loop only ends with the results.
+        self.wait_inner(None).unwrap_or_default()
+    }
+
+    /// [`Ticket::wait`] until `deadline`: the results, or the ticket back if they
+    /// have not all come (to wait again, or drop). For hedged reads.
+    pub fn wait_until(mut self, deadline: Instant) -> Result<BatchResults, Ticket> {
+        match self.wait_inner(Some(deadline)) {
+            Some(r) => Ok(r),
+            None => Err(self),
+        }
+    }
+
+    fn wait_inner(&mut self, deadline: Option<Instant>) -> Option<BatchResults> {
         let lane = &self.client.lanes[self.lane];
         let mut g = lane.inner.lock();
         let mut idle_rounds = 0;
         let spin_until = Instant::now() + g.spin();
         while !g.is_done(self.key, self.id) {
-            let block = if Instant::now() < spin_until {
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return None;
+            }
+            let block = if now < spin_until {
                 Duration::ZERO
             } else {
-                Duration::from_millis(100)
+                deadline.map_or(Duration::from_millis(100), |d| {
+                    d.saturating_duration_since(now)
+                        .min(Duration::from_millis(100))
+                })
             };
             g.drive_once(Some(block));
             if block.is_zero() && !g.is_done(self.key, self.id) {
@@ -67,7 +88,7 @@ impl Ticket {
         self.taken = true;
         let r = g.take(self.key, self.id);
         self.release(g);
-        r
+        Some(r)
     }
 
     /// Unlocks the lane, first handing work that no caller will drive (see

@@ -34,29 +34,6 @@ pub const HEDGE_AFTER: std::time::Duration = std::time::Duration::from_millis(50
 /// (so a server that recovers costs at most one late hedge per this period).
 const SLOW_HOME_FOR: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// `t`'s results if they come within `budget`: spinning for the first 200 µs, as
-/// `Ticket::wait` does, then polling every 100 µs.
-pub(crate) fn take_within(
-    t: &mut farcache_client::Ticket,
-    budget: std::time::Duration,
-) -> Option<BatchResults> {
-    let start = std::time::Instant::now();
-    loop {
-        if let Some(r) = t.try_take() {
-            return Some(r);
-        }
-        let waited = start.elapsed();
-        if waited >= budget {
-            return None;
-        }
-        if waited < std::time::Duration::from_micros(200) {
-            std::thread::yield_now();
-        } else {
-            std::thread::sleep(std::time::Duration::from_micros(100));
-        }
-    }
-}
-
 /// An MGET on its way ([`Store::mget_submit`]); [`PendingGets::wait`] finishes it.
 pub struct PendingGets<'k, K> {
     store: &'k Store,
@@ -377,12 +354,12 @@ impl Store {
         };
         let mut l = Lookups::new(self, vec![key], Probe::Value);
         loop {
-            let mut t = l.batch(self).submit();
+            let t = l.batch(self).submit();
             let r = match hedged {
                 true => t.wait(),
-                false => match take_within(&mut t, wait_home.saturating_sub(started.elapsed())) {
-                    Some(r) => r,
-                    None => {
+                false => match t.wait_until(started + wait_home) {
+                    Ok(r) => r,
+                    Err(t) => {
                         hedged = true;
                         if let Some(v) = self.get_large_from_copies(key) {
                             self.mark_slow_home(key);
