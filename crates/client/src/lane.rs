@@ -1651,7 +1651,7 @@ mod tests {
             .submit()
             .wait_until(Instant::now() + Duration::from_secs(5))
             .unwrap_or_else(|_| panic!("the live server did not answer"));
-        assert_eq!(&r.data(0).expect("read")[..], &[7; 4]);
+        assert_eq!(r.data(0).expect("read"), &[7; 4]);
     }
 
     /// A server that accepts connections and never says a word (a stopped process
