@@ -1579,11 +1579,9 @@ mod tests {
         addr
     }
 
-    /// With `q` frames in flight to a silent server and its open batch full, more
-    /// parts for it wait in the backlog: the calling thread is not held up, and a
-    /// read from another server completes at once.
-    #[test]
-    fn a_silent_server_does_not_hold_up_calls_to_others() {
+    /// A cache whose regions 0..8 are on a silent server and 8..16 (from address
+    /// `8 << 16`) on one that answers every read with 7s; op timeout 20 s.
+    fn silent_and_live(tune: impl FnOnce(ClientConfig) -> ClientConfig) -> Cache {
         let secret = ClusterSecret::generate();
         let silent = silent_server(secret.clone());
         let live = fake_server(secret.clone(), |_, _| Status::Ok);
@@ -1592,12 +1590,20 @@ mod tests {
         for r in 8..16 {
             info.regions[r] = 2;
         }
-        let cfg = ClientConfig::new("127.0.0.1:1")
-            .secret(secret)
-            .batch_size(1)
-            .queue_depth(1)
-            .op_timeout(Duration::from_secs(20));
-        let cache = Cache::new(CacheShared::new(ClientShared::for_test(cfg), info, None));
+        let cfg = tune(
+            ClientConfig::new("127.0.0.1:1")
+                .secret(secret)
+                .op_timeout(Duration::from_secs(20)),
+        );
+        Cache::new(CacheShared::new(ClientShared::for_test(cfg), info, None))
+    }
+
+    /// With `q` frames in flight to a silent server and its open batch full, more
+    /// parts for it wait in the backlog: the calling thread is not held up, and a
+    /// read from another server completes at once.
+    #[test]
+    fn a_silent_server_does_not_hold_up_calls_to_others() {
+        let cache = silent_and_live(|cfg| cfg.batch_size(1).queue_depth(1));
         let t = Instant::now();
         // One frame in flight, one open batch, then the backlog: none may block.
         let abandoned: Vec<Ticket> = (0..8)
@@ -1621,18 +1627,7 @@ mod tests {
     /// and returns the results at once from one that answers.
     #[test]
     fn wait_until_returns_the_ticket_at_its_deadline() {
-        let secret = ClusterSecret::generate();
-        let silent = silent_server(secret.clone());
-        let live = fake_server(secret.clone(), |_, _| Status::Ok);
-        let mut info = table(silent);
-        info.servers.push(server_info(2, live));
-        for r in 8..16 {
-            info.regions[r] = 2;
-        }
-        let cfg = ClientConfig::new("127.0.0.1:1")
-            .secret(secret)
-            .op_timeout(Duration::from_secs(20));
-        let cache = Cache::new(CacheShared::new(ClientShared::for_test(cfg), info, None));
+        let cache = silent_and_live(|cfg| cfg);
         let mut b = cache.batch();
         b.read(0, 8);
         let t = Instant::now();
