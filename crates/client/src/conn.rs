@@ -16,20 +16,26 @@ use farcache_proto::{
 };
 use mio::{Interest, Registry, Token};
 
+use crate::batch::Kind;
 use crate::error::OpError;
 use crate::lane::PartRef;
+use crate::parts::{Entry, PartList};
 
 const MIN_READ: usize = 64 << 10;
+/// A data reply's bytes besides its data (opcode, status, length).
+pub(crate) const REPLY_HEAD: usize = 6;
+/// A WRITE's reply (opcode, status).
+pub(crate) const WRITE_REPLY: usize = 2;
 
 struct OpenBatch {
     enc: RequestEncoder,
-    parts: Vec<PartRef>,
+    parts: PartList,
     reply_bytes: usize,
 }
 
 pub(crate) struct InFlight {
     pub seq: u64,
-    pub parts: Vec<PartRef>,
+    pub parts: PartList,
     pub sent: Instant,
 }
 
@@ -178,7 +184,7 @@ impl ServerConn {
     /// size limit.
     pub fn append(
         &mut self,
-        part: PartRef,
+        part: Entry,
         op: &Op<'_>,
         reply_len: usize,
         b: usize,
@@ -194,7 +200,7 @@ impl ServerConn {
         } = self
         {
             open.enc.push(out, op);
-            open.parts.push(part);
+            open.parts.add(part);
         }
         Append::Queued
     }
@@ -205,7 +211,7 @@ impl ServerConn {
     #[inline]
     pub fn append_execute(
         &mut self,
-        part: PartRef,
+        part: Entry,
         cache: CacheId,
         addr: u64,
         proc_name: &str,
@@ -224,9 +230,101 @@ impl ServerConn {
         } = self
         {
             open.enc.push_execute(out, cache, addr, proc_name, args);
-            open.parts.push(part);
+            open.parts.add(part);
         }
         Append::Queued
+    }
+
+    /// How many more ops of `op_len` encoded bytes, each with a reply of `reply_len`,
+    /// the open batch takes, opening one (or sealing a full one while fewer than `q`
+    /// are in flight) as needed; 0 when none can go now. The ops are then added with
+    /// [`push_reads`](Self::push_reads) or [`push_writes`](Self::push_writes).
+    #[inline]
+    pub fn room(&mut self, op_len: usize, reply_len: usize, b: usize, q: usize) -> usize {
+        if !self.backlog.is_empty() {
+            return 0;
+        }
+        let limit = self.frame_limit;
+        let fits = |open: &OpenBatch, out: &[u8]| {
+            let by_ops = b.saturating_sub(open.parts.len());
+            let by_bytes = limit.saturating_sub(open.enc.payload_len(out)) / op_len.max(1);
+            let by_reply = limit.saturating_sub(open.reply_bytes) / reply_len.max(1);
+            by_ops.min(by_bytes).min(by_reply)
+        };
+        if let Some(open) = &self.open {
+            let n = fits(open, &self.out);
+            if n > 0 {
+                return n;
+            }
+            if !self.seal(q) {
+                return 0;
+            }
+        }
+        self.open_batch();
+        // An empty batch takes one op of any size, as `open_for` does.
+        self.open
+            .as_ref()
+            .map_or(0, |open| fits(open, &self.out).max(1))
+    }
+
+    /// Appends READs of `len` bytes at `addrs`: ops `first..` of ticket `key`, sent
+    /// whole, for which [`room`](Self::room) made room.
+    #[inline]
+    pub fn push_reads(
+        &mut self,
+        (key, first): (u32, u32),
+        cache: CacheId,
+        len: u32,
+        addrs: impl ExactSizeIterator<Item = u64>,
+    ) {
+        let n = addrs.len();
+        if let Self {
+            open: Some(open),
+            out,
+            ..
+        } = self
+        {
+            open.enc.push_reads(out, cache, len, addrs);
+            open.parts
+                .push_whole_n(key, first, n as u32, len, Kind::Read);
+            open.reply_bytes += n * (len as usize + REPLY_HEAD);
+        }
+    }
+
+    /// Appends WRITEs of `len`-byte data: ops `first..` of ticket `key`, sent whole,
+    /// for which [`room`](Self::room) made room.
+    #[inline]
+    pub fn push_writes<'d>(
+        &mut self,
+        (key, first): (u32, u32),
+        cache: CacheId,
+        len: u32,
+        ops: impl ExactSizeIterator<Item = (u64, &'d [u8])>,
+    ) {
+        let n = ops.len();
+        if let Self {
+            open: Some(open),
+            out,
+            ..
+        } = self
+        {
+            open.enc.push_writes(out, cache, len, ops);
+            open.parts
+                .push_whole_n(key, first, n as u32, len, Kind::Write);
+            open.reply_bytes += n * WRITE_REPLY;
+        }
+    }
+
+    fn open_batch(&mut self) -> &mut OpenBatch {
+        self.open.get_or_insert_with(|| {
+            let seq = self.next_seq;
+            self.next_seq += 1;
+            OpenBatch {
+                enc: RequestEncoder::begin(&mut self.out, seq),
+                parts: PartList::new(),
+                reply_bytes: 0,
+            }
+        })
     }
 
     /// Makes room in the open batch for one more op of `len` bytes and a reply of
@@ -246,15 +344,7 @@ impl ServerConn {
                 return false;
             }
         }
-        let open = self.open.get_or_insert_with(|| {
-            let seq = self.next_seq;
-            self.next_seq += 1;
-            OpenBatch {
-                enc: RequestEncoder::begin(&mut self.out, seq),
-                parts: Vec::with_capacity(b.min(1024)),
-                reply_bytes: 0,
-            }
-        });
+        let open = self.open_batch();
         open.reply_bytes += reply_len;
         true
     }
@@ -372,10 +462,10 @@ impl ServerConn {
     }
 
     /// Parts waiting on this connection (open and in flight), for failing them.
-    pub fn take_all_parts(&mut self) -> Vec<PartRef> {
-        let mut v: Vec<PartRef> = self.inflight.drain(..).flat_map(|f| f.parts).collect();
+    pub fn take_all_parts(&mut self) -> Vec<PartList> {
+        let mut v: Vec<PartList> = self.inflight.drain(..).map(|f| f.parts).collect();
         if let Some(open) = self.open.take() {
-            v.extend(open.parts);
+            v.push(open.parts);
         }
         v
     }

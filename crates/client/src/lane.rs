@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use farcache_proto::control::CacheInfo;
 use farcache_proto::op::MAX_OP_BYTES;
-use farcache_proto::response::ReplyBody;
+use farcache_proto::request::READ_LEN;
+use farcache_proto::response::{Reply, ReplyBody};
 use farcache_proto::{Op, ResponseDecoder, ServerId, Status};
 use mio::{Events, Poll, Token};
 use parking_lot::Mutex;
@@ -18,9 +19,10 @@ use slab::Slab;
 use crate::batch::{Batch, BatchOp, Kind};
 use crate::cache::CacheShared;
 use crate::config::ClientConfig;
-use crate::conn::{Append, Dial, Dialed, InFlight, ServerConn};
+use crate::conn::{Append, Dial, Dialed, InFlight, REPLY_HEAD, ServerConn, WRITE_REPLY};
 use crate::error::OpError;
 use crate::idmap::{ConnTable, IdMap};
+use crate::parts::{Entry, Item, Run};
 use crate::results::{BatchResults, Cell, Store};
 use crate::routing::{Part, split};
 use crate::ticket::Ticket;
@@ -45,6 +47,11 @@ pub(crate) fn pause_backoff(attempt: u8) -> Duration {
     (PAUSE_FIRST * (1 << shift)).min(PAUSE_MAX)
 }
 
+/// Spinning reads connections directly (see `LaneInner::probe_directly`) when at most
+/// this many have replies due...
+const PROBE_AT_MOST: usize = 2;
+/// ... and polls every this many spins all the same.
+const POLL_EVERY: u32 = 16;
 /// The token of the lane's waker (dialing threads report through it); connections
 /// use their server's id.
 const WAKE: Token = Token(usize::MAX);
@@ -70,7 +77,7 @@ pub(crate) enum Retry {
 }
 
 /// One part of one op, as tracked while in flight.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct PartRef {
     pub key: u32,
     pub op: u32,
@@ -157,6 +164,8 @@ pub(crate) struct LaneInner {
     parking: Parking,
     in_retry: bool,
     scratch: Vec<Part>,
+    /// Spinning rounds of `drive_once`, for [`POLL_EVERY`].
+    spins: u32,
 }
 
 impl Lane {
@@ -182,6 +191,7 @@ impl Lane {
                 hops: Vec::new(),
                 in_retry: false,
                 scratch: Vec::new(),
+                spins: 0,
             }),
             async_pending: AtomicUsize::new(0),
             background: std::sync::atomic::AtomicBool::new(false),
@@ -227,7 +237,8 @@ impl LaneInner {
             ops,
             data,
             names,
-            pending: vec![0; n],
+            // One part per op until routing splits one.
+            pending: vec![1; n],
             results: Store::new(n),
             assembly: IdMap::default(),
             continuations: IdMap::default(),
@@ -375,38 +386,57 @@ impl LaneInner {
             if owner(&op) != Some(server) {
                 break;
             }
-            let execute = op.kind == Kind::Execute;
-            let part = PartRef {
-                key: key as u32,
-                op: i as u32,
-                op_off: 0,
-                addr: op.addr,
-                // A procedure's part names no range.
-                len: if execute { 0 } else { op.len as u32 },
-                redirects: 0,
-                pauses: 0,
-                kind: op.kind,
-            };
             let (addr, len) = (op.addr, op.len as u32);
-            let appended = if execute {
-                let name_end = op.data_off + usize::from(op.name_len);
-                let Some(name) = t.names.get(op.data_off..name_end) else {
+            if op.kind != Kind::Execute {
+                // A stretch of reads (or writes) of one length: counted, then encoded
+                // in one go, as many as the open batch takes.
+                let read = op.kind == Kind::Read;
+                let data_of = |o: &BatchOp| t.data.get(o.data_off..o.data_off + len as usize);
+                if !read && data_of(&op).is_none() {
                     break;
+                }
+                let (op_len, reply_len) = if read {
+                    (READ_LEN, len as usize + REPLY_HEAD)
+                } else {
+                    (READ_LEN + len as usize, WRITE_REPLY)
                 };
-                let args = op.args(&t.data);
-                c.append_execute(part, cache, addr, name, args, EXECUTE_REPLY_GUESS, (b, q))
-            } else if op.kind == Kind::Read {
-                c.append(part, &Op::Read { cache, addr, len }, len as usize + 6, b, q)
-            } else {
-                let Some(data) = t.data.get(op.data_off..op.data_off + len as usize) else {
+                let room = c.room(op_len, reply_len, b, q);
+                if room == 0 {
                     break;
+                }
+                let same = |o: &BatchOp| {
+                    o.kind == op.kind
+                        && o.len == op.len
+                        && owner(o) == Some(server)
+                        && (read || data_of(o).is_some())
                 };
-                c.append(part, &Op::Write { cache, addr, data }, 2, b, q)
+                let n = 1 + t.ops[i + 1..]
+                    .iter()
+                    .take(room - 1)
+                    .take_while(|o| same(o))
+                    .count();
+                let run = &t.ops[i..i + n];
+                let at = (key as u32, i as u32);
+                if read {
+                    c.push_reads(at, cache, len, run.iter().map(|o| o.addr));
+                } else {
+                    let writes = run.iter().map(|o| (o.addr, data_of(o).unwrap_or_default()));
+                    c.push_writes(at, cache, len, writes);
+                }
+                i += n;
+                continue;
+            }
+            let part = Entry::Whole(key as u32, i as u32, 0, op.kind);
+            let name_end = op.data_off + usize::from(op.name_len);
+            let Some(name) = t.names.get(op.data_off..name_end) else {
+                break;
             };
+            let args = op.args(&t.data);
+            let appended =
+                c.append_execute(part, cache, addr, name, args, EXECUTE_REPLY_GUESS, (b, q));
             if matches!(appended, Append::Full) {
                 break;
             }
-            t.pending[i] = 1;
             i += 1;
         }
         i
@@ -436,10 +466,17 @@ impl LaneInner {
             return false;
         }
         let (b, q, cache, addr) = (cfg.batch_size, cfg.queue_depth, info.id, part.addr);
+        let whole = Entry::Whole(part.key, part.op, part.len, part.kind);
         let appended = match op.kind {
             Kind::Read => {
                 let len = part.len;
-                conn.append(part, &Op::Read { cache, addr, len }, len as usize + 6, b, q)
+                conn.append(
+                    whole,
+                    &Op::Read { cache, addr, len },
+                    len as usize + 6,
+                    b,
+                    q,
+                )
             }
             Kind::Write => {
                 let at = op.data_off;
@@ -449,7 +486,7 @@ impl LaneInner {
                 else {
                     return false;
                 };
-                conn.append(part, &Op::Write { cache, addr, data }, 2, b, q)
+                conn.append(whole, &Op::Write { cache, addr, data }, 2, b, q)
             }
             _ => return false,
         };
@@ -762,17 +799,21 @@ impl LaneInner {
             // Wake for the next parked part rather than sleep a whole MAX_POLL.
             wait = wait.min(due.saturating_duration_since(now));
         }
-        if let Err(e) = self.poll.poll(&mut self.events, Some(wait))
-            && e.kind() != std::io::ErrorKind::Interrupted
-        {
-            tracing::warn!("client poll failed: {e}");
-        }
-        let ready: Vec<ServerId> = self
-            .events
-            .iter()
-            .filter(|e| e.token() != WAKE)
-            .map(|e| e.token().0 as ServerId)
-            .collect();
+        let ready = match self.probe_directly(wait) {
+            Some(ready) => ready,
+            None => {
+                if let Err(e) = self.poll.poll(&mut self.events, Some(wait))
+                    && e.kind() != std::io::ErrorKind::Interrupted
+                {
+                    tracing::warn!("client poll failed: {e}");
+                }
+                self.events
+                    .iter()
+                    .filter(|e| e.token() != WAKE)
+                    .map(|e| e.token().0 as ServerId)
+                    .collect()
+            }
+        };
         for server in ready {
             let Self {
                 conns,
@@ -835,6 +876,31 @@ impl LaneInner {
             self.process_parked();
             self.in_retry = false;
         }
+    }
+
+    /// While spinning on a few connections with replies due, reading them is how the
+    /// wait ends: one `recv` per connection both notices and takes a reply, where
+    /// `epoll_wait` and then `recv` cost two system calls on the round trip. Every
+    /// [`POLL_EVERY`]-th spin still polls, for events of other connections (a hang-up,
+    /// room to write) and the waker.
+    fn probe_directly(&mut self, wait: Duration) -> Option<Vec<ServerId>> {
+        if !wait.is_zero() || !self.dialing.is_empty() {
+            return None;
+        }
+        self.spins = self.spins.wrapping_add(1);
+        if self.spins.is_multiple_of(POLL_EVERY) {
+            return None;
+        }
+        let mut due = Vec::new();
+        for (id, c) in self.conns.iter() {
+            if c.oldest_sent().is_some() {
+                if due.len() == PROBE_AT_MOST {
+                    return None;
+                }
+                due.push(id);
+            }
+        }
+        Some(due)
     }
 
     /// Sends parts whose backoff ran out again, routed by the cache's current table: the
@@ -973,8 +1039,15 @@ impl LaneInner {
         };
         tracing::debug!(server, addr = %c.addr, "connection failed: {e}");
         c.deregister(self.poll.registry());
-        for part in c.take_all_parts() {
-            self.unreachable(part, server, e.clone());
+        for list in c.take_all_parts() {
+            let tickets = &self.tickets;
+            let parts = list.into_parts(|key, op| {
+                let t = tickets.get(key as usize)?;
+                t.ops.get(op as usize).map(|o| o.addr)
+            });
+            for part in parts {
+                self.unreachable(part, server, e.clone());
+            }
         }
         for (part, id) in std::mem::take(&mut c.backlog) {
             match self.tickets.get(part.key as usize) {
@@ -1134,18 +1207,19 @@ fn append_part(
                 None => op.args(&t.data),
             };
             let reply = EXECUTE_REPLY_GUESS;
-            conn.append_execute(part, cache, part.addr, proc_name, args, reply, (b, q))
+            let (addr, part) = (part.addr, Entry::One(part));
+            conn.append_execute(part, cache, addr, proc_name, args, reply, (b, q))
         }
         Kind::Read => {
             let (addr, len) = (part.addr, part.len);
             let wire = Op::Read { cache, addr, len };
-            conn.append(part, &wire, len as usize + 6, b, q)
+            conn.append(Entry::One(part), &wire, len as usize + 6, b, q)
         }
         Kind::Write => {
             let at = op.data_off + part.op_off as usize;
             let data = &t.data[at..at + part.len as usize];
             let addr = part.addr;
-            conn.append(part, &Op::Write { cache, addr, data }, 2, b, q)
+            conn.append(Entry::One(part), &Op::Write { cache, addr, data }, 2, b, q)
         }
         Kind::Cas => {
             let (addr, expected, new) = (part.addr, op.a(), op.b());
@@ -1155,11 +1229,12 @@ fn append_part(
                 expected,
                 new,
             };
-            conn.append(part, &wire, 10, b, q)
+            conn.append(Entry::One(part), &wire, 10, b, q)
         }
         Kind::FetchAdd => {
             let (addr, delta) = (part.addr, op.a());
-            conn.append(part, &Op::FetchAdd { cache, addr, delta }, 10, b, q)
+            let wire = Op::FetchAdd { cache, addr, delta };
+            conn.append(Entry::One(part), &wire, 10, b, q)
         }
     }
 }
@@ -1202,45 +1277,135 @@ fn complete_frame(
     fl: InFlight,
     payload: Bytes,
 ) -> Result<(), OpError> {
-    let protocol = |reason: String| OpError::Protocol {
-        server: conn.server,
-        reason,
-    };
+    let protocol = |server, reason: String| OpError::Protocol { server, reason };
     let InFlight { seq, parts, sent } = fl;
     let mut dec = match ResponseDecoder::new(&payload) {
         Ok(d) if d.declared() as usize == parts.len() => d,
         Ok(d) => {
             let reason = format!("{} replies for {} ops", d.declared(), parts.len());
             conn.inflight.push_front(InFlight { seq, parts, sent });
-            return Err(protocol(reason));
+            return Err(protocol(conn.server, reason));
         }
         Err(e) => {
             conn.inflight.push_front(InFlight { seq, parts, sent });
-            return Err(protocol(e.to_string()));
+            return Err(protocol(conn.server, e.to_string()));
         }
     };
-    let mut parts = parts.into_iter();
-    while let Some(part) = parts.next() {
-        let reply = match dec.next() {
-            Some(Ok(r)) => r,
-            bad => {
-                // Give the unanswered parts back so the connection failure fails them.
-                let reason = match bad {
-                    Some(Err(e)) => e.to_string(),
-                    _ => "response ended early".into(),
-                };
-                let rest = std::iter::once(part).chain(parts).collect();
-                conn.inflight.push_front(InFlight {
-                    seq,
-                    parts: rest,
-                    sent,
-                });
-                return Err(protocol(reason));
-            }
+    let mut done = Completion {
+        server: conn.server,
+        tickets,
+        retries,
+        hops,
+        parking,
+        payload: &payload,
+    };
+    for (at, item) in parts.items().iter().enumerate() {
+        let answered = match *item {
+            Item::One(part) => match dec.next() {
+                Some(Ok(reply)) => {
+                    done.part(part, reply);
+                    Ok(())
+                }
+                bad => Err((0, unanswered(bad))),
+            },
+            Item::Run(run) => done.run(run, &mut dec),
         };
+        if let Err((k, reason)) = answered {
+            // Give the unanswered parts back so the connection failure fails them.
+            let rest = parts.rest_from(at, k);
+            conn.inflight.push_front(InFlight {
+                seq,
+                parts: rest,
+                sent,
+            });
+            return Err(protocol(conn.server, reason));
+        }
+    }
+    dec.finish()
+        .map_err(|e| protocol(conn.server, e.to_string()))
+}
+
+/// Why a reply is missing: its decode error, or the response's end.
+fn unanswered(bad: Option<Result<Reply<'_>, farcache_proto::DecodeError>>) -> String {
+    match bad {
+        Some(Err(e)) => e.to_string(),
+        _ => "response ended early".into(),
+    }
+}
+
+/// What completing one response frame's parts touches.
+struct Completion<'a> {
+    server: ServerId,
+    tickets: &'a mut Slab<TicketState>,
+    retries: &'a mut Vec<(PartRef, Retry)>,
+    hops: &'a mut Vec<PartRef>,
+    parking: &'a mut Parking,
+    payload: &'a Bytes,
+}
+
+impl Completion<'_> {
+    /// A run of whole ops of one ticket: the common answers (a read's bytes, a
+    /// write's ok, a finished procedure's result) are stored right here, with the
+    /// ticket and the frame's index looked up once; any other answer takes the
+    /// general road of [`Completion::part`]. `Err` names the first op left
+    /// unanswered and why.
+    #[inline]
+    fn run(&mut self, run: Run, dec: &mut ResponseDecoder<'_>) -> Result<(), (u32, String)> {
+        let key = run.key as usize;
+        let base = self.payload.as_ptr() as usize;
+        let mut frame = None;
+        for k in 0..run.count {
+            let reply = match dec.next() {
+                Some(Ok(r)) => r,
+                bad => return Err((k, unanswered(bad))),
+            };
+            let i = (run.first + k) as usize;
+            let Some(t) = self.tickets.get_mut(key) else {
+                continue;
+            };
+            let data = match (reply.status, run.kind, reply.body) {
+                (Status::Ok, Kind::Read, ReplyBody::Data(d)) if d.len() == run.len as usize => {
+                    Some(d)
+                }
+                (Status::Ok, Kind::Execute, ReplyBody::Data([reply::TAG_DONE, r @ ..])) => Some(r),
+                (Status::Ok, Kind::Write, ReplyBody::None) => None,
+                _ => {
+                    let addr = t.ops.get(i).map_or(0, |o| o.addr);
+                    self.part(run.part(k, addr), reply);
+                    continue;
+                }
+            };
+            if t.results.is_pending(i) {
+                let cell = match data {
+                    Some(d) => Cell::Data {
+                        frame: *frame.get_or_insert_with(|| t.results.frame(self.payload)),
+                        off: (d.as_ptr() as usize - base) as u32,
+                        len: d.len() as u32,
+                    },
+                    None => Cell::Done,
+                };
+                t.results.set(i, cell);
+            }
+            // A whole op is one part: it is done.
+            let pending = &mut t.pending[i];
+            *pending = pending.saturating_sub(1);
+            if *pending == 0 {
+                t.remaining -= 1;
+                if t.remaining == 0 {
+                    ticket_done(self.tickets, key);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One part's answer, whatever it is.
+    fn part(&mut self, part: PartRef, reply: Reply<'_>) {
+        let tickets = &mut *self.tickets;
+        let (retries, hops, parking) = (&mut *self.retries, &mut *self.hops, &mut *self.parking);
         let key = part.key as usize;
         let Some(t) = tickets.get_mut(key) else {
-            continue;
+            return;
         };
         let i = part.op as usize;
         let kind = part.kind;
@@ -1258,10 +1423,10 @@ fn complete_frame(
         };
         if let Some(d) = bytes {
             if t.results.is_pending(i) {
-                t.results.set_view(i, &payload, d);
+                t.results.set_view(i, self.payload, d);
             }
             part_done(tickets, key, i);
-            continue;
+            return;
         }
         let res = &mut t.results;
         match (reply.status, kind, reply.body) {
@@ -1274,7 +1439,7 @@ fn complete_frame(
             (Status::Ok, Kind::Execute, ReplyBody::Data(d)) => match reply::decode(d) {
                 Ok(ExecReply::Done(r)) => {
                     if res.is_pending(i) {
-                        res.set_view(i, &payload, r);
+                        res.set_view(i, self.payload, r);
                     }
                 }
                 Ok(ExecReply::Failed(m)) => res.fail(i, OpError::Procedure(m.into())),
@@ -1289,14 +1454,14 @@ fn complete_frame(
                         next.redirects = 0;
                         next.pauses = 0;
                         hops.push(next);
-                        continue;
+                        return;
                     }
                     res.fail(i, OpError::Hops(entry.1));
                 }
                 Err(e) => res.fail(
                     i,
                     OpError::Protocol {
-                        server: conn.server,
+                        server: self.server,
                         reason: e.to_string(),
                     },
                 ),
@@ -1312,11 +1477,11 @@ fn complete_frame(
                     _ => None,
                 };
                 retries.push((part, Retry::Moved(hint)));
-                continue;
+                return;
             }
             (Status::OutOfRange, ..) if part.redirects == 0 => {
                 retries.push((part, Retry::Shrunk(t.cache.info().epoch)));
-                continue;
+                return;
             }
             // The region is mid-migration: send the part again shortly, not counted
             // as a redirect, unless the op has waited on pauses for too long.
@@ -1331,7 +1496,7 @@ fn complete_frame(
                         ticket: t.id,
                         due: now + pause_backoff(next.pauses),
                     });
-                    continue;
+                    return;
                 }
                 res.fail(i, OpError::Status(Status::Paused));
             }
@@ -1349,7 +1514,7 @@ fn complete_frame(
             (Status::Ok, ..) => res.fail(
                 i,
                 OpError::Protocol {
-                    server: conn.server,
+                    server: self.server,
                     reason: format!("reply {:?} does not match a {kind:?}", reply.op),
                 },
             ),
@@ -1357,7 +1522,6 @@ fn complete_frame(
         }
         part_done(tickets, key, i);
     }
-    dec.finish().map_err(|e| protocol(e.to_string()))
 }
 
 fn part_done(tickets: &mut Slab<TicketState>, key: usize, op: usize) {
@@ -1381,12 +1545,19 @@ fn part_done(tickets: &mut Slab<TicketState>, key: usize, op: usize) {
     }
     t.remaining -= 1;
     if t.remaining == 0 {
-        if let Some(w) = t.waker.take() {
-            w.wake();
-        }
-        if t.abandoned {
-            tickets.remove(key);
-        }
+        ticket_done(tickets, key);
+    }
+}
+
+/// Every op of ticket `key` has its result: wake its waiter, or drop it if nobody
+/// waits any more.
+fn ticket_done(tickets: &mut Slab<TicketState>, key: usize) {
+    let t = &mut tickets[key];
+    if let Some(w) = t.waker.take() {
+        w.wake();
+    }
+    if t.abandoned {
+        tickets.remove(key);
     }
 }
 
@@ -1562,6 +1733,101 @@ mod tests {
         assert_eq!(seen.load(Ordering::Relaxed), 5);
         // The lane is usable (and nothing stays parked) afterwards.
         assert_eq!(&cache.read(4096, 5).expect("read")[..], &[7; 5]);
+    }
+
+    #[test]
+    fn answers_inside_a_run_that_need_a_second_send_land_in_their_own_cells() {
+        let secret = ClusterSecret::generate();
+        // Every op whose address is a multiple of 7 × 64 is answered `paused` the
+        // first time: the rest of its run completes on the fast road, it goes again.
+        let seen = Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
+        let addr = fake_server(secret.clone(), move |_, op| {
+            let at = match op {
+                Op::Read { addr, .. } | Op::Write { addr, .. } => *addr,
+                _ => return Status::Ok,
+            };
+            let first = seen.lock().map(|mut s| s.insert(at)).unwrap_or(false);
+            if at % (7 * 64) == 0 && first {
+                Status::Paused
+            } else {
+                Status::Ok
+            }
+        });
+        let cache = cache_on(addr, secret, Duration::from_secs(10));
+        let mut b = cache.batch();
+        for i in 0..300u64 {
+            // Runs of reads, then of writes, then reads of another length.
+            match i / 100 {
+                0 => b.read(i * 64, 8),
+                1 => b.write(i * 64, b"abcd"),
+                _ => b.read(i * 64, 3),
+            };
+        }
+        let r = b.submit().wait();
+        assert_eq!(r.failed(), 0, "{:?}", r.first_error());
+        for i in 0..300usize {
+            match i / 100 {
+                0 => assert_eq!(r.data(i).unwrap(), &[7; 8], "op {i}"),
+                1 => assert_eq!(r.get(i), Some(Ok(crate::OpOutput::Done)), "op {i}"),
+                _ => assert_eq!(r.data(i).unwrap(), &[7; 3], "op {i}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_reply_that_does_not_decode_mid_run_fails_the_rest_and_keeps_the_answers() {
+        let secret = ClusterSecret::generate();
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = l.local_addr().expect("addr").to_string();
+        let auth = Authority::new(secret.clone());
+        std::thread::spawn(move || {
+            let Ok((mut s, _)) = l.accept() else { return };
+            let ch = auth.challenge();
+            let _ = write_frame(&mut s, FrameKind::Challenge, 0, &ch.encode());
+            let Ok((_, hello)) = read_frame(&mut s, MAX_FRAME_DEFAULT) else {
+                return;
+            };
+            let Ok(v) = Hello::decode(&hello).map(|h| auth.verify(&ch, &h)) else {
+                return;
+            };
+            let Ok(v) = v else { return };
+            let ack = auth.ack(&v, &ch, 1, MAX_FRAME_DEFAULT);
+            let _ = write_frame(&mut s, FrameKind::HelloAck, 0, &ack.encode());
+            let Ok((h, payload)) = read_frame(&mut s, MAX_FRAME_DEFAULT) else {
+                return;
+            };
+            let n = RequestDecoder::new(&payload).map_or(0, |d| d.count());
+            let mut out = Vec::new();
+            let mut enc = ResponseEncoder::begin(&mut out, h.seq);
+            for _ in 0..10 {
+                enc.data(&mut out, farcache_proto::OpCode::Read, &[5; 8]);
+            }
+            // The 11th reply has an opcode no server sends; the count still says n.
+            out.extend_from_slice(&[0xEE, 0]);
+            for _ in 11..n {
+                enc.placeholder();
+            }
+            enc.placeholder();
+            enc.finish(&mut out);
+            let _ = std::io::Write::write_all(&mut s, &out);
+            std::thread::sleep(Duration::from_secs(2));
+        });
+        let cache = cache_on(addr, secret, Duration::from_secs(10));
+        let mut b = cache.batch();
+        for i in 0..40u64 {
+            b.read(i * 8, 8);
+        }
+        let r = b.submit().wait();
+        for i in 0..10 {
+            assert_eq!(r.data(i).unwrap(), &[5; 8], "op {i} was answered");
+        }
+        for i in 10..40 {
+            let e = r.error(i).map(ToString::to_string).unwrap_or_default();
+            assert!(
+                e.contains("op code 0xee"),
+                "op {i} fails with the frame's error: {e}"
+            );
+        }
     }
 
     /// A server that completes the handshake, then reads frames and never answers

@@ -40,6 +40,7 @@ pub mod error;
 mod idmap;
 mod lane;
 mod manager_link;
+mod parts;
 mod results;
 mod routing;
 mod ticket;

@@ -17,6 +17,9 @@ use crate::op::{Op, OpCode};
 use crate::wire::{Cursor, le_u32, le_u64};
 use crate::{CacheId, DecodeError};
 
+/// Bytes of an encoded READ, and of a WRITE's head.
+pub const READ_LEN: usize = 17;
+
 /// Builds one request frame in place at the end of a caller-owned buffer, so a client can
 /// keep appending ops without copying.
 #[derive(Debug)]
@@ -176,6 +179,54 @@ impl RequestEncoder {
             out.extend_from_slice(&h[14..]);
         }
         out.extend_from_slice(args);
+    }
+
+    /// Appends a READ of `len` bytes at each of `addrs`, in one reservation: the
+    /// batched read path, each head written in place (no per-op capacity check).
+    #[inline]
+    pub fn push_reads(
+        &mut self,
+        out: &mut Vec<u8>,
+        cache: CacheId,
+        len: u32,
+        addrs: impl ExactSizeIterator<Item = u64>,
+    ) {
+        let n = addrs.len();
+        let at = out.len();
+        out.resize(at + READ_LEN * n, 0);
+        for (h, addr) in out[at..].chunks_exact_mut(READ_LEN).zip(addrs) {
+            h[0] = OpCode::Read as u8;
+            h[1..5].copy_from_slice(&cache.to_le_bytes());
+            h[5..13].copy_from_slice(&addr.to_le_bytes());
+            h[13..17].copy_from_slice(&len.to_le_bytes());
+        }
+        self.count += n as u32;
+    }
+
+    /// Appends a WRITE of `data` at `addr` for each pair, every `data` exactly `len`
+    /// bytes (a shorter or longer one is cut or zero-padded to `len`), in one
+    /// reservation: the batched write path.
+    #[inline]
+    pub fn push_writes<'d>(
+        &mut self,
+        out: &mut Vec<u8>,
+        cache: CacheId,
+        len: u32,
+        ops: impl ExactSizeIterator<Item = (u64, &'d [u8])>,
+    ) {
+        let n = ops.len();
+        let each = READ_LEN + len as usize;
+        let at = out.len();
+        out.resize(at + each * n, 0);
+        for (h, (addr, data)) in out[at..].chunks_exact_mut(each).zip(ops) {
+            h[0] = OpCode::Write as u8;
+            h[1..5].copy_from_slice(&cache.to_le_bytes());
+            h[5..13].copy_from_slice(&addr.to_le_bytes());
+            h[13..17].copy_from_slice(&len.to_le_bytes());
+            let k = data.len().min(len as usize);
+            h[READ_LEN..READ_LEN + k].copy_from_slice(&data[..k]);
+        }
+        self.count += n as u32;
     }
 
     /// Appends a WRITE of `len` bytes that `fill` writes in place, for senders whose
@@ -431,6 +482,42 @@ mod tests {
         let mut e = RequestEncoder::begin(&mut b, 3);
         e.push_write_with(&mut b, 4, 5, 5, |d| d.copy_from_slice(b"hello"));
         e.finish(&mut b);
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn batched_reads_and_writes_encode_like_single_ones() {
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        let mut one = RequestEncoder::begin(&mut a, 8);
+        let mut many = RequestEncoder::begin(&mut b, 8);
+        let addrs = [0u64, 7, u64::MAX - 3];
+        for &addr in &addrs {
+            one.push(
+                &mut a,
+                &Op::Read {
+                    cache: 2,
+                    addr,
+                    len: 4,
+                },
+            );
+        }
+        many.push_reads(&mut b, 2, 4, addrs.iter().copied());
+        let writes: [(u64, &[u8]); 2] = [(9, b"abcd"), (1 << 40, b"wxyz")];
+        for &(addr, data) in &writes {
+            one.push(
+                &mut a,
+                &Op::Write {
+                    cache: 2,
+                    addr,
+                    data,
+                },
+            );
+        }
+        many.push_writes(&mut b, 2, 4, writes.iter().copied());
+        assert_eq!(one.count(), 5);
+        assert_eq!(many.count(), 5);
+        one.finish(&mut a);
+        many.finish(&mut b);
         assert_eq!(a, b);
     }
 

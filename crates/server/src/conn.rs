@@ -115,6 +115,8 @@ pub struct Conn {
     blocked: bool,
     /// The unserved rest of a peer frame, re-framed, to go back in front of the buffer.
     carry: Option<Vec<u8>>,
+    /// Reads that returned bytes, ever: tells a worker's direct probe it found work.
+    pub reads_with_data: u64,
 }
 
 impl Conn {
@@ -141,6 +143,7 @@ impl Conn {
             yielded: false,
             blocked: false,
             carry: None,
+            reads_with_data: 0,
         }
     }
 
@@ -224,6 +227,7 @@ impl Conn {
                     break Turn::Idle;
                 }
                 Ok((n, room)) => {
+                    self.reads_with_data += 1;
                     self.frame_since = (!self.inbuf.is_empty()).then(Instant::now);
                     if self.blocked {
                         break Turn::Blocked;
