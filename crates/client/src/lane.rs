@@ -167,6 +167,8 @@ pub(crate) struct LaneInner {
     scratch: Vec<Part>,
     /// Spinning rounds of `drive_once`, for [`POLL_EVERY`].
     spins: u32,
+    /// The connections a round reads (kept to reuse its allocation).
+    ready: Vec<ServerId>,
 }
 
 impl Lane {
@@ -193,6 +195,7 @@ impl Lane {
                 in_retry: false,
                 scratch: Vec::new(),
                 spins: 0,
+                ready: Vec::new(),
             }),
             async_pending: AtomicUsize::new(0),
             background: std::sync::atomic::AtomicBool::new(false),
@@ -800,22 +803,24 @@ impl LaneInner {
             // Wake for the next parked part rather than sleep a whole MAX_POLL.
             wait = wait.min(due.saturating_duration_since(now));
         }
-        let ready = match self.probe_directly(wait) {
-            Some(ready) => ready,
-            None => {
-                if let Err(e) = self.poll.poll(&mut self.events, Some(wait))
-                    && e.kind() != std::io::ErrorKind::Interrupted
-                {
-                    tracing::warn!("client poll failed: {e}");
-                }
+        // Reused every round: a spin allocates nothing.
+        let mut ready = std::mem::take(&mut self.ready);
+        ready.clear();
+        if !self.probe_directly(wait, &mut ready) {
+            if let Err(e) = self.poll.poll(&mut self.events, Some(wait))
+                && e.kind() != std::io::ErrorKind::Interrupted
+            {
+                tracing::warn!("client poll failed: {e}");
+            }
+            ready.clear();
+            ready.extend(
                 self.events
                     .iter()
                     .filter(|e| e.token() != WAKE)
-                    .map(|e| e.token().0 as ServerId)
-                    .collect()
-            }
-        };
-        for server in ready {
+                    .map(|e| e.token().0 as ServerId),
+            );
+        }
+        for &server in &ready {
             let Self {
                 conns,
                 tickets,
@@ -839,6 +844,7 @@ impl LaneInner {
                 self.fail_conn(server, e);
             }
         }
+        self.ready = ready;
         if !self.dialing.is_empty() {
             self.finish_dials();
         }
@@ -883,25 +889,25 @@ impl LaneInner {
     /// wait ends: one `recv` per connection both notices and takes a reply, where
     /// `epoll_wait` and then `recv` cost two system calls on the round trip. Every
     /// [`POLL_EVERY`]-th spin still polls, for events of other connections (a hang-up,
-    /// room to write) and the waker.
-    fn probe_directly(&mut self, wait: Duration) -> Option<Vec<ServerId>> {
+    /// room to write) and the waker. Fills `due` with the connections to read; false
+    /// when this round must poll instead.
+    fn probe_directly(&mut self, wait: Duration, due: &mut Vec<ServerId>) -> bool {
         if !wait.is_zero() || !self.dialing.is_empty() {
-            return None;
+            return false;
         }
         self.spins = self.spins.wrapping_add(1);
         if self.spins.is_multiple_of(POLL_EVERY) {
-            return None;
+            return false;
         }
-        let mut due = Vec::new();
         for (id, c) in self.conns.iter() {
             if c.oldest_sent().is_some() {
                 if due.len() == PROBE_AT_MOST {
-                    return None;
+                    return false;
                 }
                 due.push(id);
             }
         }
-        Some(due)
+        true
     }
 
     /// Sends parts whose backoff ran out again, routed by the cache's current table: the
