@@ -44,6 +44,8 @@ const SCRATCH: usize = 256 << 10;
 /// While busy polling, a spin reads the connection that last had data directly instead
 /// of polling, except every this many spins (see `Loop::hot`).
 const POLL_EVERY: u32 = 8;
+/// Spins that poll after two connections were seen busy in turn (see `Loop::shared_for`).
+const SHARED_POLLS: u32 = 256;
 
 /// What other threads hand a worker.
 pub enum WorkerMsg {
@@ -105,6 +107,10 @@ struct Loop {
     /// found work.
     hot: Option<ConnRef>,
     spins: u32,
+    /// Spins left that poll rather than probe: set when a poll finds another
+    /// connection than the hot one busy, so several active peers are served as
+    /// promptly as before (none waits out the probes of another's).
+    shared_for: u32,
 }
 
 impl Loop {
@@ -121,6 +127,7 @@ impl Loop {
             next_sweep: Instant::now() + SWEEP_EVERY,
             hot: None,
             spins: 0,
+            shared_for: 0,
         }
     }
 }
@@ -207,6 +214,10 @@ impl Worker {
                 }
             }
             let probe = match st.hot {
+                Some(_) if st.shared_for > 0 => {
+                    st.shared_for -= 1;
+                    None
+                }
                 Some(hot) if timeout == Some(Duration::ZERO) && st.again.is_empty() => {
                     st.spins = st.spins.wrapping_add(1);
                     (!st.spins.is_multiple_of(POLL_EVERY) && st.engine.queued() == 0).then_some(hot)
@@ -241,7 +252,11 @@ impl Worker {
                     st.engine.on_session_event(sh, self.poll.registry(), t, ev);
                 } else {
                     self.serve(st, t.0);
-                    st.hot = st.conns.get(t.0).map(|c| (t.0, c.serial));
+                    let now = st.conns.get(t.0).map(|c| (t.0, c.serial));
+                    if st.hot.is_some() && now != st.hot {
+                        st.shared_for = SHARED_POLLS;
+                    }
+                    st.hot = now;
                 }
             }
             let mut worked = !events.is_empty();
