@@ -165,9 +165,101 @@ fn thread_cpu_ns() -> Option<u64> {
     s.split_whitespace().next()?.parse().ok()
 }
 
+/// One procedure call of a [`run_call_ceiling`]: the EXECUTE address and arguments.
+pub struct Call<'a> {
+    pub addr: u64,
+    pub args: &'a [u8],
+}
+
+/// The ceiling of a procedure row: `calls` to the built-in `proc_name`, `batch` to a
+/// batch in the order given (replayed cyclically), against a cache of `bytes` bytes
+/// holding `fill(i)` as its `i`th little-endian u64, run by the server's executor in
+/// this thread for `duration`. A call answered with anything but OK fails the run.
+pub fn run_call_ceiling(
+    bytes: u64,
+    fill: impl Fn(u64) -> u64,
+    proc_name: &str,
+    calls: &[Call<'_>],
+    batch: usize,
+    duration: Duration,
+) -> Result<CeilingOutcome> {
+    if batch == 0 || calls.is_empty() {
+        return Err(BenchError::InvalidArgument(
+            "a call ceiling needs calls and a batch of at least 1".into(),
+        ));
+    }
+    let capacity = bytes.div_ceil(REGION).max(1) * REGION;
+    let mut cache =
+        InProcess::new(capacity, REGION).map_err(|e| BenchError::Cluster(e.to_string()))?;
+    prefill(&mut cache, capacity)?;
+    fill_words(&mut cache, bytes, fill)?;
+    let id = cache.cache_id();
+    let batches = calls.len().div_ceil(batch);
+    let mut ring = Vec::with_capacity(batches);
+    let mut next = 0;
+    for _ in 0..batches {
+        let mut req = Vec::new();
+        let mut e = RequestEncoder::begin(&mut req, 0);
+        for _ in 0..batch {
+            let c = &calls[next];
+            next = if next + 1 == calls.len() { 0 } else { next + 1 };
+            e.push(
+                &mut req,
+                &Op::Execute {
+                    cache: id,
+                    addr: c.addr,
+                    proc_name,
+                    args: c.args,
+                },
+            );
+        }
+        e.finish(&mut req);
+        ring.push(req.split_off(HEADER_LEN));
+    }
+    measure_prepared(Prepared { cache, ring }, duration).map(|(o, _)| o)
+}
+
+/// Writes `fill(i)` as the `i`th u64 of the first `bytes` bytes.
+fn fill_words(cache: &mut InProcess, bytes: u64, fill: impl Fn(u64) -> u64) -> Result<()> {
+    const WORDS: u64 = 1 << 17;
+    let id = cache.cache_id();
+    let mut out = Vec::new();
+    let mut at = 0u64;
+    while at < bytes / 8 {
+        let n = WORDS.min(bytes / 8 - at);
+        let data: Vec<u8> = (at..at + n).flat_map(|i| fill(i).to_le_bytes()).collect();
+        let mut req = Vec::new();
+        let mut e = RequestEncoder::begin(&mut req, 0);
+        e.push(
+            &mut req,
+            &Op::Write {
+                cache: id,
+                addr: at * 8,
+                data: &data,
+            },
+        );
+        e.finish(&mut req);
+        out.clear();
+        cache
+            .execute(&req[HEADER_LEN..], 0, &mut out)
+            .map_err(|e| BenchError::Cluster(format!("fill: {e}")))?;
+        at += n;
+    }
+    if cache.errors() != 0 {
+        return Err(BenchError::Cluster("fill: a write failed".into()));
+    }
+    Ok(())
+}
+
 /// [`run_ceiling`], plus the CPU time the measured loop took in this thread (seconds).
 fn measure(spec: &CeilingSpec) -> Result<(CeilingOutcome, Option<f64>)> {
-    let Prepared { mut cache, ring } = prepare(spec)?;
+    measure_prepared(prepare(spec)?, spec.duration)
+}
+
+fn measure_prepared(
+    Prepared { mut cache, ring }: Prepared,
+    duration: Duration,
+) -> Result<(CeilingOutcome, Option<f64>)> {
     let mut out = Vec::with_capacity(64 << 10);
     let mut seq = 0u64;
     let mut at = 0;
@@ -186,7 +278,7 @@ fn measure(spec: &CeilingSpec) -> Result<(CeilingOutcome, Option<f64>)> {
     }
     let cpu0 = thread_cpu_ns();
     let start = Instant::now();
-    let end = start + spec.duration;
+    let end = start + duration;
     let mut ops = 0;
     loop {
         ops += run(&mut cache, &mut out)?;
@@ -228,6 +320,75 @@ mod tests {
             batch: 64,
             duration,
         }
+    }
+
+    /// Prints the ceiling of `aggregate` over 1, 2 and 3 records (100 000 records,
+    /// b = 1024): `cargo test --release -p farcache-bench ceiling::tests::print_calls
+    /// -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "a measurement, run by hand in release"]
+    fn print_calls_ceiling() {
+        use farcache_sproc::builtin::{AggFn, Aggregate};
+        let secs: f64 = std::env::var("FARCACHE_CEILING_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(2.0);
+        let records: u64 = std::env::var("FARCACHE_CEILING_RECORDS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(100_000);
+        for k in 1..=3u32 {
+            let mut g = KeyGen::new(KeyDistribution::Uniform, records, 8, SEED).unwrap();
+            let args: Vec<([u8; 9], u64)> = (0..65_536)
+                .map(|_| {
+                    let first = g.next_offset() / 8 % (records - 2 * u64::from(k));
+                    (Aggregate::call(AggFn::Sum, k, 16), first * 8)
+                })
+                .collect();
+            let calls: Vec<Call<'_>> = args
+                .iter()
+                .map(|(a, addr)| Call {
+                    addr: *addr,
+                    args: a,
+                })
+                .collect();
+            let o = run_call_ceiling(
+                records * 8,
+                |i| i,
+                Aggregate::NAME,
+                &calls,
+                1024,
+                Duration::from_secs_f64(secs),
+            )
+            .unwrap();
+            println!(
+                "ceiling aggregate k={k} records={records} b=1024: {:6.2} M calls/s {:6.1} ns/call",
+                o.mops, o.ns_per_op
+            );
+        }
+    }
+
+    #[test]
+    fn call_ceilings_run_calls_and_refuse_failing_ones() {
+        use farcache_sproc::builtin::{AggFn, Aggregate};
+        let args = Aggregate::call(AggFn::Sum, 2, 64);
+        let good: Vec<Call<'_>> = (0..100)
+            .map(|i| Call {
+                addr: i * 8,
+                args: &args,
+            })
+            .collect();
+        let d = Duration::from_millis(50);
+        let o = run_call_ceiling(8_000, |i| i, Aggregate::NAME, &good, 16, d).unwrap();
+        assert!(o.ops > 0 && o.mops > 0.0, "{o:?}");
+        // A call past the end of the cache answers OUT_OF_RANGE: the run fails.
+        let bad = [Call {
+            addr: 64 << 20,
+            args: &args,
+        }];
+        assert!(run_call_ceiling(8_000, |i| i, Aggregate::NAME, &bad, 4, d).is_err());
+        assert!(run_call_ceiling(8_000, |i| i, "no-such-proc", &good, 4, d).is_err());
+        assert!(run_call_ceiling(8_000, |i| i, Aggregate::NAME, &[], 4, d).is_err());
     }
 
     #[test]

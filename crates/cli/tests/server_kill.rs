@@ -248,6 +248,101 @@ fn killed_server_fails_fast_and_the_rest_keeps_working() {
     }
 }
 
+/// A client streaming batches of 8-byte reads over every region (several batches in
+/// flight, each mostly runs of reads to one server) while a server is SIGKILLed: every
+/// batch still completes in bounded time; reads of the dead server's regions fail
+/// (unavailable, or lost once the manager has placed them again), every other read
+/// returns its own bytes, before and after the kill.
+#[test]
+fn a_server_killed_under_streaming_batched_reads_fails_only_its_own_reads() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let mut cluster = start_cluster();
+    let client = client(&cluster, Duration::from_secs(3));
+    let cache = client.create("stream", CAPACITY).unwrap();
+    let info = cache.info();
+    let victim = server_id_of(&cluster, &info, 1);
+    let dead_regions = regions_of(&info, victim);
+    assert!(!dead_regions.is_empty(), "{info:?}");
+    let image = Arc::new(pattern(23, CAPACITY as usize));
+    cache.write(0, &image).unwrap();
+
+    const OPS: u64 = 2048;
+    let stop = Arc::new(AtomicBool::new(false));
+    let killed = Arc::new(AtomicBool::new(false));
+    let streamer = {
+        let (cache, image, stop, killed) =
+            (cache.clone(), image.clone(), stop.clone(), killed.clone());
+        let dead = dead_regions.clone();
+        std::thread::spawn(move || {
+            // (batches checked, reads failed on the dead server, reads after the kill, slowest batch)
+            let (mut batches, mut failed, mut after, mut slowest) =
+                (0u64, 0u64, 0u64, Duration::ZERO);
+            let mut in_flight = std::collections::VecDeque::new();
+            let mut round = 0u64;
+            while !stop.load(Ordering::Relaxed) || !in_flight.is_empty() {
+                if !stop.load(Ordering::Relaxed) && in_flight.len() < 4 {
+                    // Consecutive ops mostly land in one region: runs of reads.
+                    let addrs: Vec<u64> = (0..OPS)
+                        .map(|i| (round * 7_919 + i * 8 * 61) % (CAPACITY - 8) / 8 * 8)
+                        .collect();
+                    let mut b = cache.batch();
+                    for &a in &addrs {
+                        b.read(a, 8);
+                    }
+                    let after_kill = killed.load(Ordering::Relaxed);
+                    in_flight.push_back((b.submit(), addrs, after_kill, Instant::now()));
+                    round += 1;
+                    continue;
+                }
+                let Some((ticket, addrs, after_kill, t0)) = in_flight.pop_front() else {
+                    break;
+                };
+                let r = ticket.wait();
+                slowest = slowest.max(t0.elapsed());
+                batches += 1;
+                for (i, &a) in addrs.iter().enumerate() {
+                    let region = a / REGION;
+                    match r.data(i) {
+                        Ok(d) => assert_eq!(d, &image[a as usize..a as usize + 8], "read at {a}"),
+                        // Unavailable until the manager hears of the death; then the
+                        // regions are placed again and their bytes read as lost.
+                        Err(ClientError::Op(e))
+                            if dead.contains(&region)
+                                && (is_unavailable(&e, victim)
+                                    || matches!(e, OpError::DataLost { .. })) =>
+                        {
+                            failed += 1
+                        }
+                        Err(e) => panic!("read at {a} (region {region}): {e}"),
+                    }
+                    if after_kill {
+                        after += 1;
+                    }
+                }
+            }
+            (batches, failed, after, slowest)
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    cluster.kill_server(1).unwrap();
+    killed.store(true, Ordering::Relaxed);
+    std::thread::sleep(Duration::from_millis(1500));
+    stop.store(true, Ordering::Relaxed);
+    let (batches, failed, after, slowest) = streamer.join().expect("streamer");
+    assert!(
+        failed > 0,
+        "no read failed over {batches} batches: was the kill seen?"
+    );
+    assert!(after > 0, "no batch ran after the kill");
+    assert!(slowest < FAIL_WITHIN, "a batch took {slowest:?}");
+    // The live regions still hold their bytes.
+    for r in (0..NREG).filter(|r| !dead_regions.contains(r)) {
+        assert_region_data(&cache, &image, r, "after streaming through the kill");
+    }
+}
+
 fn client_for_later(cluster: &ProcessCluster) -> Client {
     client(cluster, Duration::from_secs(3))
 }

@@ -109,6 +109,7 @@ impl ResponseEncoder {
 
     /// Starts a data reply whose length is not known yet: append the bytes to `out`,
     /// then call [`ResponseEncoder::close_data`] with the returned mark.
+    #[inline]
     pub fn open_data(&mut self, out: &mut Vec<u8>, op: OpCode) -> usize {
         out.extend_from_slice(&[op as u8, Status::Ok as u8, 0, 0, 0, 0]);
         self.count += 1;
@@ -116,6 +117,7 @@ impl ResponseEncoder {
     }
 
     /// Ends the data reply begun at `mark`, writing its length.
+    #[inline]
     pub fn close_data(&mut self, out: &mut [u8], mark: usize) {
         let len = (out.len() - mark) as u32;
         out[mark - 4..mark].copy_from_slice(&len.to_le_bytes());

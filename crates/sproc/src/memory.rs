@@ -40,6 +40,16 @@ pub trait Memory {
         Ok(u32::from_le_bytes(b))
     }
 
+    /// Reads the u64s at `base + i * stride` for `i < out.len()` if this memory can
+    /// serve every one of them at once (all held here, budget left for each); returns
+    /// false otherwise, having charged nothing and leaving nothing in `out` to use.
+    /// Only a fast path: callers fall back to [`Memory::read_u64`] per word, which
+    /// says what stopped them.
+    #[inline]
+    fn read_u64s(&self, _base: u64, _stride: u64, _out: &mut [u64]) -> bool {
+        false
+    }
+
     /// Asks for the cache line at `addr` to be brought close (a hint; free to ignore).
     /// Procedures that look up many independent addresses issue these first, so the
     /// memory latencies overlap instead of adding up.
@@ -78,6 +88,22 @@ impl Steps {
         // `used < limit`, so this cannot overflow.
         self.used.set(used + 1);
         Ok(())
+    }
+
+    /// Whether `n` more reads fit in the budget.
+    #[inline]
+    pub fn has_room(&self, n: u64) -> bool {
+        self.limit.saturating_sub(self.used.get()) >= n
+    }
+
+    /// Counts `n` reads if all `n` fit in the budget; counts nothing otherwise.
+    #[inline]
+    pub fn charge_n(&self, n: u64) -> bool {
+        if !self.has_room(n) {
+            return false;
+        }
+        self.used.set(self.used.get() + n);
+        true
     }
 
     pub fn used(&self) -> u64 {
@@ -128,6 +154,21 @@ impl Memory for VecMemory<'_> {
         out.copy_from_slice(&self.bytes[addr as usize..end as usize]);
         Ok(())
     }
+
+    fn read_u64s(&self, base: u64, stride: u64, out: &mut [u64]) -> bool {
+        let mut words = Vec::with_capacity(out.len());
+        for i in 0..out.len() as u64 {
+            let Some(at) = stride.checked_mul(i).and_then(|d| base.checked_add(d)) else {
+                return false;
+            };
+            match self.read_u64(at) {
+                Ok(v) => words.push(v),
+                Err(_) => return false,
+            }
+        }
+        out.copy_from_slice(&words);
+        true
+    }
 }
 
 /// Any [`Memory`] with a step budget: each read charges one step first.
@@ -168,6 +209,13 @@ impl<M: Memory> Memory for Budgeted<M> {
     fn read_u32(&self, addr: u64) -> Result<u32, Miss> {
         self.steps.charge()?;
         self.inner.read_u32(addr)
+    }
+
+    fn read_u64s(&self, base: u64, stride: u64, out: &mut [u64]) -> bool {
+        // All or nothing: the budget must hold every word before the inner memory reads.
+        self.steps.has_room(out.len() as u64)
+            && self.inner.read_u64s(base, stride, out)
+            && self.steps.charge_n(out.len() as u64)
     }
 
     fn step_limit(&self) -> u64 {

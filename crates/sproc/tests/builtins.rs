@@ -104,6 +104,30 @@ proptest! {
         prop_assert_eq!(Aggregate::result(&r).expect("result"), want);
     }
 
+    /// Short calls over a few records take `read_u64s` when every record is held
+    /// where the call runs, and the word-by-word road otherwise: both must agree.
+    #[test]
+    fn short_aggregates_match(
+        (bytes, owners) in layout(),
+        start in 0usize..4096, n in 0u32..=9, stride_words in 0u32..40, f in 0u8..4,
+    ) {
+        let stride = stride_words * 8;
+        let base = (start % (bytes.len() - 8) / 8 * 8) as u64;
+        let n = if stride == 0 { n.min(1) } else {
+            n.min(((bytes.len() as u64 - base - 8) / u64::from(stride)) as u32)
+        };
+        let f = [AggFn::Sum, AggFn::Min, AggFn::Max, AggFn::Count][f as usize];
+        let vals: Vec<u64> = (0..n).map(|i| u64_at(&bytes, (base + u64::from(i * stride)) as usize)).collect();
+        let want = match f {
+            AggFn::Sum => vals.iter().fold(0u64, |a, v| a.wrapping_add(*v)),
+            AggFn::Min => vals.iter().copied().min().unwrap_or(u64::MAX),
+            AggFn::Max => vals.iter().copied().max().unwrap_or(0),
+            AggFn::Count => vals.iter().filter(|v| **v != 0).count() as u64,
+        };
+        let (r, _) = drive(&bytes, &owners, Aggregate::NAME, base, Aggregate::call(f, n, stride).to_vec()).expect("run short");
+        prop_assert_eq!(Aggregate::result(&r).expect("result"), want);
+    }
+
     #[test]
     fn gather_matches((bytes, owners) in layout(), picks in proptest::collection::vec((0usize..4000, 0u32..40), 1..20)) {
         let ranges: Vec<(u64, u32)> = picks.iter().map(|&(a, l)| {

@@ -118,6 +118,12 @@ fn every_builtin_reports_its_budget() {
             &records,
             Aggregate::call(AggFn::Count, 100, 8).to_vec(),
         ),
+        // Few enough records for the all-at-once read, which must not bypass the budget.
+        (
+            Aggregate::NAME,
+            &records,
+            Aggregate::call(AggFn::Sum, 3, 8).to_vec(),
+        ),
         (
             Scan::NAME,
             &records,

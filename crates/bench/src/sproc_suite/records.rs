@@ -18,6 +18,7 @@ use super::{
     write_all,
 };
 use crate::baseline::redis_eval::RedisEvalBaseline;
+use crate::ceiling::{Call, run_call_ceiling};
 use crate::error::Result;
 use crate::io_suite::progress;
 use crate::report::{BenchReport, BenchRow};
@@ -158,6 +159,10 @@ pub(super) fn records_section(opts: &SprocBenchOptions, report: &mut BenchReport
     let tables = [AggTable::new(records, 2, 2), AggTable::new(records, 3, 3)];
 
     for &b in &opts.b {
+        pb.set_message(format!(
+            "in-process ceiling of aggregate 1-3 records, b={b}"
+        ));
+        let ceilings = call_ceilings(records, &verify, &tables, b, opts.duration, report)?;
         for &q in &opts.q {
             // Room for the client-side variant's 3 reads per logical op in one frame.
             let client = cluster
@@ -170,7 +175,13 @@ pub(super) fn records_section(opts: &SprocBenchOptions, report: &mut BenchReport
                 q,
                 duration: opts.duration,
             };
+            let first = report.rows.len();
             point_rows(&point, &verify, &tables, &pb, report);
+            for row in &mut report.rows[first..] {
+                if let Some(&(_, mops)) = ceilings.iter().find(|(name, _)| *name == row.name) {
+                    row.fraction_of_ceiling = (mops > 0.0).then(|| row.mops / mops);
+                }
+            }
         }
     }
 
@@ -184,6 +195,60 @@ pub(super) fn records_section(opts: &SprocBenchOptions, report: &mut BenchReport
     drop(setup);
     drop(cluster);
     Ok(())
+}
+
+/// The procedure rows' ceiling: the same calls, `b` to a batch, run by the server's
+/// executor in this process with no sockets (`crate::ceiling`), one row per table.
+/// Returns the networked row each ceiling belongs to, with its M calls/s.
+fn call_ceilings(
+    records: u64,
+    verify: &AggTable,
+    tables: &[AggTable],
+    b: usize,
+    duration: Duration,
+    report: &mut BenchReport,
+) -> Result<Vec<(String, f64)>> {
+    let mut out = Vec::new();
+    for t in std::iter::once(verify).chain(tables) {
+        let calls: Vec<Call<'_>> = t
+            .ops
+            .iter()
+            .zip(&t.args)
+            .map(|(&(addr, _), args)| Call { addr, args })
+            .collect();
+        let c = run_call_ceiling(
+            records * 8,
+            record_value,
+            Aggregate::NAME,
+            &calls,
+            b,
+            duration,
+        )?;
+        let (name, of) = match t.k {
+            1 => (
+                "ceiling read one record and verify (built-in)".to_string(),
+                "read one record and verify (built-in)".to_string(),
+            ),
+            k => (
+                format!("ceiling aggregate {k} records"),
+                format!("aggregate {k} records"),
+            ),
+        };
+        report.rows.push(BenchRow {
+            name,
+            system: "in-process".into(),
+            op: Aggregate::NAME.into(),
+            record_size: 8,
+            distribution: "uniform".into(),
+            s: Some(1),
+            b: Some(b),
+            mops: c.mops,
+            working_set_bytes: Some(records * 8),
+            ..BenchRow::default()
+        });
+        out.push((of, c.mops));
+    }
+    Ok(out)
 }
 
 /// One server with one worker thread, and on it the records cache holding every

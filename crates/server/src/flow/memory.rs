@@ -179,6 +179,45 @@ impl Memory for FlowMemory<'_> {
         Ok(u64::from_le_bytes(b))
     }
 
+    /// Words inside one local region of an unguarded cache: one set of checks and
+    /// one budget charge for all of them, then plain loads.
+    #[inline]
+    fn read_u64s(&self, base: u64, stride: u64, out: &mut [u64]) -> bool {
+        let Some(n) = out.len().checked_sub(1) else {
+            return true;
+        };
+        let rs = self.c.region_size;
+        let Some(last) = stride
+            .checked_mul(n as u64)
+            .and_then(|d| base.checked_add(d))
+        else {
+            return false;
+        };
+        let (idx, off) = region_split(base, rs);
+        let (last_idx, last_off) = region_split(last, rs);
+        if self.c.guarded
+            || last_idx != idx
+            || last_off + 8 > rs
+            || last >= self.c.capacity.saturating_sub(7)
+        {
+            return false;
+        }
+        let Some(Some(r)) = self.c.regions.get(idx as usize) else {
+            return false;
+        };
+        let mut at = off as usize;
+        for w in out.iter_mut() {
+            let mut b = [0u8; 8];
+            if !r.read_into(at, &mut b) {
+                return false;
+            }
+            *w = u64::from_le_bytes(b);
+            at += stride as usize;
+        }
+        // Charged last, so that a refusal above has charged nothing.
+        self.steps.charge_n(out.len() as u64)
+    }
+
     fn step_limit(&self) -> u64 {
         self.steps.limit()
     }
@@ -215,6 +254,43 @@ mod tests {
         assert_eq!(p.read_prefix(104, &mut b), 0);
         p.insert(200, vec![1]);
         assert_eq!(p.bytes(), 5);
+    }
+
+    #[test]
+    fn words_read_at_once_stay_in_one_region_and_charge_each_step() {
+        let store = crate::store::RegionStore::new(1 << 20);
+        store
+            .alloc(1, 0, 4096, 8192, 1, Arrival::default())
+            .expect("region");
+        let map = store.snapshot();
+        let c = &map.caches[&1];
+        let r = c.regions[0].as_ref().expect("held");
+        for i in 0..512u64 {
+            assert!(r.write_from(i as usize * 8, &(i * 3).to_le_bytes()));
+        }
+        let m = FlowMemory::with_budget(c, None, 5);
+        let mut w = [0u64; 3];
+        assert!(m.read_u64s(16, 24, &mut w));
+        assert_eq!(w, [6, 15, 24]);
+        assert_eq!(m.steps.used(), 3, "one step per word");
+        // The last word would cross into region 1, held nowhere here: nothing read.
+        let mut w = [7u64; 2];
+        assert!(!m.read_u64s(4088, 8, &mut w));
+        assert!(
+            !m.read_u64s(4000, 96, &mut w),
+            "the second word is past the region"
+        );
+        assert_eq!(w, [7, 7]);
+        assert!(!m.read_u64s(8184, 8, &mut [0u64; 1]), "past the capacity");
+        assert_eq!(m.steps.used(), 3, "refusals charge nothing");
+        // Two steps left: three words are refused whole, two are read.
+        assert!(!m.read_u64s(0, 8, &mut [0u64; 3]));
+        assert_eq!(m.steps.used(), 3);
+        let mut w = [0u64; 2];
+        assert!(m.read_u64s(0, 4000, &mut w));
+        assert_eq!(w, [0, 1500]);
+        assert!(m.read_u64s(0, 8, &mut []), "no words: nothing to refuse");
+        assert_eq!(m.read_u64(0), Err(Miss::Budget));
     }
 
     #[test]
