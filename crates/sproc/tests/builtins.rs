@@ -69,6 +69,19 @@ fn u64_at(b: &[u8], a: usize) -> u64 {
     u64::from_le_bytes(b[a..a + 8].try_into().expect("8 bytes"))
 }
 
+/// What `aggregate` must answer, computed the plain way.
+fn aggregate_model(bytes: &[u8], f: AggFn, base: u64, n: u32, stride: u32) -> u64 {
+    let vals: Vec<u64> = (0..n)
+        .map(|i| u64_at(bytes, (base + u64::from(i * stride)) as usize))
+        .collect();
+    match f {
+        AggFn::Sum => vals.iter().fold(0u64, |a, v| a.wrapping_add(*v)),
+        AggFn::Min => vals.iter().copied().min().unwrap_or(u64::MAX),
+        AggFn::Max => vals.iter().copied().max().unwrap_or(0),
+        AggFn::Count => vals.iter().filter(|v| **v != 0).count() as u64,
+    }
+}
+
 fn layout() -> impl Strategy<Value = (Vec<u8>, Vec<u8>)> {
     (8usize..24).prop_flat_map(|regions| {
         (
@@ -90,13 +103,7 @@ proptest! {
         let base = (start / 8 * 8) as u64;
         let n = n.min(((bytes.len() as u64 - base - 8) / u64::from(stride)) as u32);
         let f = [AggFn::Sum, AggFn::Min, AggFn::Max, AggFn::Count][f as usize];
-        let vals: Vec<u64> = (0..n).map(|i| u64_at(&bytes, (base + u64::from(i * stride)) as usize)).collect();
-        let want = match f {
-            AggFn::Sum => vals.iter().fold(0u64, |a, v| a.wrapping_add(*v)),
-            AggFn::Min => vals.iter().copied().min().unwrap_or(u64::MAX),
-            AggFn::Max => vals.iter().copied().max().unwrap_or(0),
-            AggFn::Count => vals.iter().filter(|v| **v != 0).count() as u64,
-        };
+        let want = aggregate_model(&bytes, f, base, n, stride);
         let (r, _) = drive(&bytes, &owners, Aggregate::NAME, base, Aggregate::args(f, base, n, stride)).expect("run");
         prop_assert_eq!(Aggregate::result(&r).expect("result"), want);
         // The short form, with the base taken from the address, across servers too.
@@ -117,13 +124,7 @@ proptest! {
             n.min(((bytes.len() as u64 - base - 8) / u64::from(stride)) as u32)
         };
         let f = [AggFn::Sum, AggFn::Min, AggFn::Max, AggFn::Count][f as usize];
-        let vals: Vec<u64> = (0..n).map(|i| u64_at(&bytes, (base + u64::from(i * stride)) as usize)).collect();
-        let want = match f {
-            AggFn::Sum => vals.iter().fold(0u64, |a, v| a.wrapping_add(*v)),
-            AggFn::Min => vals.iter().copied().min().unwrap_or(u64::MAX),
-            AggFn::Max => vals.iter().copied().max().unwrap_or(0),
-            AggFn::Count => vals.iter().filter(|v| **v != 0).count() as u64,
-        };
+        let want = aggregate_model(&bytes, f, base, n, stride);
         let (r, _) = drive(&bytes, &owners, Aggregate::NAME, base, Aggregate::call(f, n, stride).to_vec()).expect("run short");
         prop_assert_eq!(Aggregate::result(&r).expect("result"), want);
     }

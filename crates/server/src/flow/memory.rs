@@ -256,13 +256,18 @@ mod tests {
         assert_eq!(p.bytes(), 5);
     }
 
-    #[test]
-    fn words_read_at_once_stay_in_one_region_and_charge_each_step() {
+    /// A cache of 8192 bytes in two 4096-byte regions, the first held here.
+    fn one_region_of_two() -> std::sync::Arc<crate::store::StoreMap> {
         let store = crate::store::RegionStore::new(1 << 20);
         store
             .alloc(1, 0, 4096, 8192, 1, Arrival::default())
             .expect("region");
-        let map = store.snapshot();
+        std::sync::Arc::clone(&store.snapshot())
+    }
+
+    #[test]
+    fn words_read_at_once_stay_in_one_region_and_charge_each_step() {
+        let map = one_region_of_two();
         let c = &map.caches[&1];
         let r = c.regions[0].as_ref().expect("held");
         for i in 0..512u64 {
@@ -295,11 +300,7 @@ mod tests {
 
     #[test]
     fn every_read_charges_one_step_of_the_runs_budget() {
-        let store = crate::store::RegionStore::new(1 << 20);
-        store
-            .alloc(1, 0, 4096, 8192, 1, Arrival::default())
-            .expect("region");
-        let map = store.snapshot();
+        let map = one_region_of_two();
         let c = &map.caches[&1];
         assert!(
             c.regions[0]
