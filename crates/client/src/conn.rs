@@ -57,7 +57,6 @@ pub(crate) struct ServerConn {
     /// replies make room.
     pub backlog: VecDeque<(PartRef, u64)>,
     rbuf: BytesMut,
-    filled: usize,
     next_seq: u64,
     frame_limit: usize,
     max_frame: u32,
@@ -141,8 +140,7 @@ impl ServerConn {
                 reason: e.to_string(),
             });
         }
-        let mut rbuf = BytesMut::with_capacity(MIN_READ * 2);
-        rbuf.resize(MIN_READ * 2, 0);
+        let rbuf = BytesMut::with_capacity(MIN_READ * 2);
         Ok(Self {
             server,
             addr,
@@ -155,7 +153,6 @@ impl ServerConn {
             inflight: VecDeque::new(),
             backlog: VecDeque::new(),
             rbuf,
-            filled: 0,
             next_seq: 1,
             frame_limit: (max_frame as usize / 2).min(8 << 20),
             max_frame,
@@ -399,15 +396,16 @@ impl ServerConn {
         mut on_frame: impl FnMut(&mut Self, InFlight, Bytes) -> Result<(), OpError>,
     ) -> Result<(), OpError> {
         loop {
-            if self.rbuf.len() - self.filled < MIN_READ {
-                let want = self.filled + MIN_READ.max(self.rbuf.len());
-                self.rbuf.resize(want, 0);
+            if self.rbuf.capacity() - self.rbuf.len() < MIN_READ {
+                self.rbuf.reserve(MIN_READ.max(self.rbuf.len()));
             }
-            let space = self.rbuf.len() - self.filled;
-            match self.stream.read(&mut self.rbuf[self.filled..]) {
+            let spare = self.rbuf.spare_capacity_mut();
+            let space = spare.len();
+            match self.stream.read_spare(spare) {
                 Ok(0) => return Err(self.unavailable("connection closed by server")),
                 Ok(n) => {
-                    self.filled += n;
+                    // SAFETY: the read initialized the first `n` bytes of the spare room.
+                    unsafe { self.rbuf.set_len(self.rbuf.len() + n) };
                     self.take_frames(&mut on_frame)?;
                     if self.stream.drained_after(n, space) {
                         return Ok(());
@@ -425,20 +423,18 @@ impl ServerConn {
         on_frame: &mut impl FnMut(&mut Self, InFlight, Bytes) -> Result<(), OpError>,
     ) -> Result<(), OpError> {
         loop {
-            let hdr = match FrameHeader::decode(&self.rbuf[..self.filled], self.max_frame) {
+            let hdr = match FrameHeader::decode(&self.rbuf, self.max_frame) {
                 Ok(Some(h)) => h,
                 Ok(None) => return Ok(()),
                 Err(e) => return Err(self.protocol(e.to_string())),
             };
             let n = hdr.frame_len();
-            if self.filled < n {
-                if self.rbuf.len() < n {
-                    self.rbuf.resize(n, 0);
-                }
+            if self.rbuf.len() < n {
+                // Room for the whole frame, so the rest can arrive in one read.
+                self.rbuf.reserve(n - self.rbuf.len());
                 return Ok(());
             }
             let frame = self.rbuf.split_to(n).freeze();
-            self.filled -= n;
             match hdr.kind {
                 FrameKind::Response => {
                     let Some(front) = self.inflight.pop_front() else {

@@ -3,6 +3,7 @@
 //! encrypted bytes the socket refused) go out on [`Stream::push`].
 
 use std::io::{self, Read, Write};
+use std::mem::MaybeUninit;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -11,6 +12,10 @@ use mio::{Interest, Registry, Token};
 
 use crate::NetError;
 use crate::tls::TlsConnector;
+
+/// Most bytes one [`Stream::read_spare`] takes from a TLS session (its records are at
+/// most 16 KiB of plaintext).
+const TLS_READ: usize = 64 << 10;
 
 pub struct TlsStream {
     tcp: TcpStream,
@@ -92,6 +97,35 @@ impl Stream {
         match self {
             Self::Plain(t) => t.read(buf),
             Self::Tls(s) => s.read(buf),
+        }
+    }
+
+    /// Reads plaintext into room that need not be initialized: a plain socket's bytes
+    /// come straight from `recv`, so a receive buffer is never zero-filled first only
+    /// to be overwritten. `Ok(0)` at the end of the stream.
+    pub fn read_spare(&mut self, buf: &mut [MaybeUninit<u8>]) -> io::Result<usize> {
+        match self {
+            Self::Plain(t) => {
+                use std::os::fd::AsRawFd;
+                // SAFETY: `recv` writes at most `buf.len()` bytes into `buf`, which is
+                // valid for writes of that many bytes; nothing reads them here.
+                let n = unsafe { libc::recv(t.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+                if n < 0 {
+                    Err(io::Error::last_os_error())
+                } else {
+                    Ok(n as usize)
+                }
+            }
+            Self::Tls(s) => {
+                // Decrypted bytes come from the session's own buffer: a bounded piece
+                // is cleared and read into as initialized bytes.
+                let n = buf.len().min(TLS_READ);
+                let piece = &mut buf[..n];
+                piece.fill(MaybeUninit::new(0));
+                // SAFETY: every byte of `piece` was initialized just above.
+                let piece = unsafe { &mut *(piece as *mut [MaybeUninit<u8>] as *mut [u8]) };
+                s.read(piece)
+            }
         }
     }
 
@@ -248,5 +282,40 @@ impl Write for BlockingStream {
             Self::Plain(s) => s.flush(),
             Self::Tls(s) => s.flush(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_reads_land_in_spare_room_and_report_the_end() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let mut writer = std::net::TcpStream::connect(addr).expect("connect");
+        let (accepted, _) = listener.accept().expect("accept");
+        let mut s = Stream::Plain(TcpStream::from_std(accepted));
+        writer.write_all(b"hello, spare room").expect("write");
+        let mut buf: Vec<u8> = Vec::with_capacity(64);
+        while buf.len() < 17 {
+            match s.read_spare(buf.spare_capacity_mut()) {
+                Ok(n) => {
+                    // SAFETY: the read initialized the first `n` spare bytes.
+                    unsafe { buf.set_len(buf.len() + n) };
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::yield_now(),
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert_eq!(&buf[..], b"hello, spare room");
+        drop(writer);
+        let end = loop {
+            match s.read_spare(buf.spare_capacity_mut()) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::yield_now(),
+                other => break other,
+            }
+        };
+        assert_eq!(end.expect("end of stream"), 0);
     }
 }
