@@ -205,14 +205,14 @@ impl Memory for FlowMemory<'_> {
         let Some(Some(r)) = self.c.regions.get(idx as usize) else {
             return false;
         };
-        let mut at = off as usize;
-        for w in out.iter_mut() {
+        for (i, w) in out.iter_mut().enumerate() {
+            // At most `last_off`: no overflow, whatever the stride of a single word.
+            let at = off + i as u64 * stride;
             let mut b = [0u8; 8];
-            if !r.read_into(at, &mut b) {
+            if !r.read_into(at as usize, &mut b) {
                 return false;
             }
             *w = u64::from_le_bytes(b);
-            at += stride as usize;
         }
         // Charged last, so that a refusal above has charged nothing.
         self.steps.charge_n(out.len() as u64)
@@ -295,6 +295,11 @@ mod tests {
         assert!(m.read_u64s(0, 4000, &mut w));
         assert_eq!(w, [0, 1500]);
         assert!(m.read_u64s(0, 8, &mut []), "no words: nothing to refuse");
+        // One word with any stride: the stride is never applied.
+        let mut one = [0u64; 1];
+        assert!(!m.read_u64s(8, u64::MAX, &mut one), "the budget is used up");
+        assert!(FlowMemory::new(c, None).read_u64s(8, u64::MAX, &mut one));
+        assert_eq!(one, [3]);
         assert_eq!(m.read_u64(0), Err(Miss::Budget));
     }
 
