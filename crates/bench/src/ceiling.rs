@@ -171,14 +171,22 @@ pub struct Call<'a> {
     pub args: &'a [u8],
 }
 
-/// The ceiling of a procedure row: `calls` to the built-in `proc_name`, `batch` to a
-/// batch in the order given (replayed cyclically), against a cache of `bytes` bytes
-/// holding `fill(i)` as its `i`th little-endian u64, run by the server's executor in
-/// this thread for `duration`. A call answered with anything but OK fails the run.
+/// The procedure a [`run_call_ceiling`] calls: a built-in by name, or WebAssembly
+/// registered under `name` first.
+#[derive(Clone, Copy)]
+pub enum CallProc<'a> {
+    Builtin(&'a str),
+    Wasm { name: &'a str, code: &'a [u8] },
+}
+
+/// The ceiling of a procedure row: `calls` to `proc`, `batch` to a batch in the order
+/// given (replayed cyclically), against a cache of `bytes` bytes holding `fill(i)` as
+/// its `i`th little-endian u64, run by the server's executor in this thread for
+/// `duration`. A call answered with anything but OK fails the run.
 pub fn run_call_ceiling(
     bytes: u64,
     fill: impl Fn(u64) -> u64,
-    proc_name: &str,
+    proc: CallProc<'_>,
     calls: &[Call<'_>],
     batch: usize,
     duration: Duration,
@@ -193,6 +201,15 @@ pub fn run_call_ceiling(
         InProcess::new(capacity, REGION).map_err(|e| BenchError::Cluster(e.to_string()))?;
     prefill(&mut cache, capacity)?;
     fill_words(&mut cache, bytes, fill)?;
+    let proc_name = match proc {
+        CallProc::Builtin(name) => name,
+        CallProc::Wasm { name, code } => {
+            cache
+                .register(name, code)
+                .map_err(|e| BenchError::Cluster(format!("register {name}: {e}")))?;
+            name
+        }
+    };
     let id = cache.cache_id();
     let batches = calls.len().div_ceil(batch);
     let mut ring = Vec::with_capacity(batches);
@@ -216,7 +233,35 @@ pub fn run_call_ceiling(
         e.finish(&mut req);
         ring.push(req.split_off(HEADER_LEN));
     }
+    check_calls(&mut cache, &ring)?;
     measure_prepared(Prepared { cache, ring }, duration).map(|(o, _)| o)
+}
+
+/// Runs every batch of `ring` once and checks that each call finished here: a
+/// procedure that fails answers OK with a failure inside, which the op counts miss.
+fn check_calls(cache: &mut InProcess, ring: &[Vec<u8>]) -> Result<()> {
+    use farcache_proto::reply::{self, ExecReply};
+    use farcache_proto::{ReplyBody, ResponseDecoder};
+    let mut out = Vec::new();
+    for (i, payload) in ring.iter().enumerate() {
+        out.clear();
+        cache
+            .execute(payload, 0, &mut out)
+            .map_err(|e| BenchError::Cluster(format!("batch rejected: {e}")))?;
+        let bad = |what: String| BenchError::Cluster(format!("batch {i}: {what}"));
+        let replies = ResponseDecoder::new(&out[HEADER_LEN..]).map_err(|e| bad(e.to_string()))?;
+        for r in replies {
+            let r = r.map_err(|e| bad(e.to_string()))?;
+            let ReplyBody::Data(body) = r.body else {
+                return Err(bad(format!("{:?} {:?}", r.op, r.status)));
+            };
+            match reply::decode(body).map_err(|e| bad(e.to_string()))? {
+                ExecReply::Done(_) => {}
+                other => return Err(bad(format!("the call did not finish here: {other:?}"))),
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Writes `fill(i)` as the `i`th u64 of the first `bytes` bytes.
@@ -337,7 +382,9 @@ mod tests {
             .ok()
             .and_then(|s| s.parse().ok())
             .unwrap_or(100_000);
-        for k in 1..=3u32 {
+        // `FARCACHE_CEILING_ONLY=wasm` runs the WebAssembly row alone.
+        let only_wasm = std::env::var("FARCACHE_CEILING_ONLY").is_ok_and(|o| o == "wasm");
+        for k in (1..=3u32).filter(|_| !only_wasm) {
             let mut g = KeyGen::new(KeyDistribution::Uniform, records, 8, SEED).unwrap();
             let args: Vec<([u8; 9], u64)> = (0..65_536)
                 .map(|_| {
@@ -355,7 +402,7 @@ mod tests {
             let o = run_call_ceiling(
                 records * 8,
                 |i| i,
-                Aggregate::NAME,
+                CallProc::Builtin(Aggregate::NAME),
                 &calls,
                 1024,
                 Duration::from_secs_f64(secs),
@@ -366,6 +413,41 @@ mod tests {
                 o.mops, o.ns_per_op
             );
         }
+        // `sum.wat` over one record, as the WebAssembly verify row calls it.
+        let sum = include_str!("../../sproc/procs/sum.wat").as_bytes();
+        let mut g = KeyGen::new(KeyDistribution::Uniform, records, 8, SEED).unwrap();
+        let args: Vec<[u8; 24]> = (0..65_536)
+            .map(|_| {
+                let mut a = [0u8; 24];
+                a[..8].copy_from_slice(&g.next_offset().to_le_bytes());
+                a[8..12].copy_from_slice(&1u32.to_le_bytes());
+                a
+            })
+            .collect();
+        let calls: Vec<Call<'_>> = args
+            .iter()
+            .map(|a| Call {
+                addr: u64::from_le_bytes(a[..8].try_into().unwrap()),
+                args: a,
+            })
+            .collect();
+        let wasm = CallProc::Wasm {
+            name: "sum",
+            code: sum,
+        };
+        let o = run_call_ceiling(
+            records * 8,
+            |i| i,
+            wasm,
+            &calls,
+            1024,
+            Duration::from_secs_f64(secs),
+        )
+        .unwrap();
+        println!(
+            "ceiling sum.wat 1 record records={records} b=1024: {:6.2} M calls/s {:6.1} ns/call",
+            o.mops, o.ns_per_op
+        );
     }
 
     #[test]
@@ -379,16 +461,45 @@ mod tests {
             })
             .collect();
         let d = Duration::from_millis(50);
-        let o = run_call_ceiling(8_000, |i| i, Aggregate::NAME, &good, 16, d).unwrap();
+        let agg = CallProc::Builtin(Aggregate::NAME);
+        let o = run_call_ceiling(8_000, |i| i, agg, &good, 16, d).unwrap();
         assert!(o.ops > 0 && o.mops > 0.0, "{o:?}");
         // A call past the end of the cache answers OUT_OF_RANGE: the run fails.
         let bad = [Call {
             addr: 64 << 20,
             args: &args,
         }];
-        assert!(run_call_ceiling(8_000, |i| i, Aggregate::NAME, &bad, 4, d).is_err());
-        assert!(run_call_ceiling(8_000, |i| i, "no-such-proc", &good, 4, d).is_err());
-        assert!(run_call_ceiling(8_000, |i| i, Aggregate::NAME, &[], 4, d).is_err());
+        assert!(run_call_ceiling(8_000, |i| i, agg, &bad, 4, d).is_err());
+        let none = CallProc::Builtin("no-such-proc");
+        assert!(run_call_ceiling(8_000, |i| i, none, &good, 4, d).is_err());
+        assert!(run_call_ceiling(8_000, |i| i, agg, &[], 4, d).is_err());
+        // A WebAssembly procedure is registered first; one that does not compile
+        // fails the run.
+        let sum = include_str!("../../sproc/procs/sum.wat").as_bytes();
+        let mut wasm_args = [0u8; 24];
+        wasm_args[8..12].copy_from_slice(&2u32.to_le_bytes());
+        let wasm_calls = [Call {
+            addr: 64,
+            args: &wasm_args,
+        }];
+        let wasm = CallProc::Wasm {
+            name: "sum",
+            code: sum,
+        };
+        assert!(run_call_ceiling(8_000, |i| i, wasm, &wasm_calls, 8, d).is_ok());
+        let broken = CallProc::Wasm {
+            name: "sum",
+            code: b"(module",
+        };
+        assert!(run_call_ceiling(8_000, |i| i, broken, &wasm_calls, 8, d).is_err());
+        // A call the procedure refuses answers OK with a failure inside: still caught.
+        let refused = Aggregate::call(AggFn::Sum, 2, 4);
+        let refused = [Call {
+            addr: 0,
+            args: &refused,
+        }];
+        let e = run_call_ceiling(8_000, |i| i, agg, &refused, 4, d).unwrap_err();
+        assert!(e.to_string().contains("did not finish"), "{e}");
     }
 
     #[test]

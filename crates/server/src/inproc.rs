@@ -79,6 +79,12 @@ impl InProcess {
         })
     }
 
+    /// Compiles a WebAssembly procedure and makes it callable as `name` on this
+    /// cache, as a `LoadProc` from the manager does on a server.
+    pub fn register(&self, name: &str, code: &[u8]) -> Result<(), farcache_sproc::SprocError> {
+        self.procs.load(self.cache, name, code)
+    }
+
     /// The cache requests must name.
     pub fn cache_id(&self) -> CacheId {
         self.cache
@@ -124,7 +130,7 @@ impl InProcess {
         );
         self.metrics.publish(&tally);
         r?;
-        // No procedures are loaded and no region has backups, so neither list grows;
+        // Every region is held here and none has backups, so neither list grows;
         // cleared anyway so a long run cannot accumulate them.
         self.spawned.clear();
         self.written.clear();

@@ -18,7 +18,7 @@ use super::{
     write_all,
 };
 use crate::baseline::redis_eval::RedisEvalBaseline;
-use crate::ceiling::{Call, run_call_ceiling};
+use crate::ceiling::{Call, CallProc, run_call_ceiling};
 use crate::error::Result;
 use crate::io_suite::progress;
 use crate::report::{BenchReport, BenchRow};
@@ -198,8 +198,9 @@ pub(super) fn records_section(opts: &SprocBenchOptions, report: &mut BenchReport
 }
 
 /// The procedure rows' ceiling: the same calls, `b` to a batch, run by the server's
-/// executor in this process with no sockets (`crate::ceiling`), one row per table.
-/// Returns the networked row each ceiling belongs to, with its M calls/s.
+/// executor in this process with no sockets (`crate::ceiling`), one row per
+/// procedure row. Returns the networked row each ceiling belongs to, with its M
+/// calls/s.
 fn call_ceilings(
     records: u64,
     verify: &AggTable,
@@ -208,36 +209,48 @@ fn call_ceilings(
     duration: Duration,
     report: &mut BenchReport,
 ) -> Result<Vec<(String, f64)>> {
+    let builtin = CallProc::Builtin(Aggregate::NAME);
+    let wasm = CallProc::Wasm {
+        name: "sum",
+        code: SUM_WAT.as_bytes(),
+    };
+    let mut runs = vec![
+        (
+            "read one record and verify (built-in)".to_string(),
+            builtin,
+            table_calls(verify, false),
+        ),
+        (
+            "read one record and verify (WebAssembly)".to_string(),
+            wasm,
+            table_calls(verify, true),
+        ),
+    ];
+    for t in tables {
+        runs.push((
+            format!("aggregate {} records", t.k),
+            builtin,
+            table_calls(t, false),
+        ));
+    }
     let mut out = Vec::new();
-    for t in std::iter::once(verify).chain(tables) {
-        let calls: Vec<Call<'_>> = t
-            .ops
-            .iter()
-            .zip(&t.args)
-            .map(|(&(addr, _), args)| Call { addr, args })
-            .collect();
-        let c = run_call_ceiling(
-            records * 8,
-            record_value,
-            Aggregate::NAME,
-            &calls,
-            b,
-            duration,
-        )?;
-        let (name, of) = match t.k {
-            1 => (
-                "ceiling read one record and verify (built-in)".to_string(),
-                "read one record and verify (built-in)".to_string(),
-            ),
-            k => (
-                format!("ceiling aggregate {k} records"),
-                format!("aggregate {k} records"),
-            ),
+    for (of, proc, calls) in runs {
+        let c = match run_call_ceiling(records * 8, record_value, proc, &calls, b, duration) {
+            Ok(c) => c,
+            // As the networked row: a server without WebAssembly skips it.
+            Err(e) if matches!(proc, CallProc::Wasm { .. }) => {
+                tracing::warn!("WebAssembly ceiling skipped: {e}");
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let op = match proc {
+            CallProc::Builtin(name) | CallProc::Wasm { name, .. } => name,
         };
         report.rows.push(BenchRow {
-            name,
+            name: format!("ceiling {of}"),
             system: "in-process".into(),
-            op: Aggregate::NAME.into(),
+            op: op.into(),
             record_size: 8,
             distribution: "uniform".into(),
             s: Some(1),
@@ -249,6 +262,16 @@ fn call_ceilings(
         out.push((of, c.mops));
     }
     Ok(out)
+}
+
+/// Table `t`'s calls, with the arguments of `sum.wat` when `wasm`.
+fn table_calls(t: &AggTable, wasm: bool) -> Vec<Call<'_>> {
+    (0..t.ops.len())
+        .map(|j| Call {
+            addr: t.ops[j].0,
+            args: if wasm { &t.wasm_args[j] } else { &t.args[j] },
+        })
+        .collect()
 }
 
 /// One server with one worker thread, and on it the records cache holding every
