@@ -217,9 +217,24 @@ pub fn run_call_ceiling(
     for _ in 0..batches {
         let mut req = Vec::new();
         let mut e = RequestEncoder::begin(&mut req, 0);
-        for _ in 0..batch {
-            let c = &calls[next];
-            next = if next + 1 == calls.len() { 0 } else { next + 1 };
+        let picked: Vec<&Call<'_>> = (0..batch)
+            .map(|_| {
+                let c = &calls[next];
+                next = if next + 1 == calls.len() { 0 } else { next + 1 };
+                c
+            })
+            .collect();
+        // As the client sends them: calls with arguments of one length in one run.
+        let args_len = picked[0].args.len();
+        let run = picked.iter().all(|c| c.args.len() == args_len)
+            && e.push_executes(
+                &mut req,
+                id,
+                proc_name,
+                args_len as u32,
+                picked.iter().map(|c| (c.addr, c.args)),
+            );
+        for c in picked.iter().filter(|_| !run) {
             e.push(
                 &mut req,
                 &Op::Execute {

@@ -435,7 +435,46 @@ fn unknown_op_codes_frame_kinds_and_malformed_batches() {
         v[HEADER_LEN + 4 + 14] = 0xFF;
         v
     };
+    // A WRITE, then an EXECUTE_RUN of `calls` calls with `body` as their bytes, in a
+    // batch declaring `declared` ops.
+    let run = |seq: u64, declared: u32, calls: u32, body: &[u8]| {
+        let mut v = encode_request(
+            seq,
+            &[Op::Write {
+                cache: f.cache_id,
+                addr: 0,
+                data: b"MUST NOT LAND",
+            }],
+        );
+        v.push(farcache_proto::request::EXECUTE_RUN);
+        v.extend_from_slice(&f.cache_id.to_le_bytes());
+        v.push(9);
+        v.extend_from_slice(b"aggregate");
+        v.extend_from_slice(&9u32.to_le_bytes());
+        v.extend_from_slice(&calls.to_le_bytes());
+        v.extend_from_slice(body);
+        let len = (v.len() - HEADER_LEN) as u32;
+        v[0..4].copy_from_slice(&len.to_le_bytes());
+        v[HEADER_LEN..HEADER_LEN + 4].copy_from_slice(&declared.to_le_bytes());
+        v
+    };
+    let calls = [0u8; 2 * 17];
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        (
+            "execute run with more calls than the batch has ops",
+            run(11, 2, 2, &calls),
+            "malformed execute run",
+        ),
+        (
+            "execute run of no calls",
+            run(12, 2, 0, &[]),
+            "malformed execute run",
+        ),
+        (
+            "execute run past the payload's end",
+            run(13, 4, 3, &calls),
+            "truncated run calls",
+        ),
         ("unknown op code", unknown_op, "unknown op code 0x7f"),
         (
             "valid op then unknown op",

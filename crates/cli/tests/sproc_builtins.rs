@@ -484,6 +484,64 @@ fn peer_messages_are_batched_per_destination() {
     }
 }
 
+/// The client sends consecutive calls of one procedure with arguments of one length
+/// as one EXECUTE_RUN. Streaks of calls broken every way (another procedure, another
+/// argument length, arguments too long for a run, reads between, a batch boundary, a
+/// call whose address is on another server) each get their own answer.
+#[test]
+fn calls_sent_as_runs_answer_each_call() {
+    let (cluster, cache, model) = cluster();
+    let client = cluster
+        .client_with(
+            ClientConfig::new("")
+                .op_timeout(Duration::from_secs(10))
+                .batch_size(16)
+                .queue_depth(2),
+        )
+        .expect("small-batch client");
+    let cache_small = client.open("sprocs").expect("open");
+    let mut rng = StdRng::seed_from_u64(23);
+    let span = REGIONS * REGION;
+    for c in [&cache, &cache_small] {
+        let mut b = c.batch();
+        let mut want: Vec<(usize, Vec<u8>)> = Vec::new();
+        while want.len() < 1500 {
+            let kind = rng.gen_range(0..4);
+            for _ in 0..rng.gen_range(1..40) {
+                let base = rng.gen_range(0..span - 64) / 8 * 8;
+                let (name, args) = match kind {
+                    0 => {
+                        let n = rng.gen_range(1..=3u32);
+                        (Aggregate::NAME, Aggregate::call(AggFn::Sum, n, 8).to_vec())
+                    }
+                    1 => {
+                        let n = rng.gen_range(1..=3u32);
+                        (Aggregate::NAME, Aggregate::args(AggFn::Max, base, n, 16))
+                    }
+                    // Over 32 bytes of arguments: sent call by call.
+                    2 => {
+                        let ranges = [(base, 8), (base + 16, 4), (base + 40, 2)];
+                        (Gather::NAME, Gather::args(&ranges))
+                    }
+                    _ => {
+                        let i = b.read(base, 8);
+                        want.push((i, model[base as usize..base as usize + 8].to_vec()));
+                        continue;
+                    }
+                };
+                let i = b.execute(name, base, &args);
+                want.push((i, run_locally(&model, name, base, args)));
+            }
+        }
+        let res = b.run();
+        for (i, w) in want {
+            assert_eq!(res.data(i).expect("answered"), &w[..], "op {i}");
+        }
+    }
+    drop((cache, cache_small));
+    cluster.shutdown();
+}
+
 /// Hundreds of hand-offs arriving at one worker of a server in a few frames: the
 /// worker queues them, wakes its idle sibling, and the sibling steals part of the
 /// queue. Every answer stays right.

@@ -288,6 +288,40 @@ impl ServerConn {
         }
     }
 
+    /// Appends EXECUTEs of `proc_name` with `args_len`-byte arguments: ops `first..`
+    /// of ticket `key`, sent whole, for which [`room`](Self::room) made room. False
+    /// (nothing appended) when the arguments are too long for the batched form.
+    #[inline]
+    pub fn push_executes<'d>(
+        &mut self,
+        (key, first): (u32, u32),
+        cache: CacheId,
+        proc_name: &str,
+        args_len: u32,
+        reply_len: usize,
+        calls: impl ExactSizeIterator<Item = (u64, &'d [u8])>,
+    ) -> bool {
+        let n = calls.len();
+        let Self {
+            open: Some(open),
+            out,
+            ..
+        } = self
+        else {
+            return false;
+        };
+        if !open
+            .enc
+            .push_executes(out, cache, proc_name, args_len, calls)
+        {
+            return false;
+        }
+        open.parts
+            .push_whole_n(key, first, n as u32, 0, Kind::Execute);
+        open.reply_bytes += n * reply_len;
+        true
+    }
+
     /// Appends WRITEs of `len`-byte data: ops `first..` of ticket `key`, sent whole,
     /// for which [`room`](Self::room) made room.
     #[inline]

@@ -430,11 +430,42 @@ impl LaneInner {
                 i += n;
                 continue;
             }
-            let part = Entry::Whole(key as u32, i as u32, 0, op.kind);
             let name_end = op.data_off + usize::from(op.name_len);
             let Some(name) = t.names.get(op.data_off..name_end) else {
                 break;
             };
+            if op.len <= farcache_proto::op::SHORT_ARGS as u64 {
+                // A stretch of calls of one procedure with arguments of one length:
+                // counted, then encoded in one go, as many as the open batch takes.
+                let op_len = Op::EXECUTE_HEAD + name.len() + op.len as usize;
+                let room = c.room(op_len, EXECUTE_REPLY_GUESS, b, q);
+                if room == 0 {
+                    break;
+                }
+                // Consecutive calls of one procedure share its name's place in `names`.
+                let same = |o: &BatchOp| {
+                    o.kind == Kind::Execute
+                        && o.data_off == op.data_off
+                        && o.name_len == op.name_len
+                        && o.len == op.len
+                        && owner(o) == Some(server)
+                };
+                let n = 1 + t.ops[i + 1..]
+                    .iter()
+                    .take(room - 1)
+                    .take_while(|o| same(o))
+                    .count();
+                let run = t.ops[i..i + n].iter().map(|o| (o.addr, o.args(&t.data)));
+                let at = (key as u32, i as u32);
+                // A lone call is smaller as a plain EXECUTE.
+                if n > 1
+                    && c.push_executes(at, cache, name, op.len as u32, EXECUTE_REPLY_GUESS, run)
+                {
+                    i += n;
+                    continue;
+                }
+            }
+            let part = Entry::Whole(key as u32, i as u32, 0, op.kind);
             let args = op.args(&t.data);
             let appended =
                 c.append_execute(part, cache, addr, name, args, EXECUTE_REPLY_GUESS, (b, q));

@@ -32,6 +32,8 @@ pub enum DecodeError {
     Utf8(&'static str),
     #[error("EXECUTE with an empty procedure name before any EXECUTE named one")]
     NoProcToRepeat,
+    #[error("malformed EXECUTE run: {0}")]
+    BadRun(String),
     #[error("malformed procedure reply: {0}")]
     BadReply(String),
 }

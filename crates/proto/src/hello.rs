@@ -20,7 +20,7 @@ use crate::wire::Cursor;
 use crate::{CacheId, DecodeError, ServerId};
 
 /// Version 2 added the challenge–response; version 1 peers are refused.
-pub const PROTOCOL_VERSION: u16 = 2;
+pub const PROTOCOL_VERSION: u16 = 3;
 const MAGIC: &[u8; 4] = b"FCAC";
 /// Longest identity a Hello may carry (a server's advertised `host:port`).
 pub const MAX_IDENTITY: usize = 255;

@@ -8,9 +8,18 @@
 //! | FETCH_ADD | cache u32, addr u64, delta u64                                |
 //! | EXECUTE   | cache u32, addr u64, name_len u8, name, args_len u32, args    |
 //! | PING      | —                                                             |
+//! | EXECUTE_RUN | cache u32, name_len u8, name, args_len u32, calls u32, then `calls` × (addr u64, args[args_len]) |
 //!
 //! An EXECUTE with `name_len` 0 calls the procedure the batch's previous EXECUTE named
 //! (batches usually call one procedure many times); as the first EXECUTE it is an error.
+//!
+//! EXECUTE_RUN is `calls` EXECUTEs of one procedure on one cache with arguments of one
+//! length, written once: it counts as `calls` ops toward the batch's count, gets
+//! `calls` replies, and decodes as that many [`Op::Execute`]s. It exists because a
+//! call's head (opcode, cache, name and argument lengths) otherwise costs as much to
+//! check and decode as the rest of the call. A run of 0 calls, or of more calls than
+//! the batch has ops left, is malformed; its `name_len` 0 repeats the previous name
+//! like an EXECUTE's, and a named run names it for the EXECUTEs after it.
 
 use crate::frame::{FrameHeader, FrameKind, HEADER_LEN};
 use crate::op::{Op, OpCode};
@@ -19,6 +28,13 @@ use crate::{CacheId, DecodeError};
 
 /// Bytes of an encoded READ, and of a WRITE's head.
 pub const READ_LEN: usize = 17;
+
+/// Wire tag of an EXECUTE_RUN (see the module docs); not an [`OpCode`]: it decodes
+/// as EXECUTEs.
+pub const EXECUTE_RUN: u8 = 6;
+
+/// Bytes of an EXECUTE_RUN's head besides the name.
+const RUN_HEAD: usize = 1 + 4 + 1 + 4 + 4;
 
 /// Builds one request frame in place at the end of a caller-owned buffer, so a client can
 /// keep appending ops without copying.
@@ -181,6 +197,62 @@ impl RequestEncoder {
         out.extend_from_slice(args);
     }
 
+    /// Appends an EXECUTE of `proc_name` for each `(addr, args)` as one EXECUTE_RUN,
+    /// every `args` exactly `args_len` bytes (a shorter or longer one is cut or
+    /// zero-padded to `args_len`): the batched call path. The run names the procedure
+    /// unless the previous EXECUTE did. Appends nothing and returns false when
+    /// `args_len` exceeds [`SHORT_ARGS`](crate::op::SHORT_ARGS): such calls go one by
+    /// one through [`push_execute`](Self::push_execute).
+    #[inline]
+    pub fn push_executes<'d>(
+        &mut self,
+        out: &mut Vec<u8>,
+        cache: CacheId,
+        proc_name: &str,
+        args_len: u32,
+        calls: impl ExactSizeIterator<Item = (u64, &'d [u8])>,
+    ) -> bool {
+        let len = args_len as usize;
+        if len > crate::op::SHORT_ARGS {
+            return false;
+        }
+        let n = calls.len();
+        if n == 0 {
+            return true;
+        }
+        // Cut at a char boundary so the name stays valid UTF-8 (as `push_execute`).
+        let mut end = proc_name.len().min(crate::op::MAX_PROC_NAME);
+        while !proc_name.is_char_boundary(end) {
+            end -= 1;
+        }
+        let cut = &proc_name.as_bytes()[..end];
+        let named = self.last_name.is_some_and(|(at, l)| {
+            out.get(self.start + at..self.start + at + l)
+                .is_some_and(|prev| crate::op::same_name(prev, cut))
+        });
+        let name = if named { &[][..] } else { cut };
+        let each = 8 + len;
+        let at = out.len();
+        out.resize(at + RUN_HEAD + name.len() + each * n, 0);
+        let h = &mut out[at..];
+        h[0] = EXECUTE_RUN;
+        h[1..5].copy_from_slice(&cache.to_le_bytes());
+        h[5] = name.len() as u8;
+        h[6..6 + name.len()].copy_from_slice(name);
+        let f = 6 + name.len();
+        h[f..f + 4].copy_from_slice(&args_len.to_le_bytes());
+        h[f + 4..f + 8].copy_from_slice(&(n as u32).to_le_bytes());
+        if !named {
+            self.last_name = Some((at + 6 - self.start, name.len()));
+        }
+        for (c, (addr, args)) in h[RUN_HEAD + name.len()..].chunks_exact_mut(each).zip(calls) {
+            c[..8].copy_from_slice(&addr.to_le_bytes());
+            crate::op::copy_short(&mut c[8..], &args[..args.len().min(len)]);
+        }
+        self.count += n as u32;
+        true
+    }
+
     /// Appends a READ of `len` bytes at each of `addrs`, in one reservation: the
     /// batched read path, each head written in place (no per-op capacity check).
     #[inline]
@@ -270,6 +342,17 @@ pub struct RequestDecoder<'a> {
     /// The last procedure name checked as UTF-8: what a `name_len` 0 refers to, and a
     /// byte compare is cheaper than validating a repeated name again.
     last_name: Option<&'a str>,
+    /// The EXECUTE_RUN being decoded, while it has calls left.
+    run: Option<RunLeft<'a>>,
+}
+
+/// What is left of an EXECUTE_RUN; its head checked that every call's bytes are there.
+#[derive(Debug, Clone, Copy)]
+struct RunLeft<'a> {
+    cache: CacheId,
+    name: &'a str,
+    args_len: usize,
+    left: u32,
 }
 
 impl<'a> RequestDecoder<'a> {
@@ -281,6 +364,7 @@ impl<'a> RequestDecoder<'a> {
             declared,
             seen: 0,
             last_name: None,
+            run: None,
         })
     }
 
@@ -291,8 +375,13 @@ impl<'a> RequestDecoder<'a> {
     /// Checks the whole payload: every op well formed, the count exact, nothing trailing.
     pub fn validate(payload: &'a [u8]) -> Result<u32, DecodeError> {
         let mut d = Self::new(payload)?;
-        for op in d.by_ref() {
+        while let Some(op) = d.next() {
             op?;
+            // The rest of a run was checked with its head: skip its calls.
+            if let Some(run) = d.run.take() {
+                d.cur.advance(run.left as usize * (8 + run.args_len));
+                d.seen += run.left;
+            }
         }
         d.finish()?;
         Ok(d.declared)
@@ -380,9 +469,83 @@ impl<'a> RequestDecoder<'a> {
         })
     }
 
+    /// The next call of the run being decoded, if one is.
+    #[inline]
+    fn run_call(&mut self) -> Option<Op<'a>> {
+        let run = self.run.as_mut()?;
+        let stride = 8 + run.args_len;
+        // The run's head checked these bytes; a miss would only end the run early.
+        let Some(r) = self.cur.rest().get(..stride) else {
+            self.run = None;
+            return None;
+        };
+        let op = Op::Execute {
+            cache: run.cache,
+            addr: le_u64(r, 0),
+            proc_name: run.name,
+            args: &r[8..],
+        };
+        self.cur.advance(stride);
+        run.left -= 1;
+        if run.left == 0 {
+            self.run = None;
+        }
+        Some(op)
+    }
+
+    /// An EXECUTE_RUN's head, then its first call. `seen` already counts that call.
+    #[inline(never)]
+    fn start_run(&mut self) -> Result<Op<'a>, DecodeError> {
+        let c = &mut self.cur;
+        c.u8("opcode")?;
+        let cache = c.u32("cache")?;
+        let name_len = c.u8("name len")? as usize;
+        let raw = c.bytes(name_len, "proc name")?;
+        let args_len = c.u32("args len")? as usize;
+        let calls = c.u32("run calls")?;
+        let have = c.remaining();
+        let name = match (name_len, self.last_name) {
+            (0, Some(last)) => last,
+            (0, None) => return Err(DecodeError::NoProcToRepeat),
+            _ => {
+                let s = std::str::from_utf8(raw).map_err(|_| DecodeError::Utf8("proc name"))?;
+                self.last_name = Some(s);
+                s
+            }
+        };
+        let left = self.declared - self.seen + 1;
+        if calls == 0 || calls > left {
+            return Err(DecodeError::BadRun(format!(
+                "{calls} calls where the batch has {left} ops left"
+            )));
+        }
+        let need = (calls as usize).checked_mul(8 + args_len);
+        if need.is_none_or(|n| n > have) {
+            return Err(DecodeError::Truncated {
+                what: "run calls",
+                need: need.unwrap_or(usize::MAX),
+                have,
+            });
+        }
+        self.run = Some(RunLeft {
+            cache,
+            name,
+            args_len,
+            left: calls,
+        });
+        self.run_call().ok_or(DecodeError::Truncated {
+            what: "run calls",
+            need: 8 + args_len,
+            have,
+        })
+    }
+
     /// Every op kind, with full checks (the fast path above covers the common ones).
     #[inline(never)]
     fn decode_one(&mut self) -> Result<Op<'a>, DecodeError> {
+        if self.cur.rest().first() == Some(&EXECUTE_RUN) {
+            return self.start_run();
+        }
         let c = &mut self.cur;
         let code = OpCode::from_u8(c.u8("opcode")?)?;
         Ok(match code {
@@ -449,6 +612,9 @@ impl<'a> Iterator for RequestDecoder<'a> {
             return None;
         }
         self.seen += 1;
+        if let Some(op) = self.run_call() {
+            return Some(Ok(op));
+        }
         if let Some(op) = self.decode_fast() {
             return Some(Ok(op));
         }

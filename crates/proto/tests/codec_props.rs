@@ -720,6 +720,147 @@ proptest! {
         );
     }
 
+    /// Calls sent as EXECUTE_RUNs (between other ops, under one name or two) decode to
+    /// the same EXECUTEs as the calls sent one by one, and count one op each.
+    #[test]
+    fn execute_runs_decode_like_single_calls(
+        calls in prop::collection::vec((any::<u64>(), bytes(32)), 1..40),
+        args_len in 0u32..=32,
+        split in any::<prop::sample::Index>(),
+        names in prop::sample::subsequence(vec!["sum", "chase", "aggregate"], 2),
+    ) {
+        let pad = |a: &[u8]| {
+            let mut v = a[..a.len().min(args_len as usize)].to_vec();
+            v.resize(args_len as usize, 0);
+            v
+        };
+        let cut = split.index(calls.len() + 1);
+        let (first, second) = calls.split_at(cut);
+        let mut raw = Vec::new();
+        let mut enc = RequestEncoder::begin(&mut raw, 1);
+        let it_first = first.iter().map(|(a, d)| (*a, d.as_slice()));
+        prop_assert!(enc.push_executes(&mut raw, 2, names[0], args_len, it_first));
+        enc.push(&mut raw, &Op::Read { cache: 2, addr: 5, len: 8 });
+        let it_second = second.iter().map(|(a, d)| (*a, d.as_slice()));
+        prop_assert!(enc.push_executes(&mut raw, 2, names[1], args_len, it_second));
+        // A plain EXECUTE after a run repeats the run's name.
+        enc.push(&mut raw, &Op::Execute { cache: 2, addr: 9, proc_name: names[1], args: b"x" });
+        enc.finish(&mut raw);
+        let payload = &raw[HEADER_LEN..];
+        let n = calls.len() as u32 + 2;
+        prop_assert_eq!(RequestDecoder::validate(payload), Ok(n));
+        let got: Vec<Op<'_>> = RequestDecoder::new(payload).unwrap().map(Result::unwrap).collect();
+        let padded: Vec<Vec<u8>> = calls.iter().map(|(_, a)| pad(a)).collect();
+        let mut want: Vec<Op<'_>> = Vec::new();
+        for (i, (addr, _)) in calls.iter().enumerate() {
+            if i == cut {
+                want.push(Op::Read { cache: 2, addr: 5, len: 8 });
+            }
+            let proc_name = if i < cut { names[0] } else { names[1] };
+            want.push(Op::Execute { cache: 2, addr: *addr, proc_name, args: &padded[i] });
+        }
+        if cut == calls.len() {
+            want.push(Op::Read { cache: 2, addr: 5, len: 8 });
+        }
+        want.push(Op::Execute { cache: 2, addr: 9, proc_name: names[1], args: b"x" });
+        prop_assert_eq!(got, want);
+        // Smaller than the same calls one by one whenever a run has two calls or more.
+        let mut single = Vec::new();
+        let mut enc = RequestEncoder::begin(&mut single, 1);
+        for op in RequestDecoder::new(payload).unwrap().map(Result::unwrap) {
+            enc.push(&mut single, &op);
+        }
+        enc.finish(&mut single);
+        if first.len() >= 2 && second.len() >= 2 {
+            prop_assert!(raw.len() < single.len());
+        }
+    }
+
+    /// A run's head that lies (no calls, more calls than the batch has ops left, calls
+    /// past the payload's end, arguments of any length, a back-reference with nothing
+    /// before it) makes the batch malformed; nothing panics.
+    #[test]
+    fn malformed_execute_runs_are_refused(
+        calls in any::<u32>(),
+        args_len in any::<u32>(),
+        declared in any::<u32>(),
+        body in bytes(64),
+        named in any::<bool>(),
+        consistent in any::<bool>(),
+    ) {
+        // Half the cases tell the truth but for the name, so the honest road runs too.
+        let (calls, args_len, declared, body) = if consistent {
+            let (c, a) = (calls % 4 + 1, args_len % 9);
+            let need = c as usize * (8 + a as usize);
+            (c, a, c, body.iter().copied().cycle().take(need).chain(std::iter::repeat(7)).take(need).collect())
+        } else {
+            (calls, args_len, declared, body)
+        };
+        let mut p = Vec::new();
+        p.extend_from_slice(&declared.to_le_bytes());
+        p.push(farcache_proto::request::EXECUTE_RUN);
+        p.extend_from_slice(&1u32.to_le_bytes());
+        if named {
+            p.push(3);
+            p.extend_from_slice(b"sum");
+        } else {
+            p.push(0);
+        }
+        p.extend_from_slice(&args_len.to_le_bytes());
+        p.extend_from_slice(&calls.to_le_bytes());
+        p.extend_from_slice(&body);
+        let stride = 8 + u64::from(args_len);
+        let honest = named
+            && calls >= 1
+            && calls == declared
+            && u64::from(calls) * stride == body.len() as u64;
+        let v = RequestDecoder::validate(&p);
+        prop_assert_eq!(v.is_ok(), honest, "{:?}", v);
+        if !named {
+            prop_assert!(v.is_err());
+        }
+        // Iterating agrees with validating, and stops at the first error.
+        let mut d = RequestDecoder::new(&p).unwrap();
+        let mut n = 0u32;
+        let mut failed = false;
+        for op in d.by_ref() {
+            match op {
+                Ok(_) => n += 1,
+                Err(_) => failed = true,
+            }
+        }
+        prop_assert_eq!(!failed && d.finish().is_ok(), honest);
+        if honest {
+            prop_assert_eq!(n, calls);
+        }
+    }
+
+    /// A run of 0 calls and a run claiming more ops than the batch declares are named.
+    #[test]
+    fn run_counts_must_fit_the_batch(extra in 1u32..1000) {
+        let mut raw = Vec::new();
+        let mut enc = RequestEncoder::begin(&mut raw, 1);
+        let calls = [(8u64, &b"abcdefghi"[..]); 3];
+        prop_assert!(enc.push_executes(&mut raw, 1, "aggregate", 9, calls.into_iter()));
+        enc.finish(&mut raw);
+        let payload = &mut raw[HEADER_LEN..];
+        prop_assert_eq!(RequestDecoder::validate(payload), Ok(3));
+        // Declared below the run's calls.
+        payload[..4].copy_from_slice(&2u32.to_le_bytes());
+        let short = RequestDecoder::validate(payload);
+        prop_assert!(matches!(short, Err(DecodeError::BadRun(_))), "{:?}", short);
+        // Declared above: the batch ends early.
+        payload[..4].copy_from_slice(&(3 + extra).to_le_bytes());
+        let long = RequestDecoder::validate(payload);
+        prop_assert!(long.is_err(), "{:?}", long);
+        // A run of no calls.
+        payload[..4].copy_from_slice(&3u32.to_le_bytes());
+        let calls_at = 4 + 1 + 4 + 1 + "aggregate".len() + 4;
+        payload[calls_at..calls_at + 4].copy_from_slice(&0u32.to_le_bytes());
+        let empty = RequestDecoder::validate(payload);
+        prop_assert!(matches!(empty, Err(DecodeError::BadRun(_))), "{:?}", empty);
+    }
+
     /// The word-wise name compare agrees with slice equality at every length, including
     /// names that differ in one byte only.
     #[test]

@@ -41,7 +41,7 @@ fn valid(rng: &mut StdRng, cred: &Credential) -> Vec<u8> {
             let name = ["chase", "aggregate", "x"][rng.gen_range(0..3)];
             let mut e = RequestEncoder::begin(&mut out, rng.r#gen());
             for _ in 0..rng.gen_range(0..12) {
-                let op = match rng.gen_range(0..6) {
+                let op = match rng.gen_range(0..7) {
                     0 => Op::Read {
                         cache: rng.gen_range(0..4),
                         addr: rng.r#gen(),
@@ -69,6 +69,15 @@ fn valid(rng: &mut StdRng, cred: &Credential) -> Vec<u8> {
                         proc_name: name,
                         args: &data,
                     },
+                    5 => {
+                        // A run of calls of one procedure (EXECUTE_RUN).
+                        let k = rng.gen_range(0..5);
+                        let args_len = rng.gen_range(0..=data.len().min(32)) as u32;
+                        let addrs: Vec<u64> = (0..k).map(|_| rng.r#gen()).collect();
+                        let calls = addrs.iter().map(|&a| (a, &data[..]));
+                        assert!(e.push_executes(&mut out, 1, name, args_len, calls));
+                        continue;
+                    }
                     _ => Op::Ping,
                 };
                 e.push(&mut out, &op);
