@@ -112,6 +112,34 @@ fn strangers_spoofed_roles_and_foreign_tokens_are_refused() {
         r.iter().all(|x| x.2 == Body::None),
         "no bytes of beta leave"
     );
+    // Calls sent as one EXECUTE_RUN are checked call by call: beta's are refused,
+    // alpha's (the token's own cache, in the same frame) run.
+    let mut frame = Vec::new();
+    let mut enc = farcache_proto::RequestEncoder::begin(&mut frame, 2);
+    let args = Aggregate::call(AggFn::Sum, 1, 8);
+    let calls = [(0u64, &args[..]), (8, &args[..]), (16, &args[..])];
+    assert!(enc.push_executes(&mut frame, beta.id(), Aggregate::NAME, 9, calls.into_iter()));
+    assert!(enc.push_executes(
+        &mut frame,
+        alpha.id(),
+        Aggregate::NAME,
+        9,
+        calls.into_iter()
+    ));
+    enc.finish(&mut frame);
+    // To the server holding alpha's first region, so alpha's calls run there.
+    let info = alpha.info();
+    let owner = info.server(info.regions[0]).expect("owner").addr.clone();
+    let mut s2 = raw(&owner);
+    handshake(&mut s2, Role::Client, 1, "", &Credential::Token(rw.clone())).expect("handshake");
+    std::io::Write::write_all(&mut s2, &frame).expect("send runs");
+    let (h, payload) = read_frame(&mut s2, u32::MAX).expect("response to runs");
+    assert_eq!(h.kind, FrameKind::Response);
+    let r = common::decode_replies(&payload);
+    let statuses: Vec<Status> = r.iter().map(|x| x.1).collect();
+    assert_eq!(statuses[..3], [Status::Forbidden; 3]);
+    assert_eq!(statuses[3..], [Status::Ok; 3]);
+    assert!(r[..3].iter().all(|x| x.2 == Body::None), "nothing of beta");
 
     // A reader holding the read-only token: reads and procedures, nothing else.
     let reader = c
