@@ -409,12 +409,23 @@ pub fn execute_batch(
                     args,
                 } => match look.find(cache, addr, 1) {
                     Err(m) => miss(out, &mut enc, code, m),
-                    Ok(_) => match (
+                    Ok((r, off)) => match (
                         look.cache(cache),
                         proc_for(cx.procs, &mut last_proc, cache, proc_name),
                     ) {
                         (None, _) => enc.status(out, code, Status::NoSuchCache),
                         (_, None) => enc.status(out, code, Status::NoSuchProc),
+                        (Some(c), Some(p))
+                            if let Some(v) = folded_here(c, (addr, r, off), &**p, args) =>
+                        {
+                            if enc.payload_len(out) + 15 > cx.max_frame {
+                                enc.status(out, code, Status::TooLarge);
+                            } else {
+                                enc.data_head(out, code, 9);
+                                out.push(reply::TAG_DONE);
+                                out.extend_from_slice(&v.to_le_bytes());
+                            }
+                        }
                         (Some(c), Some(p)) => {
                             let call = Call {
                                 cache,
@@ -440,6 +451,39 @@ pub fn execute_batch(
     }
     enc.finish(out);
     Ok(())
+}
+
+/// A call that only folds words (`Procedure::word_fold`), answered from the region
+/// its address landed in: no `Memory`, no run. `None` when the procedure does more,
+/// a word lies outside that region, or the cache is guarded (a migration, a backup or
+/// lost bytes need the general road's checks).
+#[inline]
+fn folded_here(
+    c: &CacheRegions,
+    (addr, r, off): (u64, &Region, usize),
+    p: &dyn farcache_sproc::Procedure,
+    args: &[u8],
+) -> Option<u64> {
+    if c.guarded {
+        return None;
+    }
+    let w = p.word_fold(args)?;
+    // Regions may reach past the cache's capacity: the general road refuses those.
+    let span = w.stride.checked_mul(w.n.saturating_sub(1) as u64)?;
+    if addr.checked_add(span)?.checked_add(8)? > c.capacity {
+        return None;
+    }
+    let mut words = [0u64; farcache_sproc::WordFold::MAX_WORDS];
+    let words = words.get_mut(..w.n)?;
+    for (i, x) in words.iter_mut().enumerate() {
+        let at = w.stride.checked_mul(i as u64)?.checked_add(off as u64)?;
+        let mut b = [0u8; 8];
+        if !r.read_into(usize::try_from(at).ok()?, &mut b) {
+            return None;
+        }
+        *x = u64::from_le_bytes(b);
+    }
+    Some(w.apply(words.iter().copied()))
 }
 
 /// One EXECUTE's fields.
@@ -552,6 +596,86 @@ mod tests {
         )
         .unwrap();
         out
+    }
+
+    proptest::proptest! {
+        /// Short `aggregate` calls answered straight from a region (`folded_here`) give
+        /// what the procedure gives over a copy of the same bytes, and any call the
+        /// short road cannot take (records past the region or the capacity, strides
+        /// below 8, over 8 records, unknown functions) still gets the general road's
+        /// answer: a result where the copy has one, a failure where it fails.
+        #[test]
+        fn folded_calls_answer_as_the_procedure_does(
+            seed in proptest::prelude::any::<u64>(),
+            calls in proptest::collection::vec(
+                (0u8..5, 0u32..11, proptest::sample::select(vec![0u32, 4, 8, 16, 24, 4096, 4100]), 0u64..8300),
+                1..60,
+            ),
+        ) {
+            use farcache_sproc::builtin::Aggregate;
+            use farcache_sproc::memory::VecMemory;
+            use farcache_sproc::{Outcome, Procedure};
+            const RS: u64 = 4096;
+            // Two local regions; the capacity ends inside the second one.
+            let capacity = 2 * RS - 100;
+            let store = RegionStore::new(1 << 20);
+            for r in 0..2 {
+                store.alloc(7, r, RS, capacity, 1, Arrival::default()).unwrap();
+            }
+            let mut z = seed;
+            let bytes: Vec<u8> = (0..capacity)
+                .map(|i| {
+                    z = z.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    // Some zero words, so that count has something to skip.
+                    if (i / 8) % 5 == 0 { 0 } else { (z >> 33) as u8 }
+                })
+                .collect();
+            run(&store, &[Op::Write { cache: 7, addr: 0, data: &bytes[..RS as usize] }]);
+            run(&store, &[Op::Write { cache: 7, addr: RS, data: &bytes[RS as usize..] }]);
+            let args: Vec<[u8; 9]> = calls
+                .iter()
+                .map(|&(f, n, stride, _)| {
+                    let mut a = [0u8; 9];
+                    a[0] = f;
+                    a[1..5].copy_from_slice(&n.to_le_bytes());
+                    a[5..9].copy_from_slice(&stride.to_le_bytes());
+                    a
+                })
+                .collect();
+            let ops: Vec<Op<'_>> = calls
+                .iter()
+                .zip(&args)
+                .map(|(&(_, _, _, addr), a)| Op::Execute {
+                    cache: 7,
+                    addr: addr.min(capacity - 1),
+                    proc_name: Aggregate::NAME,
+                    args: a,
+                })
+                .collect();
+            let out = run(&store, &ops);
+            let local = [true, true];
+            let mem = VecMemory { bytes: &bytes, region_size: RS, local: &local };
+            let replies: Vec<_> = ResponseDecoder::new(&out[HEADER_LEN..])
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            proptest::prop_assert_eq!(replies.len(), ops.len());
+            for (op, r) in ops.iter().zip(&replies) {
+                let Op::Execute { addr, args, .. } = *op else { unreachable!() };
+                let want = match Aggregate.run(&mem, addr, args) {
+                    Ok(Outcome::Done(v)) => Some(v),
+                    _ => None,
+                };
+                let got = match (r.status, r.body) {
+                    (Status::Ok, ReplyBody::Data(d)) => match reply::decode(d).unwrap() {
+                        reply::ExecReply::Done(v) => Some(v.to_vec()),
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                proptest::prop_assert_eq!(got, want, "call {:?}", op);
+            }
+        }
     }
 
     #[test]

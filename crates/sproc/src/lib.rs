@@ -30,4 +30,4 @@ pub mod wasm;
 pub use error::SprocError;
 pub use memory::{Memory, Miss, Steps};
 pub use outcome::Outcome;
-pub use procedure::{Procedure, Registry};
+pub use procedure::{Procedure, Registry, WordFold};

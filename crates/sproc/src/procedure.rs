@@ -36,6 +36,43 @@ pub trait Procedure: Send + Sync {
             o => Ok(Some(o)),
         }
     }
+
+    /// This call as a [`WordFold`], when folding words is all it does; the executor
+    /// may then answer it without a run (same result, same step charge of one per
+    /// word, which a fold of at most [`WordFold::MAX_WORDS`] never exceeds). `None`,
+    /// the default: run it.
+    fn word_fold(&self, _args: &[u8]) -> Option<WordFold> {
+        None
+    }
+}
+
+/// A call whose whole work is folding `n` little-endian u64 words `stride` bytes apart
+/// from its address (what a short `aggregate` call does). An executor that holds every
+/// word may compute it straight from its memory and answer [`WordFold::apply`]'s
+/// result as the call's 8-byte output, instead of running the procedure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WordFold {
+    pub f: crate::builtin::AggFn,
+    /// At most [`WordFold::MAX_WORDS`].
+    pub n: usize,
+    pub stride: u64,
+}
+
+impl WordFold {
+    pub const MAX_WORDS: usize = 8;
+
+    /// The fold of `words` (the `n` words read).
+    #[inline]
+    pub fn apply(&self, words: impl Iterator<Item = u64>) -> u64 {
+        use crate::builtin::AggFn;
+        match self.f {
+            AggFn::Sum => words.fold(0, u64::wrapping_add),
+            AggFn::Min => words.fold(u64::MAX, u64::min),
+            AggFn::Max => words.fold(0, u64::max),
+            // At most MAX_WORDS: no overflow.
+            AggFn::Count => words.filter(|&v| v != 0).count() as u64,
+        }
+    }
 }
 
 /// [`Procedure::run`] for a procedure whose work is in its `run_into`.

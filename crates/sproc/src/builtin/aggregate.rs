@@ -1,13 +1,13 @@
 //! `aggregate`: sum / min / max / count-non-zero of `n` u64 records `stride` bytes apart.
 
 use crate::args::{ArgReader, ArgWriter};
-use crate::{Memory, Outcome, Procedure, SprocError};
+use crate::{Memory, Outcome, Procedure, SprocError, WordFold};
 
 const NAME: &str = "aggregate";
 /// Length of [`Aggregate::call`]'s arguments.
 const SHORT: usize = 9;
 /// Short calls over at most this many records try [`Memory::read_u64s`] first.
-const FAST_RECORDS: usize = 8;
+const FAST_RECORDS: usize = WordFold::MAX_WORDS;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -99,31 +99,35 @@ fn state(f: AggFn, base: u64, n: u32, stride: u32, i: u32, acc: u64) -> Vec<u8> 
         .finish()
 }
 
-/// A short call over at most [`FAST_RECORDS`] records that are all held here: the
-/// result, read with one [`Memory::read_u64s`]. `None` sends the call down the general
-/// road, which also reports any error in the arguments.
+/// A short call as a fold of at most [`FAST_RECORDS`] records from the call's
+/// address; `None` for any other call, which the general road runs (and which reports
+/// any error in the arguments).
 #[inline]
-fn short_call(mem: &dyn Memory, base: u64, a: &[u8; SHORT]) -> Option<u64> {
+fn short_fold(a: &[u8; SHORT]) -> Option<WordFold> {
     let [f, n0, n1, n2, n3, s0, s1, s2, s3] = *a;
     let n = u32::from_le_bytes([n0, n1, n2, n3]) as usize;
     let stride = u32::from_le_bytes([s0, s1, s2, s3]);
     if n > FAST_RECORDS || (stride < 8 && n > 1) {
         return None;
     }
+    Some(WordFold {
+        f: AggFn::from_u8(f).ok()?,
+        n,
+        stride: stride.into(),
+    })
+}
+
+/// A short call over records that are all held here: the result, read with one
+/// [`Memory::read_u64s`]. `None` sends the call down the general road.
+#[inline]
+fn short_call(mem: &dyn Memory, base: u64, a: &[u8; SHORT]) -> Option<u64> {
+    let w = short_fold(a)?;
     let mut words = [0u64; FAST_RECORDS];
-    let words = &mut words[..n];
-    let f = AggFn::from_u8(f).ok()?;
-    if !mem.read_u64s(base, stride.into(), words) {
+    let words = &mut words[..w.n];
+    if !mem.read_u64s(base, w.stride, words) {
         return None;
     }
-    let w = words.iter().copied();
-    // A count of at most FAST_RECORDS cannot overflow.
-    Some(match f {
-        AggFn::Sum => w.fold(0, u64::wrapping_add),
-        AggFn::Min => w.fold(u64::MAX, u64::min),
-        AggFn::Max => w.fold(0, u64::max),
-        AggFn::Count => w.filter(|&v| v != 0).count() as u64,
-    })
+    Some(w.apply(words.iter().copied()))
 }
 
 impl Procedure for Aggregate {
@@ -133,6 +137,10 @@ impl Procedure for Aggregate {
 
     fn run(&self, mem: &dyn Memory, addr: u64, args: &[u8]) -> Result<Outcome, SprocError> {
         crate::procedure::run_by_into(self, mem, addr, args)
+    }
+
+    fn word_fold(&self, args: &[u8]) -> Option<WordFold> {
+        short_fold(<&[u8; SHORT]>::try_from(args).ok()?)
     }
 
     fn run_into(
