@@ -421,16 +421,25 @@ fn hung_server_times_out_and_recovers() {
         Duration::from_millis(50),
         || (state_of(&client, victim) == Some(ServerState::Alive)).then_some(()),
     );
-    let st = client.status().unwrap();
-    for r in &stopped {
-        assert!(
-            st.lost
+    // The manager shows the server dead before its recovery has re-placed the
+    // regions (that runs next, under the catalogue's change lock); on a loaded host
+    // the server can be back before the report is complete.
+    eventually(
+        "the stopped server's regions reported lost",
+        Duration::from_secs(15),
+        Duration::from_millis(50),
+        || {
+            let st = client.status().ok()?;
+            stopped
                 .iter()
-                .any(|l| u64::from(l.region) == *r && l.was_on == victim && l.reason == "killed"),
-            "region {r} reported lost: {:?}",
-            st.lost
-        );
-    }
+                .all(|r| {
+                    st.lost.iter().any(|l| {
+                        u64::from(l.region) == *r && l.was_on == victim && l.reason == "killed"
+                    })
+                })
+                .then_some(())
+        },
+    );
     // Its regions answer DataLost from their new owners (the client follows the
     // manager's table), never the bytes the resumed server still had.
     for &r in &stopped {
