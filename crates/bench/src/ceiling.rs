@@ -267,8 +267,10 @@ fn check_calls(cache: &mut InProcess, ring: &[Vec<u8>]) -> Result<()> {
         let replies = ResponseDecoder::new(&out[HEADER_LEN..]).map_err(|e| bad(e.to_string()))?;
         for r in replies {
             let r = r.map_err(|e| bad(e.to_string()))?;
-            let ReplyBody::Data(body) = r.body else {
-                return Err(bad(format!("{:?} {:?}", r.op, r.status)));
+            let body = match r.body {
+                ReplyBody::Done(_) => continue,
+                ReplyBody::Data(body) => body,
+                _ => return Err(bad(format!("{:?} {:?}", r.op, r.status))),
             };
             match reply::decode(body).map_err(|e| bad(e.to_string()))? {
                 ExecReply::Done(_) => {}

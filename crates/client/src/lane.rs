@@ -1314,14 +1314,15 @@ mod tests {
     use farcache_proto::blocking::{read_frame, write_frame};
     use farcache_proto::control::{PriceClass, ServerInfo, ServerState};
     use farcache_proto::{
-        Authority, ClusterSecret, FrameKind, Hello, MAX_FRAME_DEFAULT, RequestDecoder,
-        ResponseEncoder,
+        Authority, ClusterSecret, FrameKind, Hello, MAX_FRAME_DEFAULT, OpCode, RequestDecoder,
+        ResponseEncoder, reply,
     };
 
     use super::*;
     use crate::cache::Cache;
     use crate::client::ClientShared;
     use crate::error::ClientError;
+    use crate::results::BatchResults;
 
     #[test]
     fn pause_backoff_doubles_to_a_cap() {
@@ -1571,6 +1572,124 @@ mod tests {
             assert!(
                 e.contains("op code 0xee"),
                 "op {i} fails with the frame's error: {e}"
+            );
+        }
+    }
+
+    /// A server that completes the handshake, then answers each request frame with
+    /// the response `respond(request payload, seq)` builds.
+    fn scripted_server(
+        secret: ClusterSecret,
+        respond: impl Fn(&[u8], u64) -> Vec<u8> + Send + 'static,
+    ) -> String {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = l.local_addr().expect("addr").to_string();
+        let auth = Authority::new(secret);
+        std::thread::spawn(move || {
+            let Ok((mut s, _)) = l.accept() else { return };
+            let ch = auth.challenge();
+            let _ = write_frame(&mut s, FrameKind::Challenge, 0, &ch.encode());
+            let Ok((_, hello)) = read_frame(&mut s, MAX_FRAME_DEFAULT) else {
+                return;
+            };
+            let Ok(Ok(v)) = Hello::decode(&hello).map(|h| auth.verify(&ch, &h)) else {
+                return;
+            };
+            let ack = auth.ack(&v, &ch, 1, MAX_FRAME_DEFAULT);
+            let _ = write_frame(&mut s, FrameKind::HelloAck, 0, &ack.encode());
+            while let Ok((h, payload)) = read_frame(&mut s, MAX_FRAME_DEFAULT) {
+                let out = respond(&payload, h.seq);
+                if std::io::Write::write_all(&mut s, &out).is_err() {
+                    return;
+                }
+            }
+        });
+        addr
+    }
+
+    /// 60 calls of one procedure (sent as one EXECUTE_RUN) answered by `respond`.
+    fn sixty_calls(respond: impl Fn(&[u8], u64) -> Vec<u8> + Send + 'static) -> BatchResults {
+        let secret = ClusterSecret::generate();
+        let addr = scripted_server(secret.clone(), respond);
+        let cache = cache_on(addr, secret, Duration::from_secs(10));
+        let mut b = cache.batch();
+        for i in 0..60u64 {
+            b.execute("p", i * 8, &[1]);
+        }
+        b.submit().wait()
+    }
+
+    #[test]
+    fn done_runs_answer_each_call_in_its_own_cell() {
+        let r = sixty_calls(|payload, seq| {
+            let n = RequestDecoder::new(payload).map_or(0, |d| d.count());
+            assert_eq!(n, 60);
+            let mut out = Vec::new();
+            let mut enc = ResponseEncoder::begin(&mut out, seq);
+            for i in 0..60u8 {
+                match i {
+                    // A failure and a plain done reply break the runs.
+                    20 => enc.data(&mut out, OpCode::Execute, &reply::failed("no")),
+                    30 => {
+                        let mut d = Vec::new();
+                        reply::push_done(&mut d, b"plain");
+                        enc.data(&mut out, OpCode::Execute, &d);
+                    }
+                    i if i < 40 => enc.done(&mut out, &[i; 8]),
+                    i => enc.done(&mut out, &[i; 3]),
+                }
+            }
+            enc.finish(&mut out);
+            out
+        });
+        for i in 0..60u8 {
+            let k = usize::from(i);
+            match i {
+                20 => assert!(r.error(k).is_some_and(|e| e.to_string().contains("no"))),
+                30 => assert_eq!(r.data(k).unwrap(), b"plain"),
+                i if i < 40 => assert_eq!(r.data(k).unwrap(), &[i; 8], "call {i}"),
+                i => assert_eq!(r.data(k).unwrap(), &[i; 3], "call {i}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_done_run_longer_than_the_frame_fails_the_rest_and_keeps_the_answers() {
+        let r = sixty_calls(|_, seq| {
+            let mut out = Vec::new();
+            let mut enc = ResponseEncoder::begin(&mut out, seq);
+            for i in 0..10u8 {
+                enc.done(&mut out, &[i; 8]);
+            }
+            enc.status(&mut out, OpCode::Execute, Status::NoSuchProc);
+            // A run claiming 60 outputs where 49 replies are left.
+            out.extend_from_slice(&[farcache_proto::response::DONE_RUN, Status::Ok as u8]);
+            out.extend_from_slice(&60u32.to_le_bytes());
+            out.extend_from_slice(&1u32.to_le_bytes());
+            out.extend_from_slice(&[9; 60]);
+            for _ in 11..60 {
+                enc.placeholder();
+            }
+            enc.finish(&mut out);
+            out
+        });
+        for i in 0..10u8 {
+            assert_eq!(
+                r.data(usize::from(i)).unwrap(),
+                &[i; 8],
+                "call {i} was answered"
+            );
+        }
+        let e = r.error(10).map(ToString::to_string).unwrap_or_default();
+        assert!(
+            e.contains("procedure"),
+            "call 10 fails with its status: {e}"
+        );
+        for i in 11..60 {
+            let e = r.error(i).map(ToString::to_string).unwrap_or_default();
+            assert!(
+                e.contains("done run of 60"),
+                "call {i} fails with the frame's error: {e}"
             );
         }
     }

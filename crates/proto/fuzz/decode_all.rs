@@ -145,7 +145,8 @@ pub fn decode_request(payload: &[u8]) {
 }
 
 /// A response payload: whole-batch validity agrees with iteration, and a valid batch
-/// re-encodes to the same bytes.
+/// re-encodes to the same replies (to the same bytes unless DONE_RUNs were merged: the
+/// encoder joins adjacent outputs of one length into one run).
 pub fn decode_response(payload: &[u8]) {
     let Ok(mut d) = ResponseDecoder::new(payload) else {
         return;
@@ -153,6 +154,7 @@ pub fn decode_response(payload: &[u8]) {
     let mut out = Vec::new();
     let mut enc = ResponseEncoder::begin(&mut out, 0);
     let mut failed = false;
+    let mut replies = Vec::new();
     for r in d.by_ref() {
         let Ok(r) = r else {
             failed = true;
@@ -161,18 +163,30 @@ pub fn decode_response(payload: &[u8]) {
         match (r.status, r.body) {
             (Status::Ok, ReplyBody::Data(b)) => enc.data(&mut out, r.op, b),
             (Status::Ok, ReplyBody::Value(v)) => enc.value(&mut out, r.op, v),
+            (Status::Ok, ReplyBody::Done(b)) => enc.done(&mut out, b),
             (Status::WrongServer, ReplyBody::Owner(o)) => enc.wrong_server(&mut out, r.op, o),
             (s, ReplyBody::None) => enc.status(&mut out, r.op, s),
             (s, body) => panic!("status {s:?} decoded with body {body:?}"),
         }
+        replies.push(r);
     }
     if !failed && d.finish().is_ok() {
         enc.finish(&mut out);
+        let again: Vec<_> = ResponseDecoder::new(&out[HEADER_LEN..])
+            .expect("re-encoded response")
+            .map(|r| r.expect("re-encoded reply"))
+            .collect();
         assert_eq!(
-            &out[HEADER_LEN..],
-            payload,
-            "response does not re-encode exactly"
+            again, replies,
+            "response does not re-encode to the same replies"
         );
+        if !payload.contains(&farcache_proto::response::DONE_RUN) {
+            assert_eq!(
+                &out[HEADER_LEN..],
+                payload,
+                "response does not re-encode exactly"
+            );
+        }
     }
 }
 

@@ -19,8 +19,9 @@ use crate::auth::{NONCE_LEN, PROOF_LEN, Rights};
 use crate::wire::Cursor;
 use crate::{CacheId, DecodeError, ServerId};
 
-/// Version 2 added the challenge–response; version 1 peers are refused.
-pub const PROTOCOL_VERSION: u16 = 3;
+/// Version 2 added the challenge–response, 3 EXECUTE_RUN, 4 DONE_RUN replies; a peer
+/// speaking another version is refused.
+pub const PROTOCOL_VERSION: u16 = 4;
 const MAGIC: &[u8; 4] = b"FCAC";
 /// Longest identity a Hello may carry (a server's advertised `host:port`).
 pub const MAX_IDENTITY: usize = 255;

@@ -32,7 +32,7 @@ pub use frame::{FrameHeader, FrameKind, HEADER_LEN, MAX_FRAME_DEFAULT};
 pub use hello::{Challenge, Claim, Hello, HelloAck, PROTOCOL_VERSION, Role};
 pub use op::{MAX_OP_BYTES, Op, OpCode};
 pub use request::{RequestDecoder, RequestEncoder};
-pub use response::{Reply, ReplyBody, ResponseDecoder, ResponseEncoder};
+pub use response::{DoneOutputs, Reply, ReplyBody, ResponseDecoder, ResponseEncoder};
 pub use status::Status;
 
 /// Identifies a cache cluster-wide (assigned by the manager).

@@ -8,6 +8,14 @@
 //! | WRITE ok, PING ok             | —                            |
 //! | any op, WRONG_SERVER          | owner_len u16, owner address |
 //! | any other status              | —                            |
+//!
+//! A DONE_RUN (tag [`DONE_RUN`] where an opcode goes, then status OK) holds the
+//! outputs of consecutive EXECUTEs that finished with outputs of one length:
+//! `count u32, len u32, count × output[len]`. It stands for `count` replies (at least
+//! one, no more than the frame has left) and decodes as that many EXECUTE replies
+//! with a [`ReplyBody::Done`] body. It exists because a batch of calls of one
+//! procedure mostly answers that way, and a head per 8-byte result costs both ends
+//! as much as the result.
 
 use crate::DecodeError;
 use crate::frame::{FrameHeader, FrameKind, HEADER_LEN};
@@ -22,6 +30,27 @@ pub enum ReplyBody<'a> {
     Value(u64),
     /// The owner's address when the answering server knows it.
     Owner(Option<&'a str>),
+    /// A finished procedure's output, from a DONE_RUN (an EXECUTE's `Data` body
+    /// carries the same as [`crate::reply::TAG_DONE`] followed by the output).
+    Done(&'a [u8]),
+}
+
+/// Wire tag of a DONE_RUN reply (see the module docs); not an [`OpCode`].
+pub const DONE_RUN: u8 = 6;
+
+/// Bytes of a DONE_RUN's head: tag, status, count, len.
+pub const DONE_RUN_HEAD: usize = 10;
+
+/// The DONE_RUN at the end of the frame being built, which later outputs of the same
+/// length join.
+#[derive(Debug, Clone, Copy)]
+struct OpenRun {
+    /// Offset of its head in the buffer.
+    head: usize,
+    len: usize,
+    count: u32,
+    /// Offset just past its last output: a later output joins only if it starts here.
+    end: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,6 +66,9 @@ pub struct ResponseEncoder {
     start: usize,
     count: u32,
     seq: u64,
+    run: Option<OpenRun>,
+    /// Whether the last reply was OK (a server's per-op tally reads it).
+    last_ok: bool,
 }
 
 impl ResponseEncoder {
@@ -47,7 +79,14 @@ impl ResponseEncoder {
             start,
             count: 0,
             seq,
+            run: None,
+            last_ok: true,
         }
+    }
+
+    /// Whether the last reply added was OK (a placeholder counts as OK).
+    pub fn last_ok(&self) -> bool {
+        self.last_ok
     }
 
     pub fn payload_len(&self, out: &[u8]) -> usize {
@@ -58,18 +97,68 @@ impl ResponseEncoder {
     pub fn status(&mut self, out: &mut Vec<u8>, op: OpCode, status: Status) {
         out.extend_from_slice(&[op as u8, status as u8]);
         self.count += 1;
+        self.last_ok = status == Status::Ok;
     }
 
     /// Counts a reply that the caller will insert later at the current end of the frame
     /// (a server waiting on another server for it).
     pub fn placeholder(&mut self) {
+        // The inserted reply must not land inside a DONE_RUN.
+        self.run = None;
         self.count += 1;
+        self.last_ok = true;
     }
 
     pub fn value(&mut self, out: &mut Vec<u8>, op: OpCode, value: u64) {
         out.extend_from_slice(&[op as u8, Status::Ok as u8]);
         out.extend_from_slice(&value.to_le_bytes());
         self.count += 1;
+        self.last_ok = true;
+    }
+
+    /// A finished procedure's `output`: it joins the DONE_RUN that ends the frame when
+    /// that run's outputs have the same length, else starts one.
+    #[inline]
+    pub fn done(&mut self, out: &mut Vec<u8>, output: &[u8]) {
+        let start = out.len();
+        out.extend_from_slice(output);
+        self.done_written(out, start);
+    }
+
+    /// Like [`done`](Self::done) for an output the caller has just appended to `out`
+    /// at `start..` (written in place, saving a copy). Done replies cannot be taken
+    /// back.
+    #[inline]
+    pub fn done_written(&mut self, out: &mut Vec<u8>, start: usize) {
+        let len = out.len() - start;
+        self.count += 1;
+        self.last_ok = true;
+        if let Some(r) = &mut self.run
+            && r.end == start
+            && r.len == len
+            && r.count < u32::MAX
+        {
+            r.count += 1;
+            r.end = out.len();
+            let at = r.head + 2;
+            out[at..at + 4].copy_from_slice(&r.count.to_le_bytes());
+            return;
+        }
+        let mut head = [0u8; DONE_RUN_HEAD];
+        head[0] = DONE_RUN;
+        head[1] = Status::Ok as u8;
+        head[2..6].copy_from_slice(&1u32.to_le_bytes());
+        head[6..].copy_from_slice(&(len as u32).to_le_bytes());
+        // Slide the output up to make room for the head (outputs are small).
+        out.extend_from_slice(&head);
+        out.copy_within(start..start + len, start + DONE_RUN_HEAD);
+        out[start..start + DONE_RUN_HEAD].copy_from_slice(&head);
+        self.run = Some(OpenRun {
+            head: start,
+            len,
+            count: 1,
+            end: out.len(),
+        });
     }
 
     pub fn data(&mut self, out: &mut Vec<u8>, op: OpCode, data: &[u8]) {
@@ -92,6 +181,7 @@ impl ResponseEncoder {
         out.resize(at + len, 0);
         fill(&mut out[at..]);
         self.count += 1;
+        self.last_ok = true;
     }
 
     /// The head of a data reply of exactly `len` bytes, which the caller appends to
@@ -105,6 +195,7 @@ impl ResponseEncoder {
         out.extend_from_slice(&[op as u8, Status::Ok as u8]);
         out.extend_from_slice(&(len as u32).to_le_bytes());
         self.count += 1;
+        self.last_ok = true;
     }
 
     /// Starts a data reply whose length is not known yet: append the bytes to `out`,
@@ -113,6 +204,7 @@ impl ResponseEncoder {
     pub fn open_data(&mut self, out: &mut Vec<u8>, op: OpCode) -> usize {
         out.extend_from_slice(&[op as u8, Status::Ok as u8, 0, 0, 0, 0]);
         self.count += 1;
+        self.last_ok = true;
         out.len()
     }
 
@@ -142,6 +234,7 @@ impl ResponseEncoder {
         out.extend_from_slice(&(owner.len() as u16).to_le_bytes());
         out.extend_from_slice(owner);
         self.count += 1;
+        self.last_ok = false;
     }
 
     pub fn finish(self, out: &mut [u8]) {
@@ -172,6 +265,18 @@ pub struct ResponseDecoder<'a> {
     cur: Cursor<'a>,
     declared: u32,
     seen: u32,
+    /// Outputs left in the DONE_RUN being read, and their length.
+    run_left: u32,
+    run_len: usize,
+}
+
+/// Consecutive outputs of one DONE_RUN ([`ResponseDecoder::take_done`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DoneOutputs<'a> {
+    /// `count` outputs of `len` bytes, back to back.
+    pub bytes: &'a [u8],
+    pub len: usize,
+    pub count: u32,
 }
 
 impl<'a> ResponseDecoder<'a> {
@@ -182,7 +287,86 @@ impl<'a> ResponseDecoder<'a> {
             cur,
             declared,
             seen: 0,
+            run_left: 0,
+            run_len: 0,
         })
+    }
+
+    /// Up to `max` (at least 1) next replies when they are outputs of one DONE_RUN,
+    /// taken in one go; `None` (nothing taken) when the next reply is anything else.
+    #[inline]
+    pub fn take_done(&mut self, max: u32) -> Option<DoneOutputs<'a>> {
+        if self.run_left == 0 {
+            let r = self.cur.rest();
+            if r.first() != Some(&DONE_RUN) || self.seen == self.declared {
+                return None;
+            }
+            // A malformed head is left for `next` to report.
+            let run = self.peek_run().ok()?;
+            self.open_run(run);
+        }
+        let count = self.run_left.min(max.max(1));
+        let len = self.run_len;
+        // `open_run` checked the whole run is there.
+        let bytes = self.cur.rest().get(..len * count as usize)?;
+        self.cur.advance(bytes.len());
+        self.run_left -= count;
+        self.seen += count;
+        Some(DoneOutputs { bytes, len, count })
+    }
+
+    /// The DONE_RUN whose head the cursor is at: its count and output length, checked
+    /// against the replies left and the bytes there. Reads nothing.
+    fn peek_run(&self) -> Result<(u32, usize), DecodeError> {
+        let bad = |m: String| DecodeError::BadReply(m);
+        let r = self.cur.rest();
+        if r.len() < DONE_RUN_HEAD {
+            return Err(DecodeError::Truncated {
+                what: "done run head",
+                need: DONE_RUN_HEAD,
+                have: r.len(),
+            });
+        }
+        let status = Status::from_u8(r[1])?;
+        let (count, len) = (le_u32(r, 2), le_u32(r, 6) as usize);
+        let left = self.declared - self.seen;
+        let have = r.len() - DONE_RUN_HEAD;
+        if status != Status::Ok {
+            Err(bad(format!("done run with status {status:?}")))
+        } else if count == 0 || count > left {
+            Err(bad(format!(
+                "done run of {count} outputs, {left} replies left"
+            )))
+        } else if len.checked_mul(count as usize).is_none_or(|n| n > have) {
+            Err(DecodeError::Truncated {
+                what: "done run",
+                need: len.saturating_mul(count as usize),
+                have,
+            })
+        } else {
+            Ok((count, len))
+        }
+    }
+
+    /// Enters the DONE_RUN [`peek_run`](Self::peek_run) checked.
+    fn open_run(&mut self, (count, len): (u32, usize)) {
+        self.cur.advance(DONE_RUN_HEAD);
+        self.run_left = count;
+        self.run_len = len;
+    }
+
+    /// The next output of the DONE_RUN being read (one is left).
+    #[inline]
+    fn run_output(&mut self) -> Reply<'a> {
+        let r = self.cur.rest();
+        let (out, _) = r.split_at(self.run_len.min(r.len()));
+        self.cur.advance(out.len());
+        self.run_left -= 1;
+        Reply {
+            op: OpCode::Execute,
+            status: Status::Ok,
+            body: ReplyBody::Done(out),
+        }
     }
 
     pub fn declared(&self) -> u32 {
@@ -209,7 +393,7 @@ impl<'a> ResponseDecoder<'a> {
 
     /// Successful READ, WRITE and EXECUTE replies, the common case, with one bounds
     /// check.
-    #[inline]
+    #[inline(always)]
     fn decode_fast(&mut self) -> Option<Reply<'a>> {
         let r = self.cur.rest();
         if r.len() < 2 || r[1] != Status::Ok as u8 {
@@ -268,20 +452,51 @@ impl<'a> ResponseDecoder<'a> {
 impl<'a> Iterator for ResponseDecoder<'a> {
     type Item = Result<Reply<'a>, DecodeError>;
 
-    #[inline]
+    /// The common replies stay inline in the caller's loop; the rest (DONE_RUN
+    /// outputs, failures, malformed replies) take [`ResponseDecoder::next_slow`].
+    #[inline(always)]
     fn next(&mut self) -> Option<Self::Item> {
         if self.seen == self.declared {
             return None;
         }
-        self.seen += 1;
-        if let Some(r) = self.decode_fast() {
+        if self.run_left == 0
+            && let Some(r) = self.decode_fast()
+        {
+            self.seen += 1;
             return Some(Ok(r));
         }
+        Some(self.next_slow())
+    }
+}
+
+impl<'a> ResponseDecoder<'a> {
+    /// The next reply when it is not a plain successful one (a reply is left).
+    #[inline(never)]
+    fn next_slow(&mut self) -> Result<Reply<'a>, DecodeError> {
+        if self.run_left > 0 {
+            self.seen += 1;
+            return Ok(self.run_output());
+        }
+        if self.cur.rest().first() == Some(&DONE_RUN) {
+            let run = self.peek_run();
+            self.seen += 1;
+            return match run {
+                Ok(run) => {
+                    self.open_run(run);
+                    Ok(self.run_output())
+                }
+                Err(e) => {
+                    self.declared = self.seen;
+                    Err(e)
+                }
+            };
+        }
+        self.seen += 1;
         let r = self.decode_one();
         if r.is_err() {
             self.declared = self.seen;
         }
-        Some(r)
+        r
     }
 }
 
@@ -318,5 +533,98 @@ mod tests {
         assert_eq!(got[5].status, Status::OutOfRange);
         assert_eq!(got[6].body, ReplyBody::Data(b"wxyz"));
         assert_eq!(got.len(), 7);
+    }
+
+    /// Replies of a frame built by `build`, decoded one at a time.
+    fn decoded(build: impl FnOnce(&mut Vec<u8>, &mut ResponseEncoder)) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut enc = ResponseEncoder::begin(&mut out, 1);
+        build(&mut out, &mut enc);
+        enc.finish(&mut out);
+        out
+    }
+
+    #[test]
+    fn done_outputs_of_one_length_share_a_run() {
+        let out = decoded(|out, enc| {
+            enc.done(out, b"aaaa");
+            enc.done(out, b"bbbb");
+            enc.done(out, b"cc");
+            enc.status(out, OpCode::Read, Status::OutOfRange);
+            enc.done(out, b"dd");
+            enc.placeholder();
+            enc.done(out, b"ee");
+        });
+        let payload = &out[HEADER_LEN..];
+        // Four runs: a new length, the status and the placeholder end one each.
+        assert_eq!(payload.len(), 4 + 4 * DONE_RUN_HEAD + 14 + 2);
+        let mut d = ResponseDecoder::new(payload).unwrap();
+        assert_eq!(d.declared(), 7);
+        let got: Vec<_> = d.by_ref().take(5).map(Result::unwrap).collect();
+        let bodies: Vec<_> = got.iter().map(|r| r.body).collect();
+        assert_eq!(
+            bodies,
+            [
+                ReplyBody::Done(b"aaaa"),
+                ReplyBody::Done(b"bbbb"),
+                ReplyBody::Done(b"cc"),
+                ReplyBody::None,
+                ReplyBody::Done(b"dd"),
+            ]
+        );
+        assert!(
+            got.iter()
+                .all(|r| r.op != OpCode::Execute || r.status == Status::Ok)
+        );
+        // The placeholder's reply was never inserted: what follows is the last run.
+        assert_eq!(d.next().unwrap().unwrap().body, ReplyBody::Done(b"ee"));
+        assert!(matches!(d.next(), Some(Err(_))), "one reply short");
+    }
+
+    #[test]
+    fn done_outputs_are_taken_in_slices_of_a_run() {
+        let out = decoded(|out, enc| {
+            for i in 0u8..5 {
+                enc.done(out, &[i; 3]);
+            }
+            enc.data(out, OpCode::Read, b"xy");
+        });
+        let mut d = ResponseDecoder::new(&out[HEADER_LEN..]).unwrap();
+        let a = d.take_done(2).unwrap();
+        assert_eq!((a.count, a.len, a.bytes), (2, 3, &[0, 0, 0, 1, 1, 1][..]));
+        assert_eq!(d.next().unwrap().unwrap().body, ReplyBody::Done(&[2; 3]));
+        let b = d.take_done(9).unwrap();
+        assert_eq!((b.count, b.bytes.len()), (2, 6));
+        assert_eq!(d.take_done(9), None, "a read is next");
+        assert_eq!(d.next().unwrap().unwrap().body, ReplyBody::Data(b"xy"));
+        d.finish().unwrap();
+    }
+
+    #[test]
+    fn malformed_done_runs_are_refused() {
+        let frame = |count: u32, len: u32, bytes: usize, declared: u32| {
+            let mut p = declared.to_le_bytes().to_vec();
+            p.extend_from_slice(&[DONE_RUN, Status::Ok as u8]);
+            p.extend_from_slice(&count.to_le_bytes());
+            p.extend_from_slice(&len.to_le_bytes());
+            p.extend(std::iter::repeat_n(7u8, bytes));
+            p
+        };
+        for (p, why) in [
+            (frame(0, 8, 0, 1), "no outputs"),
+            (frame(3, 8, 24, 2), "more outputs than replies"),
+            (frame(2, 8, 15, 2), "outputs cut short"),
+            (frame(2, u32::MAX, 8, 2), "length overflows"),
+            (frame(2, 8, 16, 2)[..10].to_vec(), "head cut short"),
+        ] {
+            let mut d = ResponseDecoder::new(&p).unwrap();
+            assert_eq!(d.take_done(8), None, "{why}");
+            assert!(matches!(d.next(), Some(Err(_))), "{why}");
+            assert!(d.next().is_none(), "{why}: the decoder stops");
+        }
+        let mut bad_status = frame(1, 1, 1, 1);
+        bad_status[5] = Status::Internal as u8;
+        let mut d = ResponseDecoder::new(&bad_status).unwrap();
+        assert!(matches!(d.next(), Some(Err(DecodeError::BadReply(_)))));
     }
 }

@@ -182,6 +182,10 @@ enum OwnedReply {
         op: OpCode,
         owner: Option<String>,
     },
+    /// A finished procedure's output (sent in a DONE_RUN).
+    Output {
+        data: Vec<u8>,
+    },
 }
 
 const FAILURES: [Status; 8] = [
@@ -212,6 +216,7 @@ impl OwnedReply {
             Self::Done { op } => enc.status(out, *op, Status::Ok),
             Self::Failed { op, status } => enc.status(out, *op, *status),
             Self::WrongServer { op, owner } => enc.wrong_server(out, *op, owner.as_deref()),
+            Self::Output { data } => enc.done(out, data),
         }
     }
 
@@ -224,6 +229,7 @@ impl OwnedReply {
             Self::WrongServer { op, owner } => {
                 (*op, Status::WrongServer, ReplyBody::Owner(owner.as_deref()))
             }
+            Self::Output { data } => (OpCode::Execute, Status::Ok, ReplyBody::Done(data)),
         };
         Reply { op, status, body }
     }
@@ -251,6 +257,10 @@ fn reply() -> impl Strategy<Value = OwnedReply> {
             .prop_map(|(op, status)| OwnedReply::Failed { op, status }),
         (any_opcode(), proptest::option::of("\\PC{1,40}"))
             .prop_map(|(op, owner)| OwnedReply::WrongServer { op, owner }),
+        // Few lengths, so DONE_RUNs both grow and break.
+        prop_oneof![Just(0usize), Just(3), Just(8)]
+            .prop_flat_map(|n| vec(any::<u8>(), n))
+            .prop_map(|data| OwnedReply::Output { data }),
     ]
 }
 
@@ -591,6 +601,37 @@ proptest! {
         let want: Vec<Reply<'_>> = replies.iter().map(OwnedReply::expected).collect();
         prop_assert_eq!(got, want);
         decode_all(&out);
+    }
+
+    /// Outputs taken a slice of a DONE_RUN at a time are the replies `next` yields.
+    #[test]
+    fn done_outputs_taken_in_slices_match_one_at_a_time(
+        replies in vec(reply(), 0..40),
+        takes in vec(0u32..6, 1..20),
+    ) {
+        let out = encode_replies(1, &replies);
+        let mut d = ResponseDecoder::new(&out[HEADER_LEN..]).unwrap();
+        let mut got = Vec::new();
+        let mut takes = takes.iter().cycle();
+        while got.len() < replies.len() {
+            let max = *takes.next().unwrap_or(&1);
+            match d.take_done(max) {
+                Some(o) => {
+                    prop_assert!(o.count >= 1 && o.count <= max.max(1));
+                    prop_assert_eq!(o.bytes.len(), o.len * o.count as usize);
+                    for i in 0..o.count as usize {
+                        let b = &o.bytes[i * o.len..(i + 1) * o.len];
+                        got.push(Reply { op: OpCode::Execute, status: Status::Ok, body: ReplyBody::Done(b) });
+                    }
+                }
+                None => got.push(d.next().unwrap().unwrap()),
+            }
+        }
+        prop_assert_eq!(d.take_done(1), None);
+        prop_assert!(d.next().is_none());
+        prop_assert_eq!(d.finish(), Ok(()));
+        let want: Vec<Reply<'_>> = replies.iter().map(OwnedReply::expected).collect();
+        prop_assert_eq!(got, want);
     }
 
     /// Frames back to back in one buffer (as on a connection) split exactly.

@@ -87,8 +87,14 @@ fn valid(rng: &mut StdRng, cred: &Credential) -> Vec<u8> {
         1 => {
             let mut e = ResponseEncoder::begin(&mut out, rng.r#gen());
             for _ in 0..rng.gen_range(0..12) {
-                match rng.gen_range(0..4) {
+                match rng.gen_range(0..6) {
                     0 => e.data(&mut out, farcache_proto::OpCode::Read, &bytes(rng, 40)),
+                    // Outputs of two lengths, so runs both grow and break.
+                    4 | 5 => {
+                        let n = if rng.gen_bool(0.5) { 8 } else { 3 };
+                        let output: Vec<u8> = (0..n).map(|_| rng.r#gen()).collect();
+                        e.done(&mut out, &output);
+                    }
                     1 => e.value(&mut out, farcache_proto::OpCode::Cas, rng.r#gen()),
                     2 => e.wrong_server(&mut out, farcache_proto::OpCode::Read, Some("h:1")),
                     _ => e.status(&mut out, farcache_proto::OpCode::Write, Status::Forbidden),

@@ -5,6 +5,7 @@ use std::mem::MaybeUninit;
 use farcache_proto::control::region_split;
 use farcache_proto::op::MAX_OP_BYTES;
 use farcache_proto::reply;
+use farcache_proto::response::DONE_RUN_HEAD;
 use farcache_proto::{
     Access, CacheId, DecodeError, Op, OpCode, RequestDecoder, ResponseEncoder, Status,
 };
@@ -418,12 +419,10 @@ pub fn execute_batch(
                         (Some(c), Some(p))
                             if let Some(v) = folded_here(c, (addr, r, off), &**p, args) =>
                         {
-                            if enc.payload_len(out) + 15 > cx.max_frame {
+                            if enc.payload_len(out) + DONE_RUN_HEAD + 8 > cx.max_frame {
                                 enc.status(out, code, Status::TooLarge);
                             } else {
-                                enc.data_head(out, code, 9);
-                                out.push(reply::TAG_DONE);
-                                out.extend_from_slice(&v.to_le_bytes());
+                                enc.done(out, &v.to_le_bytes());
                             }
                         }
                         (Some(c), Some(p)) => {
@@ -439,7 +438,7 @@ pub fn execute_batch(
                 },
                 Op::Ping => enc.status(out, code, Status::Ok),
             }
-            let ok = out.len() == before || out.get(before + 1) == Some(&(Status::Ok as u8));
+            let ok = out.len() == before || enc.last_ok();
             let bytes = match op {
                 Op::Read { len, .. } => len as usize,
                 Op::Write { data, .. } => data.len(),
@@ -510,23 +509,23 @@ fn run_execute(
 ) {
     let code = OpCode::Execute;
     let mem = FlowMemory::new(c, None);
-    let mark = enc.open_data(out, code);
-    reply::begin_done(out);
+    // A finished call's output is written in place, then made a DONE_RUN reply.
+    let start = out.len();
     let slow = match p.run_into(&mem, call.addr, call.args, out) {
         Ok(None) => None,
         Ok(Some(o)) => Some(Ok(o)),
         Err(e) => Some(Err(e)),
     };
     let Some(r) = slow else {
-        if enc.payload_len(out) <= cx.max_frame {
-            enc.close_data(out, mark);
+        if enc.payload_len(out) + DONE_RUN_HEAD <= cx.max_frame {
+            enc.done_written(out, start);
         } else {
-            enc.abandon_data(out, mark);
+            out.truncate(start);
             enc.status(out, code, Status::TooLarge);
         }
         return;
     };
-    enc.abandon_data(out, mark);
+    out.truncate(start);
     let mut body = Vec::new();
     match crate::flow::step::next(&**p, c, &mem, call.addr, r) {
         Step::Done(r) => reply::push_done(&mut body, &r),
@@ -667,6 +666,7 @@ mod tests {
                     _ => None,
                 };
                 let got = match (r.status, r.body) {
+                    (Status::Ok, ReplyBody::Done(v)) => Some(v.to_vec()),
                     (Status::Ok, ReplyBody::Data(d)) => match reply::decode(d).unwrap() {
                         reply::ExecReply::Done(v) => Some(v.to_vec()),
                         _ => None,

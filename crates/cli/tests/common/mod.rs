@@ -241,6 +241,12 @@ pub fn decode_replies(payload: &[u8]) -> Vec<Reply> {
                 ReplyBody::Data(b) => Body::Data(b.to_vec()),
                 ReplyBody::Value(v) => Body::Value(v),
                 ReplyBody::Owner(o) => Body::Owner(o.map(str::to_owned)),
+                // A DONE_RUN output reads as the EXECUTE reply it stands for.
+                ReplyBody::Done(b) => {
+                    let mut d = Vec::with_capacity(1 + b.len());
+                    farcache_proto::reply::push_done(&mut d, b);
+                    Body::Data(d)
+                }
             };
             (r.op, r.status, body)
         })

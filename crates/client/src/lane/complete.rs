@@ -8,7 +8,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use farcache_proto::reply::{self, ExecReply, MAX_HOPS};
 use farcache_proto::response::{Reply, ReplyBody};
-use farcache_proto::{ResponseDecoder, ServerId, Status};
+use farcache_proto::{DoneOutputs, ResponseDecoder, ServerId, Status};
 use slab::Slab;
 
 use super::{Parked, Parking, PartRef, Retry, TicketState, pause_backoff};
@@ -104,12 +104,22 @@ impl Completion<'_> {
         let key = run.key as usize;
         let base = self.payload.as_ptr() as usize;
         let mut frame = None;
-        for k in 0..run.count {
+        let mut k = 0;
+        while k < run.count {
+            if run.kind == Kind::Execute
+                && let Some(d) = dec.take_done(run.count - k)
+            {
+                self.outputs(key, run.first + k, d, &mut frame);
+                k += d.count;
+                continue;
+            }
+            let k_now = k;
+            k += 1;
             let reply = match dec.next() {
                 Some(Ok(r)) => r,
-                bad => return Err((k, unanswered(bad))),
+                bad => return Err((k_now, unanswered(bad))),
             };
-            let i = (run.first + k) as usize;
+            let i = (run.first + k_now) as usize;
             let Some(t) = self.tickets.get_mut(key) else {
                 continue;
             };
@@ -118,10 +128,11 @@ impl Completion<'_> {
                     Some(d)
                 }
                 (Status::Ok, Kind::Execute, ReplyBody::Data([reply::TAG_DONE, r @ ..])) => Some(r),
+                (Status::Ok, Kind::Execute, ReplyBody::Done(r)) => Some(r),
                 (Status::Ok, Kind::Write, ReplyBody::None) => None,
                 _ => {
                     let addr = t.ops.get(i).map_or(0, |o| o.addr);
-                    self.part(run.part(k, addr), reply);
+                    self.part(run.part(k_now, addr), reply);
                     continue;
                 }
             };
@@ -149,6 +160,38 @@ impl Completion<'_> {
         Ok(())
     }
 
+    /// Outputs of one DONE_RUN answering ops `first..` of ticket `key`, whole calls
+    /// all: each becomes a view into the frame. Out of line: a run of 1,000 calls
+    /// takes it once, and reads' loop stays small.
+    #[inline(never)]
+    fn outputs(&mut self, key: usize, first: u32, d: DoneOutputs<'_>, frame: &mut Option<u32>) {
+        let Some(t) = self.tickets.get_mut(key) else {
+            return;
+        };
+        let base = self.payload.as_ptr() as usize;
+        let mut off = (d.bytes.as_ptr() as usize - base) as u32;
+        let len = d.len as u32;
+        let first = first as usize;
+        let mut finished = 0;
+        for i in first..first + d.count as usize {
+            if t.results.is_pending(i) {
+                let frame = *frame.get_or_insert_with(|| t.results.frame(self.payload));
+                t.results.set(i, Cell::Data { frame, off, len });
+            }
+            off += len;
+            // A whole op is one part: it is done.
+            let pending = &mut t.pending[i];
+            *pending = pending.saturating_sub(1);
+            finished += u32::from(*pending == 0);
+        }
+        if finished > 0 {
+            t.remaining = t.remaining.saturating_sub(finished as usize);
+            if t.remaining == 0 {
+                ticket_done(self.tickets, key);
+            }
+        }
+    }
+
     /// One part's answer, whatever it is.
     fn part(&mut self, part: PartRef, reply: Reply<'_>) {
         let tickets = &mut *self.tickets;
@@ -162,7 +205,8 @@ impl Completion<'_> {
         // The common replies, a read's bytes or a finished procedure's result, share
         // one road to the cell: a view into this frame.
         let bytes = match (reply.status, kind, reply.body) {
-            (Status::Ok, Kind::Execute, ReplyBody::Data([reply::TAG_DONE, r @ ..])) => Some(r),
+            (Status::Ok, Kind::Execute, ReplyBody::Data([reply::TAG_DONE, r @ ..]))
+            | (Status::Ok, Kind::Execute, ReplyBody::Done(r)) => Some(r),
             (Status::Ok, Kind::Read, ReplyBody::Data(d))
                 if d.len() == part.len as usize
                     && (t.assembly.is_empty() || !t.assembly.contains_key(&part.op)) =>
