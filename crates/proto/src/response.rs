@@ -118,7 +118,7 @@ impl ResponseEncoder {
 
     /// A finished procedure's `output`: it joins the DONE_RUN that ends the frame when
     /// that run's outputs have the same length, else starts one.
-    #[inline]
+    #[inline(always)]
     pub fn done(&mut self, out: &mut Vec<u8>, output: &[u8]) {
         let start = out.len();
         out.extend_from_slice(output);
@@ -128,7 +128,7 @@ impl ResponseEncoder {
     /// Like [`done`](Self::done) for an output the caller has just appended to `out`
     /// at `start..` (written in place, saving a copy). Done replies cannot be taken
     /// back.
-    #[inline]
+    #[inline(always)]
     pub fn done_written(&mut self, out: &mut Vec<u8>, start: usize) {
         let len = out.len() - start;
         self.count += 1;
@@ -140,10 +140,17 @@ impl ResponseEncoder {
         {
             r.count += 1;
             r.end = out.len();
-            let at = r.head + 2;
-            out[at..at + 4].copy_from_slice(&r.count.to_le_bytes());
+            if let Some(c) = out.get_mut(r.head + 2..r.head + 6) {
+                c.copy_from_slice(&r.count.to_le_bytes());
+            }
             return;
         }
+        self.start_run(out, start, len);
+    }
+
+    /// Puts a DONE_RUN head in front of the `len`-byte output at `start..`.
+    #[inline(never)]
+    fn start_run(&mut self, out: &mut Vec<u8>, start: usize, len: usize) {
         let mut head = [0u8; DONE_RUN_HEAD];
         head[0] = DONE_RUN;
         head[1] = Status::Ok as u8;
