@@ -1523,28 +1523,10 @@ mod tests {
     #[test]
     fn a_reply_that_does_not_decode_mid_run_fails_the_rest_and_keeps_the_answers() {
         let secret = ClusterSecret::generate();
-        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-        let addr = l.local_addr().expect("addr").to_string();
-        let auth = Authority::new(secret.clone());
-        std::thread::spawn(move || {
-            let Ok((mut s, _)) = l.accept() else { return };
-            let ch = auth.challenge();
-            let _ = write_frame(&mut s, FrameKind::Challenge, 0, &ch.encode());
-            let Ok((_, hello)) = read_frame(&mut s, MAX_FRAME_DEFAULT) else {
-                return;
-            };
-            let Ok(v) = Hello::decode(&hello).map(|h| auth.verify(&ch, &h)) else {
-                return;
-            };
-            let Ok(v) = v else { return };
-            let ack = auth.ack(&v, &ch, 1, MAX_FRAME_DEFAULT);
-            let _ = write_frame(&mut s, FrameKind::HelloAck, 0, &ack.encode());
-            let Ok((h, payload)) = read_frame(&mut s, MAX_FRAME_DEFAULT) else {
-                return;
-            };
-            let n = RequestDecoder::new(&payload).map_or(0, |d| d.count());
+        let addr = scripted_server(secret.clone(), |payload, seq| {
+            let n = RequestDecoder::new(payload).map_or(0, |d| d.count());
             let mut out = Vec::new();
-            let mut enc = ResponseEncoder::begin(&mut out, h.seq);
+            let mut enc = ResponseEncoder::begin(&mut out, seq);
             for _ in 0..10 {
                 enc.data(&mut out, farcache_proto::OpCode::Read, &[5; 8]);
             }
@@ -1555,8 +1537,7 @@ mod tests {
             }
             enc.placeholder();
             enc.finish(&mut out);
-            let _ = std::io::Write::write_all(&mut s, &out);
-            std::thread::sleep(Duration::from_secs(2));
+            out
         });
         let cache = cache_on(addr, secret, Duration::from_secs(10));
         let mut b = cache.batch();
