@@ -12,7 +12,8 @@
 //! A DONE_RUN (tag [`DONE_RUN`] where an opcode goes, then status OK) holds the
 //! outputs of consecutive EXECUTEs that finished with outputs of one length:
 //! `count u32, len u32, count × output[len]`. It stands for `count` replies (at least
-//! one, no more than the frame has left) and decodes as that many EXECUTE replies
+//! one, no more than the frame has left; outputs of at least one byte, so that every
+//! reply takes bytes) and decodes as that many EXECUTE replies
 //! with a [`ReplyBody::Done`] body. It exists because a batch of calls of one
 //! procedure mostly answers that way, and a head per 8-byte result costs both ends
 //! as much as the result.
@@ -148,9 +149,17 @@ impl ResponseEncoder {
         self.start_run(out, start, len);
     }
 
-    /// Puts a DONE_RUN head in front of the `len`-byte output at `start..`.
+    /// Puts a DONE_RUN head in front of the `len`-byte output at `start..`. An empty
+    /// output is a plain EXECUTE reply instead: a run of them would be replies that
+    /// take no bytes, so a reply count alone could make a decoder spin.
     #[inline(never)]
     fn start_run(&mut self, out: &mut Vec<u8>, start: usize, len: usize) {
+        if len == 0 {
+            self.run = None;
+            out.extend_from_slice(&[OpCode::Execute as u8, Status::Ok as u8, 1, 0, 0, 0]);
+            out.push(crate::reply::TAG_DONE);
+            return;
+        }
         let mut head = [0u8; DONE_RUN_HEAD];
         head[0] = DONE_RUN;
         head[1] = Status::Ok as u8;
@@ -344,6 +353,8 @@ impl<'a> ResponseDecoder<'a> {
             Err(bad(format!(
                 "done run of {count} outputs, {left} replies left"
             )))
+        } else if len == 0 {
+            Err(bad("done run of empty outputs".into()))
         } else if len.checked_mul(count as usize).is_none_or(|n| n > have) {
             Err(DecodeError::Truncated {
                 what: "done run",
@@ -589,6 +600,27 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_output_is_a_plain_reply_between_runs() {
+        let out = decoded(|out, enc| {
+            enc.done(out, b"ab");
+            enc.done(out, b"");
+            enc.done(out, b"cd");
+        });
+        let got: Vec<_> = ResponseDecoder::new(&out[HEADER_LEN..])
+            .unwrap()
+            .map(|r| r.unwrap().body)
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ReplyBody::Done(b"ab"),
+                ReplyBody::Data(&[crate::reply::TAG_DONE]),
+                ReplyBody::Done(b"cd"),
+            ]
+        );
+    }
+
+    #[test]
     fn done_outputs_are_taken_in_slices_of_a_run() {
         let out = decoded(|out, enc| {
             for i in 0u8..5 {
@@ -623,6 +655,7 @@ mod tests {
             (frame(2, 8, 15, 2), "outputs cut short"),
             (frame(2, u32::MAX, 8, 2), "length overflows"),
             (frame(2, 8, 16, 2)[..10].to_vec(), "head cut short"),
+            (frame(u32::MAX, 0, 0, u32::MAX), "empty outputs"),
         ] {
             let mut d = ResponseDecoder::new(&p).unwrap();
             assert_eq!(d.take_done(8), None, "{why}");

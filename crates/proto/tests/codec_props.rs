@@ -229,6 +229,12 @@ impl OwnedReply {
             Self::WrongServer { op, owner } => {
                 (*op, Status::WrongServer, ReplyBody::Owner(owner.as_deref()))
             }
+            // An empty output goes as a plain reply (a run of them would take no bytes).
+            Self::Output { data } if data.is_empty() => (
+                OpCode::Execute,
+                Status::Ok,
+                ReplyBody::Data(&[farcache_proto::reply::TAG_DONE]),
+            ),
             Self::Output { data } => (OpCode::Execute, Status::Ok, ReplyBody::Done(data)),
         };
         Reply { op, status, body }
