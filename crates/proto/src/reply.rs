@@ -31,12 +31,6 @@ pub enum ExecReply<'a> {
     Failed(&'a str),
 }
 
-/// Starts a finished invocation's body; the result bytes are appended after it.
-#[inline]
-pub fn begin_done(out: &mut Vec<u8>) {
-    out.push(TAG_DONE);
-}
-
 pub fn push_done(out: &mut Vec<u8>, result: &[u8]) {
     out.reserve(1 + result.len());
     out.push(TAG_DONE);

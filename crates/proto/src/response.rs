@@ -214,32 +214,9 @@ impl ResponseEncoder {
         self.last_ok = true;
     }
 
-    /// Starts a data reply whose length is not known yet: append the bytes to `out`,
-    /// then call [`ResponseEncoder::close_data`] with the returned mark.
-    #[inline]
-    pub fn open_data(&mut self, out: &mut Vec<u8>, op: OpCode) -> usize {
-        out.extend_from_slice(&[op as u8, Status::Ok as u8, 0, 0, 0, 0]);
-        self.count += 1;
-        self.last_ok = true;
-        out.len()
-    }
-
-    /// Ends the data reply begun at `mark`, writing its length.
-    #[inline]
-    pub fn close_data(&mut self, out: &mut [u8], mark: usize) {
-        let len = (out.len() - mark) as u32;
-        out[mark - 4..mark].copy_from_slice(&len.to_le_bytes());
-    }
-
     /// Takes back the last reply, which starts at `at` in `out`.
     pub fn abandon_last(&mut self, out: &mut Vec<u8>, at: usize) {
         out.truncate(at);
-        self.count -= 1;
-    }
-
-    /// Takes back the data reply begun at `mark`, so another reply can replace it.
-    pub fn abandon_data(&mut self, out: &mut Vec<u8>, mark: usize) {
-        out.truncate(mark - 6);
         self.count -= 1;
     }
 
