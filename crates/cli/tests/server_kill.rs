@@ -253,10 +253,32 @@ fn killed_server_fails_fast_and_the_rest_keeps_working() {
 /// batch still completes in bounded time; reads of the dead server's regions fail
 /// (unavailable, or lost once the manager has placed them again), every other read
 /// returns its own bytes, before and after the kill.
+/// What a streamed batch asks of each address: an 8-byte read, or a call of the
+/// `aggregate` built-in over that one record (answered in DONE_RUN replies).
+#[derive(Clone, Copy, Debug)]
+enum Streamed {
+    Reads,
+    Calls,
+}
+
 #[test]
 fn a_server_killed_under_streaming_batched_reads_fails_only_its_own_reads() {
+    stream_through_a_kill(Streamed::Reads);
+}
+
+#[test]
+fn a_server_killed_under_streaming_batched_calls_fails_only_its_own_calls() {
+    stream_through_a_kill(Streamed::Calls);
+}
+
+/// Streams batches at a three-server cache, SIGKILLs one server mid-stream, and
+/// checks that every answer is right, and every failure is an op on the dead
+/// server's regions failing as unavailable or lost.
+fn stream_through_a_kill(what: Streamed) {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
+
+    use farcache_sproc::builtin::{AggFn, Aggregate};
 
     let mut cluster = start_cluster();
     let client = client(&cluster, Duration::from_secs(3));
@@ -269,6 +291,7 @@ fn a_server_killed_under_streaming_batched_reads_fails_only_its_own_reads() {
     cache.write(0, &image).unwrap();
 
     const OPS: u64 = 2048;
+    let one_record = Aggregate::call(AggFn::Sum, 1, 8);
     let stop = Arc::new(AtomicBool::new(false));
     let killed = Arc::new(AtomicBool::new(false));
     let streamer = {
@@ -276,20 +299,23 @@ fn a_server_killed_under_streaming_batched_reads_fails_only_its_own_reads() {
             (cache.clone(), image.clone(), stop.clone(), killed.clone());
         let dead = dead_regions.clone();
         std::thread::spawn(move || {
-            // (batches checked, reads failed on the dead server, reads after the kill, slowest batch)
+            // (batches checked, ops failed on the dead server, ops after the kill, slowest batch)
             let (mut batches, mut failed, mut after, mut slowest) =
                 (0u64, 0u64, 0u64, Duration::ZERO);
             let mut in_flight = std::collections::VecDeque::new();
             let mut round = 0u64;
             while !stop.load(Ordering::Relaxed) || !in_flight.is_empty() {
                 if !stop.load(Ordering::Relaxed) && in_flight.len() < 4 {
-                    // Consecutive ops mostly land in one region: runs of reads.
+                    // Consecutive ops mostly land in one region: runs on the wire.
                     let addrs: Vec<u64> = (0..OPS)
                         .map(|i| (round * 7_919 + i * 8 * 61) % (CAPACITY - 8) / 8 * 8)
                         .collect();
                     let mut b = cache.batch();
                     for &a in &addrs {
-                        b.read(a, 8);
+                        match what {
+                            Streamed::Reads => b.read(a, 8),
+                            Streamed::Calls => b.execute(Aggregate::NAME, a, &one_record),
+                        };
                     }
                     let after_kill = killed.load(Ordering::Relaxed);
                     in_flight.push_back((b.submit(), addrs, after_kill, Instant::now()));
@@ -304,18 +330,30 @@ fn a_server_killed_under_streaming_batched_reads_fails_only_its_own_reads() {
                 batches += 1;
                 for (i, &a) in addrs.iter().enumerate() {
                     let region = a / REGION;
+                    let want = &image[a as usize..a as usize + 8];
                     match r.data(i) {
-                        Ok(d) => assert_eq!(d, &image[a as usize..a as usize + 8], "read at {a}"),
+                        Ok(d) => match what {
+                            Streamed::Reads => assert_eq!(d, want, "read at {a}"),
+                            Streamed::Calls => assert_eq!(
+                                Aggregate::result(d).ok(),
+                                Some(u64::from_le_bytes(want.try_into().unwrap())),
+                                "call at {a}"
+                            ),
+                        },
                         // Unavailable until the manager hears of the death; then the
-                        // regions are placed again and their bytes read as lost.
+                        // regions are placed again and their bytes read as lost (a
+                        // procedure reading them fails saying so).
                         Err(ClientError::Op(e))
                             if dead.contains(&region)
                                 && (is_unavailable(&e, victim)
-                                    || matches!(e, OpError::DataLost { .. })) =>
+                                    || matches!(e, OpError::DataLost { .. })
+                                    || matches!(&e, OpError::Procedure(m)
+                                        if matches!(what, Streamed::Calls)
+                                            && m.contains("lost with a failed server"))) =>
                         {
                             failed += 1
                         }
-                        Err(e) => panic!("read at {a} (region {region}): {e}"),
+                        Err(e) => panic!("{what:?} at {a} (region {region}): {e}"),
                     }
                     if after_kill {
                         after += 1;
@@ -333,7 +371,7 @@ fn a_server_killed_under_streaming_batched_reads_fails_only_its_own_reads() {
     let (batches, failed, after, slowest) = streamer.join().expect("streamer");
     assert!(
         failed > 0,
-        "no read failed over {batches} batches: was the kill seen?"
+        "no op failed over {batches} batches: was the kill seen?"
     );
     assert!(after > 0, "no batch ran after the kill");
     assert!(slowest < FAIL_WITHIN, "a batch took {slowest:?}");
