@@ -282,13 +282,13 @@ fn stream_through_a_kill(what: Streamed) {
 
     let mut cluster = start_cluster();
     let client = client(&cluster, Duration::from_secs(3));
-    let cache = client.create("stream", CAPACITY).unwrap();
+    let cache = client.create("stream", CAPACITY).expect("create the cache");
     let info = cache.info();
     let victim = server_id_of(&cluster, &info, 1);
     let dead_regions = regions_of(&info, victim);
     assert!(!dead_regions.is_empty(), "{info:?}");
     let image = Arc::new(pattern(23, CAPACITY as usize));
-    cache.write(0, &image).unwrap();
+    cache.write(0, &image).expect("write the image");
 
     const OPS: u64 = 2048;
     let one_record = Aggregate::call(AggFn::Sum, 1, 8);
@@ -336,7 +336,7 @@ fn stream_through_a_kill(what: Streamed) {
                             Streamed::Reads => assert_eq!(d, want, "read at {a}"),
                             Streamed::Calls => assert_eq!(
                                 Aggregate::result(d).ok(),
-                                Some(u64::from_le_bytes(want.try_into().unwrap())),
+                                Some(u64::from_le_bytes(want.try_into().expect("8 bytes"))),
                                 "call at {a}"
                             ),
                         },
@@ -364,7 +364,7 @@ fn stream_through_a_kill(what: Streamed) {
         })
     };
     std::thread::sleep(Duration::from_millis(500));
-    cluster.kill_server(1).unwrap();
+    cluster.kill_server(1).expect("kill server 1");
     killed.store(true, Ordering::Relaxed);
     std::thread::sleep(Duration::from_millis(1500));
     stop.store(true, Ordering::Relaxed);
