@@ -7,6 +7,10 @@ command -v redis-server >/dev/null 2>&1 || need_pkgs+=(redis-server)
 command -v redis-benchmark >/dev/null 2>&1 || need_pkgs+=(redis-tools)
 command -v sockperf >/dev/null 2>&1 || need_pkgs+=(sockperf)
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_pkgs+=(fonts-dejavu-core)
+# The network lab (crates/testkit/src/lab): namespaces, veth and bridge (iproute2),
+# one-way cuts and vanishing hosts in the switch (nftables).
+command -v ip >/dev/null 2>&1 || need_pkgs+=(iproute2)
+command -v nft >/dev/null 2>&1 || need_pkgs+=(nftables)
 # The Python package's tests build it in a venv.
 command -v python3 >/dev/null 2>&1 || need_pkgs+=(python3)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_pkgs+=(python3-venv python3-pip)

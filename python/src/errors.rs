@@ -67,7 +67,8 @@ fn control_kind(code: ControlErrorCode) -> &'static str {
         ControlErrorCode::AlreadyExists => "AlreadyExists",
         ControlErrorCode::InsufficientMemory => "InsufficientMemory",
         ControlErrorCode::InvalidArgument => "InvalidArgument",
-        ControlErrorCode::Unavailable => "Unavailable",
+        // A server's own link; a client sees it only if it relays one.
+        ControlErrorCode::Unavailable | ControlErrorCode::Fenced => "Unavailable",
         ControlErrorCode::Internal => "ServerError",
         ControlErrorCode::Forbidden => "Forbidden",
     }
@@ -111,7 +112,8 @@ fn status_kind(s: Status) -> &'static str {
         Status::Paused => "Timeout",
         Status::DataLost => "DataLost",
         Status::NoMemory => "InsufficientMemory",
-        Status::WrongServer => "Unavailable",
+        // Still refused by a server without a lease after the op timeout.
+        Status::WrongServer | Status::NotServing => "Unavailable",
         Status::Ok | Status::Unsupported | Status::Internal => "ServerError",
     }
 }

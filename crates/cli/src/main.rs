@@ -27,6 +27,9 @@ enum Command {
     Up(cmd::up::Args),
     /// Run a local 3-server cluster, fill, verify and exercise a cache, print results.
     Demo(cmd::demo::Args),
+    /// A cluster in a network lab (a namespace per process, one switch): cut links,
+    /// make hosts vanish, heal, shape bandwidth, from a prompt. Needs root.
+    Lab(cmd::lab::Args),
     /// Show servers, caches and regions.
     Status(cmd::status::Args),
     /// Create a cache (with backups, or read-only from a file).
@@ -73,6 +76,10 @@ fn main() -> Result<()> {
         Command::Up(a) => {
             init_logging("info");
             cmd::up::run(a)
+        }
+        Command::Lab(a) => {
+            init_logging("warn");
+            cmd::lab::run(a)
         }
         Command::Demo(a) => {
             init_logging("warn");

@@ -42,6 +42,16 @@ const PAUSE_MAX: Duration = Duration::from_millis(2);
 
 /// The wait before sending a part again after its `attempt`-th `paused` answer
 /// (1-based): 100 µs, 200 µs, 400 µs, … capped at 2 ms.
+/// How long an op refused by a server without a lease waits before the table is
+/// asked for again: a failover takes about the manager's heartbeat timeout.
+pub(crate) fn unleased_backoff(attempt: u8) -> Duration {
+    let shift = u32::from(attempt.saturating_sub(1).min(3));
+    (UNLEASED_FIRST * (1 << shift)).min(UNLEASED_MAX)
+}
+
+const UNLEASED_FIRST: Duration = Duration::from_millis(20);
+const UNLEASED_MAX: Duration = Duration::from_millis(160);
+
 pub(crate) fn pause_backoff(attempt: u8) -> Duration {
     // Past 5 doublings the cap applies anyway; bounding the shift keeps it in range.
     let shift = u32::from(attempt.saturating_sub(1).min(5));
@@ -99,6 +109,9 @@ struct Parked {
     /// The ticket's id, so a reused slab key never picks the part up.
     ticket: u64,
     due: Instant,
+    /// Ask the manager for the cache's table before sending it again (the server
+    /// that refused it may have lost the region to a failover).
+    refresh: bool,
 }
 
 /// Parts waiting out a migration's write pause.
@@ -956,12 +969,28 @@ impl LaneInner {
             }
             !ready
         });
-        for Parked { part, ticket, .. } in due {
+        // Tables asked for this round, one per cache.
+        let mut refreshed: Vec<u32> = Vec::new();
+        for Parked {
+            part,
+            ticket,
+            refresh,
+            ..
+        } in due
+        {
             let Some(t) = self.tickets.get(part.key as usize) else {
                 continue;
             };
             if t.id != ticket {
                 continue;
+            }
+            if refresh && !refreshed.contains(&t.cache.id()) {
+                refreshed.push(t.cache.id());
+                // A manager out of reach leaves the table as it was: the part goes to
+                // the same server again, and waits again, until the op timeout.
+                if let Err(e) = t.cache.refresh() {
+                    tracing::debug!(cache = t.cache.id(), "table refresh failed: {e}");
+                }
             }
             let info = t.cache.info();
             let op = t.ops[part.op as usize];

@@ -131,6 +131,9 @@ pub enum Seen {
     /// It had been dead or unknown and is alive again.
     Back(ServerState),
     StillAlive,
+    /// A heartbeat from a server declared dead: it stays dead until it registers
+    /// again (and drops the copies it held, which are stale).
+    Fenced,
 }
 
 #[derive(Debug)]
@@ -240,6 +243,9 @@ impl Catalogue {
     /// `None` if the server is not known (it should re-register).
     pub fn heartbeat(&mut self, id: ServerId, now: Instant, held: (u64, u64)) -> Option<Seen> {
         self.servers.get_mut(&id).map(|e| {
+            if e.state == ServerState::Dead {
+                return Seen::Fenced;
+            }
             e.reported = Some(held);
             Self::mark_alive(e, now)
         })
@@ -537,9 +543,12 @@ mod tests {
             cat.candidates().iter().map(|c| c.id).collect::<Vec<_>>(),
             vec![1]
         );
+        // A dead server's heartbeat is fenced: it stays dead until it registers.
+        assert_eq!(cat.heartbeat(7, t2, (0, 0)), Some(Seen::Fenced));
+        assert_eq!(cat.server_state(7), Some(ServerState::Dead));
         assert_eq!(
-            cat.heartbeat(7, t2, (0, 0)),
-            Some(Seen::Back(ServerState::Dead))
+            cat.upsert_server(server(7, R), t2),
+            Seen::Back(ServerState::Dead)
         );
         assert_eq!(cat.server_state(7), Some(ServerState::Alive));
     }

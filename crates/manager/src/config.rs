@@ -79,6 +79,16 @@ impl ManagerConfig {
                 self.heartbeat_timeout, self.heartbeat_interval
             )));
         }
+        // A server renews its lease once per interval: a shorter lease would lapse
+        // between heartbeats.
+        let lease = crate::membership::lease::lease_for(self.heartbeat_timeout);
+        if lease <= self.heartbeat_interval {
+            return Err(ManagerError::Config(format!(
+                "heartbeat timeout {:?} gives servers leases of {lease:?}, not longer than \
+                 the heartbeat interval {:?}: make the timeout at least 1.25x the interval",
+                self.heartbeat_timeout, self.heartbeat_interval
+            )));
+        }
         Ok(())
     }
 

@@ -84,6 +84,9 @@ pub struct Service {
     heartbeat_timeout: Duration,
     pub(crate) state: Mutex<State>,
     pub(crate) changes: Mutex<()>,
+    /// Held for a whole live copy (one at a time); `changes` only while it decides
+    /// and commits.
+    pub(crate) copies: Mutex<()>,
     pub(crate) links: ServerLinks,
     /// This service, for the threads it starts (draining a reclaimed server).
     pub(crate) this: std::sync::OnceLock<std::sync::Weak<Service>>,
@@ -110,6 +113,7 @@ impl Service {
                 store: Some(store),
             }),
             changes: Mutex::new(()),
+            copies: Mutex::new(()),
             links: ServerLinks::new(SERVER_CALL_TIMEOUT, config.secret.clone()),
             authority: Authority::new(config.secret.clone()),
         }
@@ -468,6 +472,7 @@ impl Service {
             (Seen::StillAlive, _) => {
                 tracing::info!(server = id, %addr, memory, "server re-registered")
             }
+            (Seen::Fenced, _) => {}
         }
         if matches!(seen, Seen::Back(ServerState::Unknown)) {
             // First word from it since this manager started: tell it the tables this
@@ -484,9 +489,15 @@ impl Service {
                 "server re-registered with less memory than its regions use"
             );
         }
+        let fenced = matches!(seen, Seen::Back(ServerState::Dead));
+        if fenced {
+            tracing::warn!(server = id, %addr, "a server declared dead registered again: it drops the copies it held");
+        }
         Ok(ControlResponse::Registered {
             server_id: id,
             heartbeat_ms: self.heartbeat_ms,
+            lease_ms: crate::membership::lease::lease_ms(self.heartbeat_timeout),
+            fenced,
         })
     }
 
@@ -506,13 +517,25 @@ impl Service {
                 ControlErrorCode::UnknownServer,
                 format!("server {id} is not registered; register again"),
             )),
-            Some(Seen::Back(before)) => {
-                tracing::info!(server = id, ?before, "server heartbeat, alive again");
-                Ok(ControlResponse::Ok)
+            Some(Seen::Fenced) => {
+                tracing::warn!(server = id, "heartbeat from a server declared dead: fenced");
+                Err(Reject::new(
+                    ControlErrorCode::Fenced,
+                    format!(
+                        "server {id} was declared dead and its regions were given to others; \
+                         drop them and register again"
+                    ),
+                ))
             }
-            Some(_) => {
-                tracing::trace!(server = id, used, "heartbeat");
-                Ok(ControlResponse::Ok)
+            Some(seen) => {
+                if let Seen::Back(before) = seen {
+                    tracing::info!(server = id, ?before, "server heartbeat, alive again");
+                } else {
+                    tracing::trace!(server = id, used, "heartbeat");
+                }
+                Ok(ControlResponse::Lease {
+                    lease_ms: crate::membership::lease::lease_ms(self.heartbeat_timeout),
+                })
             }
         }
     }
@@ -1023,8 +1046,17 @@ impl Service {
             let st = self.state.lock();
             self.targets(&st.catalogue, ids)
         };
-        for t in &targets {
-            self.best_effort(t, &req, "send region table");
+        // In parallel: a server cut off from the manager costs one call timeout, not
+        // one per server (a failover pushes tables to every holder).
+        match targets.as_slice() {
+            [] => {}
+            [t] => self.best_effort(t, &req, "send region table"),
+            many => std::thread::scope(|s| {
+                for t in many {
+                    let req = &req;
+                    s.spawn(move || self.best_effort(t, req, "send region table"));
+                }
+            }),
         }
     }
 

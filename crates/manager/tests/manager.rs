@@ -410,11 +410,16 @@ fn silent_servers_die_get_no_placements_and_come_back() {
     let ControlResponse::Registered {
         server_id: a,
         heartbeat_ms,
+        lease_ms,
+        fenced,
     } = reg(&mut c, &fa)
     else {
         panic!("register a")
     };
     assert_eq!(heartbeat_ms, 100);
+    // Leases end before the manager could declare the server dead.
+    assert_eq!(lease_ms, 240);
+    assert!(!fenced, "a new server has nothing to drop");
     let ControlResponse::Registered { server_id: b, .. } = reg(&mut c, &fb) else {
         panic!("register b")
     };
@@ -433,7 +438,43 @@ fn silent_servers_die_get_no_placements_and_come_back() {
     );
     assert!(fb.calls().is_empty());
 
-    // Heartbeats bring b back, and being cheaper it wins the next placement.
+    // Heartbeats alone do not bring a dead server back: it is fenced, and must
+    // register again, told to drop the copies it held.
+    let mut hb = Conn::as_server(m.addr(), &fb.addr.to_string());
+    match hb.call(&ControlRequest::Heartbeat {
+        server_id: b,
+        used: 0,
+        regions: 0,
+        digest: 0,
+    }) {
+        ControlResponse::Error { code, message } => {
+            assert_eq!(code, ControlErrorCode::Fenced, "{message}");
+        }
+        other => panic!("heartbeat of a dead server answered {other:?}"),
+    }
+    assert_eq!(c.server(b).state, ServerState::Dead);
+    let ControlResponse::Registered {
+        server_id, fenced, ..
+    } = c.call(&ControlRequest::RegisterServer {
+        server_id: Some(b),
+        addr: fb.addr.to_string(),
+        memory: 8 * R,
+        cores: 2,
+        threads: 1,
+        price_class: farcache_proto::control::PriceClass::OnDemand,
+        price_per_gib_hour: 0.5,
+        tls_addr: None,
+    })
+    else {
+        panic!("register b again")
+    };
+    assert_eq!(server_id, b);
+    assert!(
+        fenced,
+        "a dead server that registers again must drop its copies"
+    );
+    // Registered, its heartbeats keep it alive, and being cheaper it wins the next
+    // placement.
     let beat_b = Beater::start(m.addr(), b, &fb);
     assert!(wait_for(Duration::from_secs(5), || c.server(b).state
         == ServerState::Alive));
@@ -507,7 +548,10 @@ impl Beater {
                     regions: 0,
                     digest: 0,
                 });
-                assert_eq!(resp, ControlResponse::Ok);
+                assert!(
+                    matches!(resp, ControlResponse::Lease { lease_ms } if lease_ms > 0),
+                    "{resp:?}"
+                );
                 thread::sleep(Duration::from_millis(50));
             }
         });

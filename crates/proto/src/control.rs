@@ -222,6 +222,12 @@ pub struct GuardStats {
     pub forbidden: u64,
     /// Peer messages dropped because a session to another server was over its cap.
     pub peer_dropped: u64,
+    /// Request batches refused (`NOT_SERVING`) because the server held no lease.
+    #[serde(default)]
+    pub unleased: u64,
+    /// Times the manager fenced this server (declared dead): it dropped its regions.
+    #[serde(default)]
+    pub fenced: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -465,6 +471,9 @@ pub enum ControlErrorCode {
     Internal,
     /// The connection's role or token does not allow the request.
     Forbidden,
+    /// The server was declared dead: it must drop every region it holds and register
+    /// again before it serves anything.
+    Fenced,
 }
 
 /// The tokens issued with a new cache.
@@ -501,6 +510,19 @@ pub enum ControlResponse {
     Registered {
         server_id: ServerId,
         heartbeat_ms: u64,
+        /// How long the server may serve its regions, counted from when it sent the
+        /// request (0: no lease, serve without one).
+        #[serde(default)]
+        lease_ms: u64,
+        /// The manager had declared this server dead: every region it held before
+        /// registering is stale and must be dropped before it serves.
+        #[serde(default)]
+        fenced: bool,
+    },
+    /// The answer to a heartbeat: the server's lease, renewed for `lease_ms` counted
+    /// from when it sent the heartbeat.
+    Lease {
+        lease_ms: u64,
     },
     Cache(CacheInfo),
     /// A new cache and its tokens.

@@ -36,6 +36,10 @@ pub enum Status {
     /// The cache is read-only (it was loaded from a file): writes and atomics are
     /// refused.
     ReadOnly = 13,
+    /// The server holds no lease from the manager (it is cut off from it, or was
+    /// declared dead and has not rejoined): it neither reads nor writes any region.
+    /// Nothing was applied; clients ask the manager for the region's owner and retry.
+    NotServing = 14,
 }
 
 impl Status {
@@ -55,6 +59,7 @@ impl Status {
             11 => Self::Paused,
             12 => Self::DataLost,
             13 => Self::ReadOnly,
+            14 => Self::NotServing,
             other => return Err(DecodeError::UnknownStatus(other)),
         })
     }
@@ -75,6 +80,7 @@ impl Status {
             Self::Paused => "region paused for migration, retry",
             Self::DataLost => "data lost with a failed server",
             Self::ReadOnly => "the cache is read-only",
+            Self::NotServing => "server holds no lease from the manager, retry",
         }
     }
 }

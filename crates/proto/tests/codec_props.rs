@@ -479,15 +479,19 @@ fn control_response() -> impl Strategy<Value = ControlResponse> {
         ControlErrorCode::Unavailable,
         ControlErrorCode::Internal,
         ControlErrorCode::Forbidden,
+        ControlErrorCode::Fenced,
     ]);
     prop_oneof![
         Just(ControlResponse::Ok),
-        (any::<u32>(), any::<u64>()).prop_map(|(server_id, heartbeat_ms)| {
-            ControlResponse::Registered {
+        (any::<u32>(), any::<u64>(), any::<u64>(), any::<bool>()).prop_map(
+            |(server_id, heartbeat_ms, lease_ms, fenced)| ControlResponse::Registered {
                 server_id,
                 heartbeat_ms,
+                lease_ms,
+                fenced,
             }
-        }),
+        ),
+        any::<u64>().prop_map(|lease_ms| ControlResponse::Lease { lease_ms }),
         (code, name()).prop_map(|(code, message)| ControlResponse::Error { code, message }),
         vec((any::<u32>(), any::<u32>()), 0..5).prop_map(|v| ControlResponse::Regions {
             regions: v

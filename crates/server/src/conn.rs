@@ -24,13 +24,13 @@ use farcache_proto::control::{ControlErrorCode, ControlRequest, ControlResponse}
 use farcache_proto::frame::encode_frame;
 use farcache_proto::peer::{PeerDecoder, PeerEncoder, PeerMsg};
 use farcache_proto::{
-    Access, Challenge, DecodeError, FrameHeader, FrameKind, HEADER_LEN, Hello, Role,
+    Access, Challenge, DecodeError, FrameHeader, FrameKind, HEADER_LEN, Hello, Role, Status,
 };
 use mio::Registry;
 use tracing::{debug, warn};
 
 use crate::control::Job;
-use crate::exec::{BatchCtx, execute_batch};
+use crate::exec::{BatchCtx, execute_batch, refuse_batch};
 use crate::flow::{Engine, HoleRef, Invocation, PendingResponses, Target};
 use crate::metrics::{GuardCounters, Tally};
 use crate::replication::Waiter;
@@ -461,6 +461,35 @@ impl Conn {
         Ok(())
     }
 
+    /// Answers a batch `NOT_SERVING` op by op: this server holds no lease.
+    fn refuse_unleased(
+        &mut self,
+        sh: &Shared,
+        seq: u64,
+        payload: &[u8],
+    ) -> Result<(), DecodeError> {
+        let mut tally = Tally::default();
+        let start = self.out.buf.len();
+        let r = refuse_batch(
+            payload,
+            seq,
+            Status::NotServing,
+            &mut self.out.buf,
+            &mut tally,
+        );
+        sh.metrics.publish(&tally);
+        GuardCounters::bump(&sh.metrics.guard.unleased);
+        r?;
+        self.work += self.out.buf.len() - start;
+        if !self.pending.is_empty() {
+            // Replies leave in request order: behind the ones still held.
+            let frame = self.out.buf.split_off(start);
+            self.pending.push_held(frame, &[], 0);
+            self.pending.drain_ready(&mut self.out.buf);
+        }
+        Ok(())
+    }
+
     fn serve_request(
         &mut self,
         sh: &Shared,
@@ -470,6 +499,11 @@ impl Conn {
         access: Access,
         from_server: bool,
     ) -> Result<(), DecodeError> {
+        // Clients' ops run only under the manager's lease; servers' (a backup's
+        // replicated writes, a migration's copy) are ordered by their owner's.
+        if !from_server && !sh.lease.valid() {
+            return self.refuse_unleased(sh, seq, payload);
+        }
         let map = sh.store.snapshot();
         let cx = BatchCtx {
             map: &map,
@@ -494,6 +528,20 @@ impl Conn {
         );
         sh.metrics.publish(&tally);
         r?;
+        if !from_server && spawned.is_empty() && !sh.lease.valid() {
+            // The lease ran out while the batch ran (a stalled process): its reads
+            // may be stale, so no reply of it leaves. Its writes were applied here
+            // and still go to the backups below; as failed writes they may show.
+            self.out.buf.truncate(start);
+            refuse_batch(
+                payload,
+                seq,
+                Status::NotServing,
+                &mut self.out.buf,
+                &mut tally,
+            )?;
+            GuardCounters::bump(&sh.metrics.guard.unleased);
+        }
         self.work += self.out.buf.len() - start;
         // Writes to regions with backups: the reply waits for every backup.
         let parts = if written.is_empty() {

@@ -368,7 +368,7 @@ fn settle_new_backups(
 
 /// Rebuilds the set of servers this one may talk to from every region table and
 /// forwarding address it holds, resolving new names here (on the pool, not a worker).
-fn refresh_peers(sh: &Shared) {
+pub(crate) fn refresh_peers(sh: &Shared) {
     let map = sh.store.snapshot();
     let old = sh.peers.load();
     let mut next: HashMap<String, SocketAddr> = HashMap::new();

@@ -452,6 +452,26 @@ pub fn execute_batch(
     Ok(())
 }
 
+/// Answers every op of a batch with `status` and runs none (a server without a lease
+/// refuses whole batches). The batch is validated as for running it.
+pub fn refuse_batch(
+    payload: &[u8],
+    seq: u64,
+    status: Status,
+    out: &mut Vec<u8>,
+    tally: &mut Tally,
+) -> Result<(), DecodeError> {
+    RequestDecoder::validate(payload)?;
+    let mut enc = ResponseEncoder::begin(out, seq);
+    for op in RequestDecoder::new(payload)? {
+        let code = op?.code();
+        enc.status(out, code, status);
+        tally.op(code, 0, false);
+    }
+    enc.finish(out);
+    Ok(())
+}
+
 /// A call that only folds words (`Procedure::word_fold`), answered from the region
 /// its address landed in: no `Memory`, no run. `None` when the procedure does more,
 /// a word lies outside that region, or the cache is guarded (a migration, a backup or

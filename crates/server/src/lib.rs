@@ -5,7 +5,8 @@
 //! buffers, limits and frame handling; `worker` is a thread's event loop (each worker
 //! owns its connections and runs every request to completion in place, and is
 //! restarted if it panics); `acceptor` hands new connections to workers; `control`
-//! answers control requests on a small pool; `manager_link` registers and heartbeats;
+//! answers control requests on a small pool; `manager_link` registers and heartbeats, renewing the [`lease`] without which
+//! no region is served (and obeying a fence: a server declared dead drops its regions);
 //! [`metrics`] counts ops and `metrics_http` serves them to Prometheus; `flow`
 //! carries stored procedures across servers (FFlow hand-offs, DFlow pulls, sessions
 //! between servers). [`inproc`] runs batches through `exec` in this process, without
@@ -23,6 +24,7 @@ mod exec;
 mod flow;
 mod identity;
 pub mod inproc;
+pub mod lease;
 mod lost;
 mod manager_link;
 pub mod metrics;

@@ -44,13 +44,23 @@ fn register(sh: &Shared, stream: &mut TcpStream) -> Result<Duration, RpcError> {
         price_per_gib_hour: c.price_per_gib_hour,
         tls_addr: sh.tls_advertise.clone(),
     };
+    // What this server held before asking: if the manager says it was declared dead,
+    // exactly these copies are stale (regions placed after the answer are not).
+    let held_before = sh.store.held();
+    let sent_at = sh.lease.clock();
     match control_call(stream, &req)? {
         ControlResponse::Registered {
             server_id,
             heartbeat_ms,
+            lease_ms,
+            fenced,
         } => {
             sh.set_server_id(server_id);
-            info!(server_id, addr = %sh.advertise, "registered with manager");
+            if fenced {
+                drop_stale(sh, &held_before);
+            }
+            sh.lease.grant(sent_at, Duration::from_millis(lease_ms));
+            info!(server_id, addr = %sh.advertise, lease_ms, fenced, "registered with manager");
             if let Err(e) = crate::identity::save(&sh.config, server_id) {
                 warn!("cannot keep the server id: {e}");
             }
@@ -60,6 +70,22 @@ fn register(sh: &Shared, stream: &mut TcpStream) -> Result<Duration, RpcError> {
             "reply to RegisterServer: {other:?}"
         ))),
     }
+}
+
+/// The manager declared this server dead and gave its regions to others: the copies
+/// it still holds are stale and go before it serves again.
+fn drop_stale(sh: &Shared, held: &[farcache_proto::control::HeldRegion]) {
+    sh.lease.revoke();
+    sh.metrics.guard.fenced.fetch_add(1, Ordering::Relaxed);
+    for r in held {
+        sh.migrations.abort(sh, r.cache, r.region, "server fenced");
+        sh.store.free(r.cache, r.region, None);
+    }
+    crate::control::refresh_peers(sh);
+    warn!(
+        dropped = held.len(),
+        "the manager had declared this server dead: dropped every region it held"
+    );
 }
 
 /// Tells the manager this server will be reclaimed within `grace` (it then moves
@@ -113,12 +139,19 @@ pub fn run(sh: Arc<Shared>, manager: String) {
                     regions: held.len() as u64,
                     digest: region_digest(held),
                 };
+                let sent_at = sh.lease.clock();
                 match control_call(&mut s, &hb) {
+                    Ok(ControlResponse::Lease { lease_ms }) => {
+                        sh.lease.grant(sent_at, Duration::from_millis(lease_ms));
+                    }
                     Ok(_) => {}
                     Err(RpcError::Remote {
-                        code: ControlErrorCode::UnknownServer,
+                        code: ControlErrorCode::UnknownServer | ControlErrorCode::Fenced,
                         ..
                     }) => {
+                        // Stop serving at once: registering again says whether the
+                        // regions held here are still this server's.
+                        sh.lease.revoke();
                         register(&sh, &mut s)?;
                     }
                     Err(e) => return Err(e),

@@ -35,6 +35,8 @@ pub struct GuardCounters {
     pub cut_off: AtomicU64,
     pub forbidden: AtomicU64,
     pub peer_dropped: AtomicU64,
+    pub unleased: AtomicU64,
+    pub fenced: AtomicU64,
 }
 
 impl GuardCounters {
@@ -47,6 +49,8 @@ impl GuardCounters {
             cut_off: self.cut_off.load(Relaxed),
             forbidden: self.forbidden.load(Relaxed),
             peer_dropped: self.peer_dropped.load(Relaxed),
+            unleased: self.unleased.load(Relaxed),
+            fenced: self.fenced.load(Relaxed),
         }
     }
 
@@ -169,6 +173,8 @@ impl Metrics {
             ("cut_off", g.cut_off),
             ("forbidden", g.forbidden),
             ("peer_dropped", g.peer_dropped),
+            ("unleased", g.unleased),
+            ("fenced", g.fenced),
         ] {
             s += &format!("farcache_guard_{name}_total {v}\n");
         }

@@ -51,6 +51,8 @@ pub struct Shared {
     pub migrations: crate::migration::Migrations,
     /// Links to the backups of regions this server owns.
     pub replicator: crate::replication::Replicator,
+    /// The manager's lease: clients' ops are served only while it runs.
+    pub lease: crate::lease::Lease,
     server_id: AtomicU32,
     nap: (Mutex<()>, Condvar),
 }
@@ -136,6 +138,11 @@ impl Server {
             server_id: AtomicU32::new(0),
             migrations: crate::migration::Migrations::default(),
             replicator: crate::replication::Replicator::default(),
+            lease: if config.manager.is_some() {
+                crate::lease::Lease::pending()
+            } else {
+                crate::lease::Lease::unbounded()
+            },
             nap: (Mutex::new(()), Condvar::new()),
             authority: Authority::new(config.secret.clone()),
             advertise,

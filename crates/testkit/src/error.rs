@@ -12,6 +12,13 @@ pub enum TestkitError {
     Client(#[from] farcache_client::ClientError),
     #[error("timed out: {0}")]
     Timeout(String),
+    /// The network lab cannot run here (not root, or `ip`/`nft` missing); the
+    /// message says what is missing. Lab tests skip with it, loudly.
+    #[error("network lab unavailable: {0}")]
+    LabUnavailable(String),
+    /// A lab command (`ip`, `nft`, `tc`) failed.
+    #[error("lab: `{command}` failed: {stderr}")]
+    Lab { command: String, stderr: String },
     #[error("{0}")]
     Other(String),
 }

@@ -3,15 +3,20 @@
 //! - [`LocalCluster`]: manager and servers as threads of this process (fast; used by
 //!   `farcache demo` and by tests that need no process boundary).
 //! - [`ProcessCluster`]: manager and servers as child processes of the `farcache`
-//!   binary, so tests can SIGKILL a server or restart the manager for real.
+//!   binary, so tests can SIGKILL a server or restart the manager for real; with a
+//!   [`Lab`], each process runs on a host of its own behind a switch that can cut
+//!   links one way or both, make hosts vanish and shape bandwidth.
 
 mod error;
+pub mod history;
+pub mod lab;
 mod local;
 mod options;
 mod process;
 pub mod verify;
 
 pub use error::TestkitError;
+pub use lab::Lab;
 pub use local::LocalCluster;
 pub use options::ClusterOptions;
 pub use process::ProcessCluster;

@@ -5,7 +5,9 @@ use std::time::{Duration, Instant};
 use farcache_client::{Client, ClientConfig, TlsConnector};
 use farcache_proto::ClusterSecret;
 
-use crate::{ClusterOptions, TestkitError, wait_for_alive};
+use std::sync::Arc;
+
+use crate::{ClusterOptions, Lab, TestkitError, wait_for_alive};
 
 /// Manager and servers as child processes of the `farcache` binary, sharing a cluster
 /// secret written to a key file in the cluster's directory.
@@ -23,6 +25,8 @@ pub struct ProcessCluster {
     server_addrs: Vec<String>,
     /// Extra arguments of each server beyond `opts.server_args` (see `add_server`).
     server_extra: Vec<Vec<String>>,
+    /// With a lab, the manager runs on its host `manager` and server `i` on `s{i}`.
+    lab: Option<Arc<Lab>>,
 }
 
 /// The addresses a process wrote once listening: its address, then its TLS address
@@ -59,6 +63,35 @@ fn read_addr_file(
 impl ProcessCluster {
     /// Starts `farcache manager` and `opts.servers` × `farcache server` from `bin`.
     pub fn start(bin: impl Into<PathBuf>, opts: &ClusterOptions) -> Result<Self, TestkitError> {
+        Self::start_with(bin.into(), opts, None)
+    }
+
+    /// Starts the cluster in `lab`: the manager on lab host `manager`, server `i` on
+    /// host `s{i}` (hosts are added as needed). The calling thread must be inside a
+    /// lab host ([`Lab::run_on`]): it waits for the servers through a client.
+    pub fn start_in_lab(
+        bin: impl Into<PathBuf>,
+        opts: &ClusterOptions,
+        lab: Arc<Lab>,
+    ) -> Result<Self, TestkitError> {
+        if opts.tls {
+            return Err(TestkitError::Other(
+                "TLS clusters in the lab are not supported yet (the certificate names 127.0.0.1)"
+                    .into(),
+            ));
+        }
+        Self::start_with(bin.into(), opts, Some(lab))
+    }
+
+    fn start_with(
+        bin: PathBuf,
+        opts: &ClusterOptions,
+        lab: Option<Arc<Lab>>,
+    ) -> Result<Self, TestkitError> {
+        let manager_addr = match &lab {
+            Some(lab) => format!("{}:0", lab.add_host("manager")?.ip),
+            None => "127.0.0.1:0".into(),
+        };
         let dir = tempfile::tempdir()?;
         let secret = ClusterSecret::create(&dir.path().join("cluster.secret"))
             .map_err(|e| TestkitError::Other(e.to_string()))?;
@@ -72,17 +105,18 @@ impl ProcessCluster {
             None
         };
         let mut c = Self {
-            bin: bin.into(),
+            bin,
             dir,
             opts: opts.clone(),
             secret,
             tls_files,
             manager: None,
-            manager_addr: "127.0.0.1:0".into(),
+            manager_addr,
             manager_tls_addr: None,
             servers: Vec::new(),
             server_addrs: Vec::new(),
             server_extra: Vec::new(),
+            lab,
         };
         c.start_manager()?;
         for i in 0..opts.servers {
@@ -92,13 +126,30 @@ impl ProcessCluster {
         Ok(c)
     }
 
-    fn command(&self) -> Command {
-        let mut cmd = Command::new(&self.bin);
+    /// The lab, when the cluster runs in one.
+    pub fn lab(&self) -> Option<&Arc<Lab>> {
+        self.lab.as_ref()
+    }
+
+    /// The lab host server `i` runs on.
+    pub fn server_host(i: usize) -> String {
+        format!("s{i}")
+    }
+
+    /// A command running the `farcache` binary on lab host `host` (here, without a lab).
+    fn command_on(&self, host: &str) -> Result<Command, TestkitError> {
+        let mut cmd = match &self.lab {
+            Some(lab) => {
+                lab.add_host(host)?;
+                lab.command(host, &self.bin)?
+            }
+            None => Command::new(&self.bin),
+        };
         cmd.stdin(Stdio::null()).stdout(Stdio::null());
         if std::env::var_os("FARCACHE_TEST_LOGS").is_none() {
             cmd.stderr(Stdio::null());
         }
-        cmd
+        Ok(cmd)
     }
 
     /// The key file every process of the cluster reads.
@@ -129,7 +180,7 @@ impl ProcessCluster {
     fn start_manager(&mut self) -> Result<(), TestkitError> {
         let addr_file = self.dir.path().join("manager.addr");
         let _ = std::fs::remove_file(&addr_file);
-        let mut cmd = self.command();
+        let mut cmd = self.command_on("manager")?;
         cmd.arg("manager");
         self.tls_args(&mut cmd);
         let mut child = cmd
@@ -163,8 +214,8 @@ impl ProcessCluster {
             .server_addrs
             .get(i)
             .cloned()
-            .unwrap_or_else(|| "127.0.0.1:0".into());
-        let mut cmd = self.command();
+            .unwrap_or_else(|| self.fresh_server_listen(i));
+        let mut cmd = self.command_on(&Self::server_host(i))?;
         cmd.arg("server");
         self.tls_args(&mut cmd);
         if !self.opts.peer_batching {
@@ -204,6 +255,17 @@ impl ProcessCluster {
             self.server_addrs.push(addr);
         }
         Ok(())
+    }
+
+    /// Where a new server `i` listens: a free port on its lab host, else loopback.
+    fn fresh_server_listen(&self, i: usize) -> String {
+        match &self.lab {
+            Some(lab) => lab
+                .add_host(&Self::server_host(i))
+                .map(|h| format!("{}:0", h.ip))
+                .unwrap_or_else(|_| "127.0.0.1:0".into()),
+            None => "127.0.0.1:0".into(),
+        }
     }
 
     pub fn manager_addr(&self) -> &str {

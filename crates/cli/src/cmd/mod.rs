@@ -5,6 +5,7 @@ pub mod calibrate;
 pub mod chaos;
 pub mod create;
 pub mod demo;
+pub mod lab;
 pub mod manager;
 pub mod reclaim;
 pub mod resp;

@@ -289,10 +289,30 @@ impl Completion<'_> {
                         part: next,
                         ticket: t.id,
                         due: now + pause_backoff(next.pauses),
+                        refresh: false,
                     });
                     return;
                 }
                 res.fail(i, OpError::Status(Status::Paused));
+            }
+            // The server holds no lease (cut off from the manager): nothing was
+            // applied. Ask the manager for the owner shortly and send it there; a
+            // failover hands the region to a backup once the lease has run out.
+            (Status::NotServing, ..) => {
+                let now = Instant::now();
+                let since = *t.paused_since.entry(part.op).or_insert(now);
+                if now.duration_since(since) < parking.limit {
+                    let mut next = part;
+                    next.pauses = next.pauses.saturating_add(1);
+                    parking.parked.push(Parked {
+                        part: next,
+                        ticket: t.id,
+                        due: now + super::unleased_backoff(next.pauses),
+                        refresh: true,
+                    });
+                    return;
+                }
+                res.fail(i, OpError::Status(Status::NotServing));
             }
             (Status::DataLost, kind, _) => {
                 let (addr, len) = if kind == Kind::Execute {

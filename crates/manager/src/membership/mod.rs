@@ -1,9 +1,13 @@
 //! Servers that leave: reclaimed with notice (their regions migrate live, see
 //! [`reclaim`]) or lost without notice (their regions are re-placed empty and marked
 //! lost, see [`recovery`]). Every change of a region's owner holds the service's
-//! `changes` lock from its first server call to its last, so region tables are pushed
-//! in order and a migration never races a create, a reshape or another migration.
+//! `changes` lock while it decides and commits, so region tables are pushed in order.
+//! A live copy (a move or a new backup) does not hold it while the bytes travel,
+//! so a failover never waits behind a copy; copies run one at a time (the service's
+//! `copies` lock), and a copy's commit checks that the cache's record did not change
+//! meanwhile (else the copy is undone and counts as failed).
 
+pub mod lease;
 mod rebalance;
 mod reclaim;
 mod recovery;

@@ -298,7 +298,9 @@ impl Service {
         mode: MigrationMode,
         deadline: Instant,
     ) -> Result<MigrationRecord, Reject> {
-        let _changes = self.changes.lock();
+        // Copies run one at a time, as they did when they held `changes` throughout.
+        let _copies = self.copies.lock();
+        let changes = self.changes.lock();
         let t0 = Instant::now();
         let (rec, source, target) = {
             let st = self.state.lock();
@@ -369,6 +371,10 @@ impl Service {
             mode,
             replicate,
         };
+        // The copy may take minutes: failovers (which promote backups under `changes`)
+        // and other table changes go on meanwhile. The commit below checks that the
+        // cache's record is still the one the copy started from.
+        drop(changes);
         let report = self
             .links
             .call(source.server, &source.addr, &start)
@@ -382,9 +388,18 @@ impl Service {
             }
         };
         let handed = Instant::now();
+        let _changes = self.changes.lock();
         let i = region as usize;
         let info = {
             let mut st = self.state.lock();
+            if st.catalogue.cache(cache) != Some(&rec) {
+                drop(st);
+                self.undo_migration(&source, &target, cache, region);
+                return Err(Reject::unavailable(format!(
+                    "region {region} of cache {cache} changed owner or copies while it was \
+                     copied (a failover or another change came first); the copy is dropped"
+                )));
+            }
             let mut next = rec.clone();
             if next.backups.len() < next.regions.len() && (replicate || !next.backups.is_empty()) {
                 next.backups.resize(next.regions.len(), Vec::new());

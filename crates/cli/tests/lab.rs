@@ -1,0 +1,502 @@
+//! Networks that split, hosts that vanish: clusters in the network lab (each process
+//! on a host of its own behind a switch), with faults no single host can stage. A
+//! load writes counters to registers and reads them back; every op is recorded and
+//! the history is checked as a linearizable register (testkit's `history`): no
+//! stale read, no read of bytes no write put there, no read going back in time.
+//!
+//! Needs root, `ip` and `nft` (scripts/env.sh installs nftables). Without them each
+//! test says why and skips; with `CI=true` a missing lab fails instead.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{bin, eventually, server_stats};
+use farcache_client::{Cache, Client, ClientConfig, ClientError, CreateOptions, OpError};
+use farcache_proto::ServerId;
+use farcache_proto::control::ServerState;
+use farcache_testkit::history::{self, Event, History, Kind, Outcome};
+use farcache_testkit::{ClusterOptions, Lab, ProcessCluster};
+
+const REGION: u64 = 64 << 10;
+const REGIONS: u64 = 4;
+const DEAD_AFTER: Duration = Duration::from_millis(1000);
+/// The lease servers hold under that timeout (0.8 of it).
+const LEASE: Duration = Duration::from_millis(800);
+
+/// The lab, or `None` (with the reason printed) where it cannot run.
+fn lab() -> Option<Arc<Lab>> {
+    match Lab::create(&["c0"]) {
+        Ok(l) => Some(Arc::new(l)),
+        Err(e) if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!("CI runs as root with iproute2 and nftables; the lab must work: {e}")
+        }
+        Err(e) => {
+            eprintln!("SKIPPED: {e}");
+            None
+        }
+    }
+}
+
+fn options(servers: usize) -> ClusterOptions {
+    let mut o = ClusterOptions::default()
+        .servers(servers)
+        .region_size(REGION)
+        .server_memory(16 << 20);
+    o.heartbeat_interval = Duration::from_millis(100);
+    o.heartbeat_timeout = DEAD_AFTER;
+    o
+}
+
+fn client(cluster: &ProcessCluster, op_timeout: Duration) -> Client {
+    cluster
+        .client_with(ClientConfig::new("").op_timeout(op_timeout))
+        .expect("client")
+}
+
+/// The cluster index of the server that owns region `r` of `cache`, and its id.
+fn owner_of(cluster: &ProcessCluster, cache: &Cache, r: u64) -> (usize, ServerId) {
+    let info = cache.refresh().expect("table");
+    let id = info.regions[r as usize];
+    let addr = &info.server(id).expect("owner in table").addr;
+    let i = (0..cluster.server_count())
+        .find(|&i| cluster.server_addr(i) == addr)
+        .expect("owner is a cluster server");
+    (i, id)
+}
+
+/// One writer and one reader per register, each recording every op.
+struct Load {
+    stop: Arc<AtomicBool>,
+    threads: Vec<thread::JoinHandle<()>>,
+    history: Arc<History>,
+    /// Writes acknowledged so far (for waiting on progress).
+    acked: Arc<AtomicU64>,
+}
+
+impl Load {
+    fn start(cache: &Cache, addrs: &[u64]) -> Self {
+        Self::start_into(cache, addrs, Arc::new(History::default()), 0, true)
+    }
+
+    /// Writers (values from `base` up, unique per address) and, with `readers`,
+    /// readers, recording into `history`.
+    fn start_into(
+        cache: &Cache,
+        addrs: &[u64],
+        history: Arc<History>,
+        base: u64,
+        readers: bool,
+    ) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let acked = Arc::new(AtomicU64::new(0));
+        let mut threads = Vec::new();
+        for &addr in addrs {
+            let (c, s, h, a) = (cache.clone(), stop.clone(), history.clone(), acked.clone());
+            threads.push(thread::spawn(move || {
+                let mut next = (addr << 24) + base;
+                while !s.load(Ordering::Relaxed) {
+                    next += 1;
+                    let invoked = Instant::now();
+                    let r = c.write(addr, &next.to_le_bytes());
+                    let outcome = outcome_of(&r);
+                    if outcome == Outcome::Ok {
+                        a.fetch_add(1, Ordering::Relaxed);
+                    }
+                    h.record(Event {
+                        addr,
+                        kind: Kind::Write(next),
+                        invoked,
+                        completed: Instant::now(),
+                        outcome,
+                    });
+                    thread::sleep(Duration::from_millis(2));
+                }
+            }));
+            if !readers {
+                continue;
+            }
+            let (c, s, h) = (cache.clone(), stop.clone(), history.clone());
+            threads.push(thread::spawn(move || {
+                while !s.load(Ordering::Relaxed) {
+                    let invoked = Instant::now();
+                    let r = c.read(addr, 8);
+                    let completed = Instant::now();
+                    if let Ok(b) = &r {
+                        let mut w = [0u8; 8];
+                        w.copy_from_slice(&b[..8]);
+                        h.record(Event {
+                            addr,
+                            kind: Kind::Read(u64::from_le_bytes(w)),
+                            invoked,
+                            completed,
+                            outcome: Outcome::Ok,
+                        });
+                    }
+                    thread::sleep(Duration::from_millis(1));
+                }
+            }));
+        }
+        Self {
+            stop,
+            threads,
+            history,
+            acked,
+        }
+    }
+
+    fn wait_acked(&self, more: u64, limit: Duration) {
+        let from = self.acked.load(Ordering::Relaxed);
+        eventually(
+            "writes acknowledged",
+            limit,
+            Duration::from_millis(10),
+            || (self.acked.load(Ordering::Relaxed) >= from + more).then_some(()),
+        );
+    }
+
+    fn stop(self) -> Vec<Event> {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads {
+            t.join().expect("load thread");
+        }
+        self.history.events()
+    }
+}
+
+/// A write refused before it ran surely did nothing; a timeout or a lost connection
+/// may have let it happen.
+fn outcome_of<T>(r: &Result<T, ClientError>) -> Outcome {
+    match r {
+        Ok(_) => Outcome::Ok,
+        Err(ClientError::Op(
+            OpError::Status(_) | OpError::DataLost { .. } | OpError::OutOfRange { .. },
+        )) => Outcome::Fail,
+        Err(_) => Outcome::Unknown,
+    }
+}
+
+/// Ops on the affected registers that the application saw fail.
+fn failures(events: &[Event]) -> usize {
+    events.iter().filter(|e| e.outcome != Outcome::Ok).count()
+}
+
+fn server_state(c: &Client, id: ServerId) -> Option<ServerState> {
+    c.status()
+        .ok()?
+        .servers
+        .iter()
+        .find(|s| s.id == id)
+        .map(|s| s.state)
+}
+
+/// An owner cut off from the manager, both ways, while clients still reach it: it
+/// stops serving once its lease runs out, the manager promotes the backup only after
+/// that, the load never reads a stale value and sees no failure at all (ops the old
+/// owner refused were not applied, and go to the new owner), and when the link heals
+/// the old owner is fenced: it drops its stale copies before it serves again.
+#[test]
+fn an_owner_cut_off_from_the_manager_stops_before_its_backup_takes_over() {
+    let Some(lab) = lab() else { return };
+    let l = lab.clone();
+    lab.run_on("c0", move || {
+        let cluster = ProcessCluster::start_in_lab(bin(), &options(3), l.clone()).expect("cluster");
+        let admin = client(&cluster, Duration::from_secs(10));
+        let cache = admin
+            .create_with(
+                "reg",
+                REGIONS * REGION,
+                &CreateOptions {
+                    replicas: 2,
+                    ..Default::default()
+                },
+            )
+            .expect("create");
+        let (i, owner) = owner_of(&cluster, &cache, 0);
+        let host = ProcessCluster::server_host(i);
+        let load = Load::start(&cache, &[0, 8, REGION]);
+        load.wait_acked(50, Duration::from_secs(10));
+
+        let cut = Instant::now();
+        l.partition("manager", &host).expect("partition");
+        // The owner's lease runs out; the manager waits out the timeout, then promotes.
+        let promoted = eventually(
+            "the backup takes region 0 over",
+            Duration::from_secs(15),
+            Duration::from_millis(20),
+            || {
+                let st = admin.status().ok()?;
+                st.promotions
+                    .iter()
+                    .find(|p| p.cache == cache.id() && p.region == 0 && p.from == owner)
+                    .map(|_| cut.elapsed())
+            },
+        );
+        assert!(
+            promoted >= LEASE,
+            "promoted {promoted:?} after the cut, before the owner's lease ({LEASE:?}) could end"
+        );
+        // A second application, started after the failover, writes through the new
+        // owner while the first keeps its old table: were the old owner still
+        // serving, the first one's reads would come back stale.
+        let late = client(&cluster, Duration::from_secs(10));
+        let late_load = Load::start_into(
+            &late.open("reg").expect("open"),
+            &[0, 8],
+            load.history.clone(),
+            1 << 23,
+            false,
+        );
+        late_load.wait_acked(50, Duration::from_secs(10));
+        load.wait_acked(50, Duration::from_secs(10));
+        // Cut off, the old owner refused what still reached it instead of serving it.
+        let refused = server_stats(&cluster, i).guard;
+
+        l.heal().expect("heal");
+        eventually(
+            "the old owner is fenced and registers again",
+            Duration::from_secs(15),
+            Duration::from_millis(20),
+            || {
+                let st = server_stats(&cluster, i);
+                (st.guard.fenced >= 1 && server_state(&admin, owner) == Some(ServerState::Alive))
+                    .then_some(())
+            },
+        );
+        load.wait_acked(50, Duration::from_secs(10));
+        late_load.stop();
+        let events = load.stop();
+        let v = history::check(&events, 0);
+        eprintln!(
+            "cut at 0, promoted after {promoted:?}; {} reads, {} writes acknowledged; {:?}",
+            v.reads, v.writes_ok, v.samples
+        );
+        assert_eq!(v.violations(), 0, "{:?}", v.samples);
+        assert!(
+            refused.unleased > 0,
+            "the cut-off owner never refused a batch: {refused:?}"
+        );
+        assert_eq!(
+            failures(&events),
+            0,
+            "the application saw the failover: {:?}",
+            events
+                .iter()
+                .filter(|e| e.outcome != Outcome::Ok)
+                .take(5)
+                .collect::<Vec<_>>()
+        );
+        // The fenced server holds none of the regions it lost.
+        let info = cache.refresh().expect("table");
+        let now_owned = info.regions.iter().filter(|&&s| s == owner).count();
+        assert_eq!(
+            now_owned, 0,
+            "the fenced server still owns regions: {info:?}"
+        );
+    })
+    .expect("lab thread");
+}
+
+/// A host that vanishes (no RST, no FIN: silence) is found by its lease and
+/// heartbeats running out, not by a refused connection; its regions are served by
+/// their backups within the lease plus detection, and when it comes back it is
+/// fenced.
+#[test]
+fn a_vanished_owner_is_replaced_within_the_lease_and_fenced_on_return() {
+    let Some(lab) = lab() else { return };
+    let l = lab.clone();
+    lab.run_on("c0", move || {
+        let cluster = ProcessCluster::start_in_lab(bin(), &options(3), l.clone()).expect("cluster");
+        let admin = client(&cluster, Duration::from_secs(10));
+        let cache = admin
+            .create_with(
+                "vanish",
+                REGIONS * REGION,
+                &CreateOptions {
+                    replicas: 2,
+                    ..Default::default()
+                },
+            )
+            .expect("create");
+        cache.write(0, &7u64.to_le_bytes()).expect("write");
+        let (i, owner) = owner_of(&cluster, &cache, 0);
+        let host = ProcessCluster::server_host(i);
+
+        let gone = Instant::now();
+        l.vanish(&host).expect("vanish");
+        // A fresh client with short op timeouts probes the region until it is served.
+        let probe = client(&cluster, Duration::from_millis(300));
+        let pc = probe.open("vanish").expect("open");
+        let back = eventually(
+            "region 0 served again",
+            Duration::from_secs(20),
+            Duration::from_millis(10),
+            || match pc.read(0, 8) {
+                Ok(b) => Some((gone.elapsed(), b)),
+                Err(_) => None,
+            },
+        );
+        eprintln!(
+            "vanished owner's region served again after {:?} (lease {LEASE:?}, dead after {DEAD_AFTER:?})",
+            back.0
+        );
+        assert_eq!(&back.1[..], &7u64.to_le_bytes(), "the backup lost the write");
+        assert_eq!(server_state(&admin, owner), Some(ServerState::Dead));
+        // Detection by silence: bounded by the timeout, with room for a loaded CI.
+        assert!(
+            back.0 < DEAD_AFTER * 5,
+            "a vanished owner's region took {:?} to come back",
+            back.0
+        );
+        pc.write(0, &8u64.to_le_bytes()).expect("write to the new owner");
+
+        l.heal().expect("heal");
+        eventually(
+            "the vanished server is fenced and registers again",
+            Duration::from_secs(15),
+            Duration::from_millis(20),
+            || {
+                let st = server_stats(&cluster, i);
+                (st.guard.fenced >= 1 && server_state(&admin, owner) == Some(ServerState::Alive))
+                    .then_some(())
+            },
+        );
+        assert_eq!(&pc.read(0, 8).expect("read")[..], &8u64.to_le_bytes());
+    })
+    .expect("lab thread");
+}
+
+/// With one copy, a partitioned owner's regions cannot move with their bytes: once
+/// its lease ends they read as lost (`DataLost`) at their new home, never as zeros
+/// and never as a stale value served by the old owner.
+#[test]
+fn with_one_copy_a_partitioned_owner_loses_its_regions_as_data_lost_never_stale() {
+    let Some(lab) = lab() else { return };
+    let l = lab.clone();
+    lab.run_on("c0", move || {
+        let cluster = ProcessCluster::start_in_lab(bin(), &options(2), l.clone()).expect("cluster");
+        let admin = client(&cluster, Duration::from_secs(5));
+        let cache = admin.create("one", REGIONS * REGION).expect("create");
+        cache.write(0, &5u64.to_le_bytes()).expect("write");
+        let (i, owner) = owner_of(&cluster, &cache, 0);
+        let host = ProcessCluster::server_host(i);
+        l.partition("manager", &host).expect("partition");
+        let t0 = Instant::now();
+        // Until the lease ends the old owner may serve 5; after it, nobody serves a
+        // value at all until the region is re-placed, and then it is lost.
+        let lost = eventually(
+            "region 0 reported lost",
+            Duration::from_secs(20),
+            Duration::from_millis(20),
+            || match cache.read(0, 8) {
+                Err(ClientError::Op(OpError::DataLost { .. })) => Some(t0.elapsed()),
+                Ok(b) => {
+                    assert_eq!(&b[..], &5u64.to_le_bytes(), "read bytes no write put there");
+                    assert!(
+                        t0.elapsed() < DEAD_AFTER,
+                        "the cut-off owner served after its lease"
+                    );
+                    None
+                }
+                Err(_) => None,
+            },
+        );
+        assert!(
+            lost >= LEASE,
+            "re-placed after {lost:?}, inside the old lease"
+        );
+        l.heal().expect("heal");
+        eventually(
+            "the old owner is fenced",
+            Duration::from_secs(15),
+            Duration::from_millis(20),
+            || (server_stats(&cluster, i).guard.fenced >= 1).then_some(()),
+        );
+        assert_ne!(cache.refresh().expect("table").regions[0], owner);
+        assert!(matches!(
+            cache.read(0, 8),
+            Err(ClientError::Op(OpError::DataLost { .. }))
+        ));
+    })
+    .expect("lab thread");
+}
+
+/// The lab itself: one-way cuts drop exactly one direction, and the lab's own round
+/// trip is measured (reported beside lab results).
+#[test]
+fn the_lab_cuts_one_way_and_reports_its_round_trip() {
+    let Some(lab) = lab() else { return };
+    lab.add_host("a").expect("host a");
+    lab.add_host("b").expect("host b");
+    let rtt = lab.rtt("a", "b", 200).expect("rtt");
+    eprintln!("lab round trip (median of 200 one-byte TCP echoes): {rtt:?}");
+    assert!(rtt < Duration::from_millis(50), "{rtt:?}");
+    let (a, b) = (lab.host("a").expect("a"), lab.host("b").expect("b"));
+    let udp = |from: &farcache_testkit::lab::Host, to: &farcache_testkit::lab::Host| {
+        let (from, to) = (from.clone(), to.clone());
+        let l = lab.clone();
+        let rx = {
+            let to = to.clone();
+            thread::spawn(move || {
+                farcache_testkit::lab::enter(&to).expect("enter");
+                let s = std::net::UdpSocket::bind((to.ip, 9999)).expect("bind");
+                s.set_read_timeout(Some(Duration::from_millis(500)))
+                    .expect("timeout");
+                let mut b = [0u8; 4];
+                s.recv(&mut b).is_ok()
+            })
+        };
+        thread::sleep(Duration::from_millis(100));
+        l.run_on(&from.name, move || {
+            let s = std::net::UdpSocket::bind((from.ip, 0)).expect("bind");
+            for _ in 0..3 {
+                s.send_to(b"ping", (to.ip, 9999)).expect("send");
+            }
+        })
+        .expect("send thread");
+        rx.join().expect("receiver")
+    };
+    assert!(udp(&a, &b) && udp(&b, &a), "healthy lab drops packets");
+    lab.cut("a", "b").expect("cut");
+    assert!(!udp(&a, &b), "a -> b still delivered after the cut");
+    assert!(udp(&b, &a), "b -> a must still be delivered");
+    lab.heal().expect("heal");
+    assert!(udp(&a, &b), "a -> b not delivered after healing");
+    lab.vanish("b").expect("vanish");
+    assert!(!udp(&a, &b) && !udp(&b, &a), "a vanished host still talks");
+    lab.heal().expect("heal");
+}
+
+/// `farcache lab` runs a cluster in the lab and takes fault commands from a script:
+/// a server partitioned from the manager is declared dead, and lives again once
+/// healed (fenced and registered anew).
+#[test]
+fn farcache_lab_runs_a_scripted_partition() {
+    let Some(_lab) = lab() else { return };
+    let out = common::run_ok(
+        std::process::Command::new(bin()).args([
+            "lab",
+            "--script",
+            "partition manager s0; sleep 3000; status; heal; sleep 3000; status; quit",
+        ]),
+        "farcache lab",
+    );
+    let statuses: Vec<&str> = out.split("> status").skip(1).collect();
+    assert_eq!(statuses.len(), 2, "{out}");
+    assert!(
+        statuses[0].contains("Dead"),
+        "s0 not dead while cut off:\n{out}"
+    );
+    assert!(
+        !statuses[1]
+            .split("> ")
+            .next()
+            .unwrap_or_default()
+            .contains("Dead"),
+        "a server still dead after healing:\n{out}"
+    );
+    assert!(out.contains("tearing the lab down"), "{out}");
+}
