@@ -293,3 +293,109 @@ fn a_restarted_server_and_manager_lose_nothing() {
         .expect("read after the manager restart");
     assert!(diff(&got, &image).is_none());
 }
+
+/// A server-role connection to `addr` that claims to be `owner`'s replication stream
+/// `generation` (any holder of the cluster secret can; the backup checks the rest).
+fn stream_to(c: &ProcessCluster, addr: &str, owner: &str, generation: u64) -> std::net::TcpStream {
+    use farcache_proto::blocking::handshake;
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let cred = farcache_proto::Credential::Cluster(c.secret().clone());
+    handshake(
+        &mut s,
+        farcache_proto::Role::Server,
+        generation,
+        owner,
+        &cred,
+    )
+    .expect("handshake as the owner's stream");
+    s
+}
+
+fn write_op(cache: u32, addr: u64, data: &[u8]) -> farcache_proto::Op<'_> {
+    farcache_proto::Op::Write { cache, addr, data }
+}
+
+/// The replication reconnect race, reached deterministically: an owner's frame on an
+/// old connection reaches the backup only after the frames the owner sent again on a
+/// new connection. Before stream generations the backup applied it last, and an
+/// older snapshot overwrote a newer acknowledged one (a write lost at the next
+/// failover); now the old stream's frame is refused and nothing it carries lands.
+/// Writes from a server that is not the region's owner in the backup's table are
+/// refused too: `PAUSED` while the table may lag behind a move, `WRONG_SERVER` from a
+/// stale owner once the backup owns the region.
+#[test]
+fn a_backup_applies_only_the_owners_newest_stream() {
+    let mut c = cluster(3, REGION, 16 << 20);
+    let client = client(&c);
+    let cache = client
+        .create_with("streams", 2 * REGION, &replicated(2))
+        .expect("create");
+    let i = info(&client, "streams");
+    let addr_of = |id: ServerId| i.server(id).expect("server").addr.clone();
+    let (owner, backup) = (addr_of(i.regions[0]), addr_of(i.backups[0][0]));
+    let id = cache.id();
+    let mut old = stream_to(&c, &backup, &owner, 100);
+    let mut new = stream_to(&c, &backup, &owner, 101);
+    // The new stream carries the newer snapshot and is acknowledged...
+    let r = common::request(&mut new, 1, &[write_op(id, 0, b"newer..")]);
+    assert_eq!(r[0].1, Status::Ok, "{r:?}");
+    // ...then the old stream's frame, held up somewhere, arrives: it must not land.
+    let r = common::request(&mut old, 1, &[write_op(id, 0, b"older..")]);
+    assert_eq!(
+        r[0].1,
+        Status::NotServing,
+        "an old stream's frame applied: {r:?}"
+    );
+    // An old stream cannot even open once a newer one exists.
+    let mut late = std::net::TcpStream::connect(&backup).expect("connect");
+    late.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let cred = farcache_proto::Credential::Cluster(c.secret().clone());
+    assert!(
+        farcache_proto::blocking::handshake(
+            &mut late,
+            farcache_proto::Role::Server,
+            99,
+            &owner,
+            &cred
+        )
+        .is_err(),
+        "a stream older than the newest opened"
+    );
+
+    // A server the backup's table does not name the owner: maybe a move the table
+    // has not caught up with, so "later".
+    let third = (0..c.server_count())
+        .map(|k| c.server_addr(k).to_owned())
+        .find(|a| *a != owner && *a != backup)
+        .expect("a third server");
+    let mut other = stream_to(&c, &backup, &third, 200);
+    let r = common::request(&mut other, 1, &[write_op(id, 0, b"other..")]);
+    assert_eq!(r[0].1, Status::Paused, "{r:?}");
+
+    // The backup owns a region of its own: the "owner" writing it is stale.
+    let owned = (0..i.regions.len())
+        .find(|&r| addr_of(i.regions[r]) == backup)
+        .map(|r| r as u64 * REGION);
+    if let Some(at) = owned {
+        let r = common::request(&mut new, 4, &[write_op(id, at, b"stale..")]);
+        assert_eq!(r[0].1, Status::WrongServer, "{r:?}");
+    }
+    // What the backup holds shows at the next failover: the newer snapshot, neither
+    // the old stream's nor the refused third server's.
+    let k = common::server_index(&c, &client, i.regions[0]);
+    c.kill_server(k).expect("kill the owner");
+    let got = eventually(
+        "the backup serves region 0",
+        Duration::from_secs(20),
+        Duration::from_millis(20),
+        || cache.read(0, 8).ok(),
+    );
+    assert_eq!(
+        &got[..7],
+        b"newer..",
+        "the backup applied a stale or refused frame"
+    );
+}

@@ -79,6 +79,9 @@ struct Peer {
     access: Access,
     /// A server peer's advertised address (the `origin` its FETCHes must carry).
     identity: String,
+    /// A server peer's replication stream generation (the Hello's `client_id`;
+    /// 0: not a replication stream).
+    stream: u64,
 }
 
 enum Auth {
@@ -327,10 +330,24 @@ impl Conn {
             Auth::Ready(p) => (hdr.kind, p),
         };
         match (kind, peer.role) {
+            (FrameKind::Request, _) if peer.stream != 0 => {
+                let (owner, stream, access) = (peer.identity.clone(), peer.stream, peer.access);
+                // A newer stream of this owner took over: this one's frames are sent
+                // again there, and applying them here too could land them late.
+                let newest = sh.streams.of(&owner);
+                let g = newest.read();
+                if stream < *g {
+                    drop(g);
+                    return self.refuse(sh, hdr.seq, payload);
+                }
+                let r = self.serve_request(sh, ctx, hdr.seq, payload, access, Some(&owner));
+                drop(g);
+                r
+            }
             (FrameKind::Request, role) => {
                 let access = peer.access;
-                let from_server = role == Role::Server;
-                self.serve_request(sh, ctx, hdr.seq, payload, access, from_server)
+                let server = (role == Role::Server).then_some("");
+                self.serve_request(sh, ctx, hdr.seq, payload, access, server)
             }
             (FrameKind::Peer, Role::Server) => {
                 let from = peer.identity.clone();
@@ -443,6 +460,17 @@ impl Conn {
                 sh.tls_advertise.as_deref().unwrap_or_default()
             )));
         }
+        let stream = if v.role == Role::Server {
+            v.client_id
+        } else {
+            0
+        };
+        if stream != 0 && !sh.streams.announce(&v.identity, stream) {
+            return Err(DecodeError::BadHello(format!(
+                "replication stream {stream} of {} is older than one already open",
+                v.identity
+            )));
+        }
         let ack = sh
             .authority
             .ack(&v, challenge, sh.server_id(), sh.config.max_frame);
@@ -457,17 +485,14 @@ impl Conn {
             role: v.role,
             access: v.access,
             identity: v.identity,
+            stream,
         });
         Ok(())
     }
 
-    /// Answers a batch `NOT_SERVING` op by op: this server holds no lease.
-    fn refuse_unleased(
-        &mut self,
-        sh: &Shared,
-        seq: u64,
-        payload: &[u8],
-    ) -> Result<(), DecodeError> {
+    /// Answers a batch `NOT_SERVING` op by op and runs none of it (no lease, or a
+    /// replication stream a newer one replaced).
+    fn refuse(&mut self, sh: &Shared, seq: u64, payload: &[u8]) -> Result<(), DecodeError> {
         let mut tally = Tally::default();
         let start = self.out.buf.len();
         let r = refuse_batch(
@@ -478,7 +503,6 @@ impl Conn {
             &mut tally,
         );
         sh.metrics.publish(&tally);
-        GuardCounters::bump(&sh.metrics.guard.unleased);
         r?;
         self.work += self.out.buf.len() - start;
         if !self.pending.is_empty() {
@@ -497,12 +521,16 @@ impl Conn {
         seq: u64,
         payload: &[u8],
         access: Access,
-        from_server: bool,
+        // `Some` for a server peer: its replication stream's owner, or "" for
+        // another server connection (a migration's copy).
+        server: Option<&str>,
     ) -> Result<(), DecodeError> {
+        let from_server = server.is_some();
         // Clients' ops run only under the manager's lease; servers' (a backup's
         // replicated writes, a migration's copy) are ordered by their owner's.
         if !from_server && !sh.lease.valid() {
-            return self.refuse_unleased(sh, seq, payload);
+            GuardCounters::bump(&sh.metrics.guard.unleased);
+            return self.refuse(sh, seq, payload);
         }
         let map = sh.store.snapshot();
         let cx = BatchCtx {
@@ -511,6 +539,7 @@ impl Conn {
             access,
             me: &sh.advertise,
             from_server,
+            replica_of: server.filter(|o| !o.is_empty()),
             max_frame: sh.config.max_frame as usize,
         };
         let mut tally = Tally::default();

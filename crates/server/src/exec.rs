@@ -30,6 +30,9 @@ pub struct BatchCtx<'a> {
     /// The connection proved the server role: it may write regions still arriving
     /// here (a migration's source copying them).
     pub from_server: bool,
+    /// An owner's replication stream: the owner's address. Its writes land only on
+    /// regions whose table names it the owner (see [`Lookup::fenced`]).
+    pub replica_of: Option<&'a str>,
     pub max_frame: usize,
 }
 
@@ -65,6 +68,8 @@ fn locate<'m>(
 struct Lookup<'m> {
     map: &'m StoreMap,
     me: &'m str,
+    /// The owner a replication stream comes from.
+    replica_of: Option<&'m str>,
     /// Writes from a migration source may reach arriving regions (reads never do).
     migration_writes: bool,
     last: Option<(CacheId, &'m CacheRegions)>,
@@ -91,6 +96,25 @@ impl<'m> Lookup<'m> {
     fn lost(&self, addr: u64, len: u64) -> bool {
         self.last
             .is_some_and(|(_, c)| c.guarded && c.lost_in(addr, len))
+    }
+
+    /// A replicated write from a server that is not the region's owner in this
+    /// server's table: `WRONG_SERVER` when this server owns it now (the writer is a
+    /// stale owner: a failover came first), `PAUSED` when the table names a third
+    /// server (it may lag behind a move; the owner sends again shortly). Caches
+    /// without a table yet take the write. (A migration's copy is no replication
+    /// stream: it fills arriving regions unchecked.)
+    #[inline]
+    fn fenced(&self, addr: u64) -> Option<Status> {
+        let writer = self.replica_of?;
+        let (_, c) = self.last?;
+        let idx = region_split(addr, c.region_size).0 as usize;
+        match c.owners.get(idx).map(String::as_str) {
+            None | Some("") => None,
+            Some(o) if o == writer => None,
+            Some(o) if o == self.me => Some(Status::WrongServer),
+            Some(_) => Some(Status::Paused),
+        }
     }
 
     #[inline]
@@ -293,6 +317,7 @@ pub fn execute_batch(
     let mut look = Lookup {
         map: cx.map,
         me: cx.me,
+        replica_of: cx.replica_of,
         migration_writes: false,
         last: None,
     };
@@ -355,6 +380,7 @@ pub fn execute_batch(
                     } else {
                         match found {
                             Ok(_) if read_only => enc.status(out, code, Status::ReadOnly),
+                            Ok(_) if let Some(s) = look.fenced(addr) => enc.status(out, code, s),
                             Ok(_) if look.paused(addr) => enc.status(out, code, Status::Paused),
                             Ok((r, off)) => {
                                 let s = if r.write_from(off, data) {
@@ -380,6 +406,7 @@ pub fn execute_batch(
                 } => match look.find(cache, addr, 8) {
                     Ok(_) if look.lost(addr, 8) => enc.status(out, code, Status::DataLost),
                     Ok(_) if look.read_only() => enc.status(out, code, Status::ReadOnly),
+                    Ok(_) if let Some(s) = look.fenced(addr) => enc.status(out, code, s),
                     Ok(_) if look.paused(addr) => enc.status(out, code, Status::Paused),
                     Ok((r, off)) => match r.cas(off, expected, new) {
                         Some(v) => {
@@ -393,6 +420,7 @@ pub fn execute_batch(
                 Op::FetchAdd { cache, addr, delta } => match look.find(cache, addr, 8) {
                     Ok(_) if look.lost(addr, 8) => enc.status(out, code, Status::DataLost),
                     Ok(_) if look.read_only() => enc.status(out, code, Status::ReadOnly),
+                    Ok(_) if let Some(s) = look.fenced(addr) => enc.status(out, code, s),
                     Ok(_) if look.paused(addr) => enc.status(out, code, Status::Paused),
                     Ok((r, off)) => match r.fetch_add(off, delta) {
                         Some(v) => {
@@ -602,6 +630,7 @@ mod tests {
             access,
             me: "127.0.0.1:1",
             from_server: false,
+            replica_of: None,
             max_frame: 1 << 20,
         };
         execute_batch(

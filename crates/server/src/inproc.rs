@@ -115,6 +115,7 @@ impl InProcess {
             access: Access::Cluster,
             me: ME,
             from_server: false,
+            replica_of: None,
             max_frame: self.max_frame,
         };
         let mut tally = Tally::default();

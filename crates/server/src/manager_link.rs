@@ -77,6 +77,7 @@ fn register(sh: &Shared, stream: &mut TcpStream) -> Result<Duration, RpcError> {
 fn drop_stale(sh: &Shared, held: &[farcache_proto::control::HeldRegion]) {
     sh.lease.revoke();
     sh.metrics.guard.fenced.fetch_add(1, Ordering::Relaxed);
+    sh.replicator.fail_all(sh, "this server was fenced");
     for r in held {
         sh.migrations.abort(sh, r.cache, r.region, "server fenced");
         sh.store.free(r.cache, r.region, None);

@@ -53,6 +53,8 @@ pub struct Shared {
     pub replicator: crate::replication::Replicator,
     /// The manager's lease: clients' ops are served only while it runs.
     pub lease: crate::lease::Lease,
+    /// Each owner's newest replication stream (this server as a backup).
+    pub streams: crate::replication::Streams,
     server_id: AtomicU32,
     nap: (Mutex<()>, Condvar),
 }
@@ -143,6 +145,7 @@ impl Server {
             } else {
                 crate::lease::Lease::unbounded()
             },
+            streams: crate::replication::Streams::default(),
             nap: (Mutex::new(()), Condvar::new()),
             authority: Authority::new(config.secret.clone()),
             advertise,

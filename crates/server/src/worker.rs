@@ -55,6 +55,8 @@ pub enum WorkerMsg {
     Peer(Vec<u8>),
     /// Backups acknowledged writes of these held responses (one part each).
     Replicated(Vec<crate::replication::Waiter>),
+    /// Held responses whose writes can never be acknowledged: their connections close.
+    ReplicationFailed(Vec<crate::replication::Waiter>),
     /// The control pool's reply for one of this worker's connections.
     ControlReply {
         conn: usize,
@@ -378,6 +380,20 @@ impl Worker {
         }
     }
 
+    /// Closes the connections holding these responses: their writes were applied
+    /// here but cannot be acknowledged, so their clients see an unknown outcome.
+    fn fail_held(&self, st: &mut Loop, waiters: &[crate::replication::Waiter]) {
+        for w in waiters {
+            if st.conns.get(w.conn).is_some_and(|c| c.serial == w.serial) {
+                warn!(
+                    worker = self.id,
+                    "closing a connection whose writes cannot be acknowledged"
+                );
+                self.close(st, w.conn);
+            }
+        }
+    }
+
     /// Drops a connection and its accounting.
     fn close(&self, st: &mut Loop, key: usize) {
         let Some(mut c) = st.conns.try_remove(key) else {
@@ -485,6 +501,16 @@ impl Worker {
                         Ok(m) => st.engine.on_msg(sh, self.poll.registry(), m),
                         Err(e) => warn!(worker = self.id, "bad internal peer message: {e}"),
                     }
+                    continue;
+                }
+                WorkerMsg::ReplicationFailed(waiters) => {
+                    self.fail_held(st, &waiters);
+                    continue;
+                }
+                // Without a lease this server may have lost its regions to others:
+                // what it did not acknowledge yet, it never will.
+                WorkerMsg::Replicated(waiters) if !sh.lease.valid() => {
+                    self.fail_held(st, &waiters);
                     continue;
                 }
                 WorkerMsg::Replicated(waiters) => {

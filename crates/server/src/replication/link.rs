@@ -33,6 +33,38 @@ const IO_TIMEOUT: Duration = Duration::from_secs(2);
 /// long before its connection is dropped (and the frames wait for a new one).
 const WRITE_TIMEOUT: Duration = Duration::from_millis(500);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// Rounds in a row the backup may refuse the frames (its table lags behind a move)
+/// before the writes waiting on it fail.
+const MAX_REFUSALS: u32 = 20;
+
+/// A new stream's generation: strictly increasing in this process, and across
+/// restarts (it starts from the wall clock), so a backup tells a stream that replaced
+/// another from the one it replaced.
+fn next_generation() -> u64 {
+    use std::sync::atomic::AtomicU64;
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX / 2));
+    let mut prev = LAST.load(Relaxed);
+    loop {
+        let next = now.max(prev + 1);
+        match LAST.compare_exchange(prev, next, Relaxed, Relaxed) {
+            Ok(_) => return next,
+            Err(p) => prev = p,
+        }
+    }
+}
+
+/// What a backup's answer to a frame says.
+enum Answer {
+    Applied,
+    /// The backup owns the region now: this server is a stale owner, and the
+    /// writes must not be acknowledged.
+    Owned(String),
+    /// Refused for now (its table lags, or this stream was replaced): send again.
+    Refused(String),
+}
 
 struct Frame {
     seq: u64,
@@ -185,6 +217,21 @@ impl Link {
     /// Stops the link and releases every write waiting on it (the backup is no longer
     /// a copy of anything this server owns).
     pub fn close(&self, sh: &Shared) {
+        let waiters = self.stop();
+        debug!(backup = %self.addr, released = waiters.len(), "replication link closed");
+        notify(sh, waiters);
+    }
+
+    /// Stops the link and fails every write waiting on it: the backup may not hold
+    /// them and this server may no longer own their regions, so none is acknowledged
+    /// (their clients' connections are closed: the outcome is unknown to them).
+    pub fn fail(&self, sh: &Shared, why: &str) {
+        let waiters = self.stop();
+        warn!(backup = %self.addr, failed = waiters.len(), "replicated writes fail: {why}");
+        notify_failed(sh, waiters);
+    }
+
+    fn stop(&self) -> Vec<Waiter> {
         self.closed.store(true, Ordering::Release);
         let waiters: Vec<Waiter> = {
             let mut st = self.st.lock();
@@ -198,14 +245,14 @@ impl Link {
             st.open.clear();
             w
         };
-        debug!(backup = %self.addr, released = waiters.len(), "replication link closed");
-        notify(sh, waiters);
+        waiters
     }
 
     /// Connects (again and again, with backoff) and reads answers until closed.
     fn run(self: &Arc<Self>, sh: &Weak<Shared>) {
         let mut backoff = Duration::from_millis(10);
         let mut warned = false;
+        let mut refusals = 0u32;
         while !self.is_closed() {
             let Some(shared) = sh.upgrade() else { return };
             if shared.shutdown.load(Ordering::Acquire) {
@@ -227,10 +274,28 @@ impl Link {
             };
             let max_frame = shared.config.max_frame;
             drop(shared);
-            let why = self.serve(sh, stream, max_frame);
+            let (why, answer) = self.serve(sh, stream, max_frame);
             self.st.lock().out = None;
             if self.is_closed() {
                 return;
+            }
+            match answer {
+                Some(Answer::Owned(what)) => {
+                    if let Some(shared) = sh.upgrade() {
+                        self.fail(&shared, &format!("the backup owns the region now ({what})"));
+                    }
+                    return;
+                }
+                Some(Answer::Refused(_)) => {
+                    refusals += 1;
+                    if refusals >= MAX_REFUSALS {
+                        if let Some(shared) = sh.upgrade() {
+                            self.fail(&shared, &format!("refused {refusals} times: {why}"));
+                        }
+                        return;
+                    }
+                }
+                Some(Answer::Applied) | None => refusals = 0,
             }
             warn!(backup = %self.addr, "replication link failed, reconnecting: {why}");
             self.counters.link_failures.fetch_add(1, Relaxed);
@@ -241,21 +306,28 @@ impl Link {
     }
 
     /// One connection: sends again what is unacknowledged, then matches answers to
-    /// frames until the connection fails. Returns why it ended.
-    fn serve(&self, sh: &Weak<Shared>, stream: TcpStream, max_frame: u32) -> String {
+    /// frames until the connection fails. Returns why it ended, and the backup's last
+    /// answer when it refused frames.
+    fn serve(
+        &self,
+        sh: &Weak<Shared>,
+        stream: TcpStream,
+        max_frame: u32,
+    ) -> (String, Option<Answer>) {
         let mut inp = match stream.try_clone() {
             Ok(s) => s,
-            Err(e) => return e.to_string(),
+            Err(e) => return (e.to_string(), None),
         };
+        let mut applied = None;
         {
             let mut st = self.st.lock();
             if self.is_closed() {
-                return "closed".into();
+                return ("closed".into(), None);
             }
             let mut out = stream;
             for f in &st.sent {
                 if let Err(e) = out.write_all(&f.bytes) {
-                    return e.to_string();
+                    return (e.to_string(), None);
                 }
                 self.counters.frames.fetch_add(1, Relaxed);
             }
@@ -265,25 +337,32 @@ impl Link {
         loop {
             let (hdr, payload) = match read_frame(&mut inp, max_frame) {
                 Ok(f) => f,
-                Err(e) => return e.to_string(),
+                Err(e) => return (e.to_string(), applied),
             };
             if hdr.kind != FrameKind::Response {
-                return format!("a {:?} frame", hdr.kind);
+                return (format!("a {:?} frame", hdr.kind), applied);
             }
             let waiters = {
                 let mut st = self.st.lock();
                 if self.is_closed() {
-                    return "closed".into();
+                    return ("closed".into(), None);
                 }
                 let Some(front) = st.sent.front() else {
-                    return "an answer to nothing".into();
+                    return ("an answer to nothing".into(), applied);
                 };
-                if let Err(why) = all_ok(&payload, front.ops) {
-                    warn!(backup = %self.addr, "backup refused replicated writes: {why}");
-                    if let Some(out) = st.out.take() {
-                        let _ = out.shutdown(Shutdown::Both);
+                match answer(&payload, front.ops) {
+                    Answer::Applied => applied = Some(Answer::Applied),
+                    refused @ (Answer::Owned(_) | Answer::Refused(_)) => {
+                        let why = match &refused {
+                            Answer::Owned(w) | Answer::Refused(w) => w.clone(),
+                            Answer::Applied => String::new(),
+                        };
+                        warn!(backup = %self.addr, "backup refused replicated writes: {why}");
+                        if let Some(out) = st.out.take() {
+                            let _ = out.shutdown(Shutdown::Both);
+                        }
+                        return (why, Some(refused));
                     }
-                    return why;
                 }
                 let waiters = match st.sent.pop_front() {
                     Some(f) => {
@@ -303,20 +382,29 @@ impl Link {
     }
 }
 
-fn all_ok(payload: &[u8], ops: u32) -> Result<(), String> {
-    let dec = ResponseDecoder::new(payload).map_err(|e| e.to_string())?;
+/// What the backup said to a frame of `ops` writes.
+fn answer(payload: &[u8], ops: u32) -> Answer {
+    let dec = match ResponseDecoder::new(payload) {
+        Ok(d) => d,
+        Err(e) => return Answer::Refused(e.to_string()),
+    };
     let mut n = 0u32;
     for r in dec {
-        let r = r.map_err(|e| e.to_string())?;
-        if r.status != Status::Ok {
-            return Err(format!("op {n}: {}", r.status));
+        let r = match r {
+            Ok(r) => r,
+            Err(e) => return Answer::Refused(e.to_string()),
+        };
+        match r.status {
+            Status::Ok => {}
+            Status::WrongServer => return Answer::Owned(format!("op {n}: {}", r.status)),
+            s => return Answer::Refused(format!("op {n}: {s}")),
         }
         n += 1;
     }
     if n != ops {
-        return Err(format!("{n} answers to {ops} writes"));
+        return Answer::Refused(format!("{n} answers to {ops} writes"));
     }
-    Ok(())
+    Answer::Applied
 }
 
 fn connect(sh: &Shared, addr: &str) -> Result<TcpStream, String> {
@@ -337,7 +425,15 @@ fn connect(sh: &Shared, addr: &str) -> Result<TcpStream, String> {
     let cred = Credential::Cluster(sh.config.secret.clone());
     s.set_read_timeout(Some(IO_TIMEOUT))
         .map_err(|e| e.to_string())?;
-    handshake(&mut s, Role::Server, 0, &sh.advertise, &cred).map_err(|e| e.to_string())?;
+    // A new stream: the backup refuses the frames of this owner's older ones.
+    handshake(
+        &mut s,
+        Role::Server,
+        next_generation(),
+        &sh.advertise,
+        &cred,
+    )
+    .map_err(|e| e.to_string())?;
     // Answers may take as long as the backup needs; a dead backup is dropped by
     // the manager, which closes the link.
     s.set_read_timeout(None).map_err(|e| e.to_string())?;
@@ -346,6 +442,15 @@ fn connect(sh: &Shared, addr: &str) -> Result<TcpStream, String> {
 
 /// Tells each worker which of its held responses have one more acknowledgement.
 fn notify(sh: &Shared, waiters: Vec<Waiter>) {
+    send_to_workers(sh, waiters, WorkerMsg::Replicated);
+}
+
+/// Tells each worker which of its held responses can never be acknowledged.
+fn notify_failed(sh: &Shared, waiters: Vec<Waiter>) {
+    send_to_workers(sh, waiters, WorkerMsg::ReplicationFailed);
+}
+
+fn send_to_workers(sh: &Shared, waiters: Vec<Waiter>, msg: fn(Vec<Waiter>) -> WorkerMsg) {
     if waiters.is_empty() {
         return;
     }
@@ -360,7 +465,7 @@ fn notify(sh: &Shared, waiters: Vec<Waiter>) {
     }
     for (i, v) in by_worker.into_iter().enumerate() {
         if !v.is_empty() {
-            inboxes[i].send(WorkerMsg::Replicated(v));
+            inboxes[i].send(msg(v));
         }
     }
 }

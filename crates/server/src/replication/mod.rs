@@ -11,9 +11,15 @@
 //! A backup that does not answer keeps the writes waiting (they are sent again when
 //! the link reconnects) until the manager drops it from the region table; then the
 //! writes count as replicated without it. Nothing is acknowledged that a surviving
-//! copy does not hold.
+//! copy does not hold. Each connection is a new *stream* with a higher generation,
+//! and the backup refuses frames of older streams ([`streams`]), so frames sent
+//! again never land before frames of the connection they replace. A backup that
+//! answers `WRONG_SERVER` owns the region now (this server is a stale owner): the
+//! waiting writes fail, never acknowledged; other refusals are sent again, at most
+//! `MAX_REFUSALS` rounds in a row, then fail too.
 
 mod link;
+mod streams;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -27,6 +33,7 @@ use crate::server::Shared;
 use crate::store::StoreMap;
 
 pub use link::Link;
+pub use streams::Streams;
 
 /// A range one op wrote in a region that has backups.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,6 +168,14 @@ impl Replicator {
             held: c.held.load(Relaxed),
             link_failures: c.link_failures.load(Relaxed),
             unacked: self.links.lock().values().map(|l| l.unacked() as u64).sum(),
+        }
+    }
+
+    /// This server lost its regions to others (it was fenced): every link stops and
+    /// the writes waiting on them fail instead of being acknowledged.
+    pub fn fail_all(&self, sh: &Shared, why: &str) {
+        for (_, l) in self.links.lock().drain() {
+            l.fail(sh, why);
         }
     }
 
