@@ -1,5 +1,5 @@
-//! The `farcache chaos` chart: throughput over time with every reclaim and kill
-//! marked as a vertical line.
+//! The `farcache chaos` chart: throughput over time with every reclaim, kill,
+//! partition, vanish and heal marked as a vertical line.
 
 use std::path::Path;
 use std::time::Duration;
@@ -12,6 +12,9 @@ use crate::report::{locate_chart_font, register_chart_font};
 const THROUGHPUT: RGBColor = RGBColor(31, 119, 180);
 const RECLAIM: RGBColor = RGBColor(255, 127, 14);
 const KILL: RGBColor = RGBColor(214, 39, 40);
+const PARTITION: RGBColor = RGBColor(148, 103, 189);
+const VANISH: RGBColor = RGBColor(23, 190, 207);
+const HEAL: RGBColor = RGBColor(44, 160, 44);
 const OTHER: RGBColor = RGBColor(127, 127, 127);
 const SIZE: (u32, u32) = (1400, 560);
 
@@ -24,6 +27,9 @@ fn style_of(kind: &str) -> (RGBColor, &'static str) {
     match kind {
         "reclaim" => (RECLAIM, "reclaim (SIGTERM, with notice)"),
         "kill" => (KILL, "kill (SIGKILL, no notice)"),
+        "partition" => (PARTITION, "partition (link cut, one way or both)"),
+        "vanish" => (VANISH, "vanish (host silent, no RST)"),
+        "heal" => (HEAL, "heal (links restored)"),
         _ => (OTHER, "other event"),
     }
 }

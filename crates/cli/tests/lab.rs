@@ -18,7 +18,7 @@ use common::{bin, eventually, server_stats};
 use farcache_client::{Cache, Client, ClientConfig, ClientError, CreateOptions, OpError};
 use farcache_proto::ServerId;
 use farcache_proto::control::ServerState;
-use farcache_testkit::history::{self, Event, History, Kind, Outcome};
+use farcache_testkit::history::{self, Event, History, Kind, Outcome, outcome_of};
 use farcache_testkit::{ClusterOptions, Lab, ProcessCluster};
 
 const REGION: u64 = 64 << 10;
@@ -164,18 +164,6 @@ impl Load {
             t.join().expect("load thread");
         }
         self.history.events()
-    }
-}
-
-/// A write refused before it ran surely did nothing; a timeout or a lost connection
-/// may have let it happen.
-fn outcome_of<T>(r: &Result<T, ClientError>) -> Outcome {
-    match r {
-        Ok(_) => Outcome::Ok,
-        Err(ClientError::Op(
-            OpError::Status(_) | OpError::DataLost { .. } | OpError::OutOfRange { .. },
-        )) => Outcome::Fail,
-        Err(_) => Outcome::Unknown,
     }
 }
 

@@ -87,6 +87,7 @@ impl StoreError {
                 | OpError::Redirects(_)
                 | OpError::Refresh(_)
                 | OpError::Status(farcache_client::Status::Paused)
+                | OpError::Status(farcache_client::Status::NotServing)
                 | OpError::Status(farcache_client::Status::WrongServer)
                 | OpError::Status(farcache_client::Status::NoSuchCache)
         )

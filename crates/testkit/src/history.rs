@@ -50,6 +50,20 @@ pub struct Event {
     pub outcome: Outcome,
 }
 
+/// How a client call ended, as the check sees it: a write refused before it ran
+/// (a status, lost bytes, out of range) surely did nothing; a timeout or a lost
+/// connection may have let it happen.
+pub fn outcome_of<T>(r: &Result<T, farcache_client::ClientError>) -> Outcome {
+    use farcache_client::{ClientError, OpError};
+    match r {
+        Ok(_) => Outcome::Ok,
+        Err(ClientError::Op(
+            OpError::Status(_) | OpError::DataLost { .. } | OpError::OutOfRange { .. },
+        )) => Outcome::Fail,
+        Err(_) => Outcome::Unknown,
+    }
+}
+
 /// A recorded history, safe to append to from many threads.
 #[derive(Debug, Default)]
 pub struct History {

@@ -7,6 +7,10 @@
 //! read. A read answered `DataLost` is not wrong (the loss is reported); if the slot
 //! held an acknowledged value, it counts as an acknowledged write lost *and reported*.
 //! The writer then writes the slot again, which makes it data again.
+//!
+//! [`Verifier::start_recording`] also records every op in a [`History`] for the
+//! linearizable-register check of [`crate::history`] (slots whose bytes were lost and
+//! cleared are left out of it: clearing is not a write it can model).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -15,6 +19,8 @@ use std::time::{Duration, Instant};
 
 use farcache_client::{Cache, ClientError, OpError};
 use parking_lot::Mutex;
+
+use crate::history::{Event, History, Kind, Outcome, outcome_of};
 
 /// Throughput is counted per bucket of this length.
 pub const BUCKET: Duration = Duration::from_millis(100);
@@ -34,8 +40,12 @@ pub struct VerifyReport {
     pub acked_writes_lost: u64,
     /// Ops that failed (server unreachable, timeouts...), by first words of the error.
     pub op_errors: u64,
-    /// Longest stretch a region had only failing ops, in milliseconds.
+    /// Longest stretch a region had only failing ops, or one op took to succeed, in
+    /// milliseconds.
     pub max_unavailable_ms: u64,
+    /// Every such stretch of at least `WINDOW_MIN`: (start, length) in ms since the
+    /// load started (for attributing unavailability to the faults that caused it).
+    pub unavailable: Vec<(u64, u64)>,
     /// Ops completed per `BUCKET`.
     pub timeline: Vec<u64>,
     pub samples: Vec<String>,
@@ -47,7 +57,11 @@ struct Model {
     /// Since when ops on a region fail (None while they succeed), and the worst gap.
     down_since: Vec<Option<Instant>>,
     worst_down: Duration,
+    windows: Vec<(u64, u64)>,
 }
+
+/// Shorter stretches of failing ops are not listed one by one.
+const WINDOW_MIN: Duration = Duration::from_millis(20);
 
 struct Shared {
     stop: AtomicBool,
@@ -61,6 +75,9 @@ struct Shared {
     samples: Mutex<Vec<String>>,
     start: Instant,
     region_size: u64,
+    history: Option<Arc<History>>,
+    /// Slots read as lost (and cleared): out of the history check.
+    lost_slots: Mutex<std::collections::BTreeSet<u64>>,
 }
 
 impl Shared {
@@ -68,6 +85,18 @@ impl Shared {
         let mut v = self.samples.lock();
         if v.len() < KEEP {
             v.push(s);
+        }
+    }
+
+    fn record(&self, slot: u64, kind: Kind, invoked: Instant, outcome: Outcome) {
+        if let Some(h) = &self.history {
+            h.record(Event {
+                addr: slot * 8,
+                kind,
+                invoked,
+                completed: Instant::now(),
+                outcome,
+            });
         }
     }
 
@@ -80,14 +109,27 @@ impl Shared {
         v[b] += 1;
     }
 
-    fn region_ok(&self, slot: u64, ok: bool) {
+    /// An op on `slot` invoked at `invoked` ended now, `ok` or failing. A region is
+    /// unavailable from its first failing op to its next success, and for as long as
+    /// one op took to succeed (an op the client retried through a failover).
+    fn region_ok(&self, slot: u64, ok: bool, invoked: Instant) {
         let r = (slot * 8 / self.region_size) as usize;
         let mut m = self.model.lock();
         let now = Instant::now();
+        let took = now - invoked;
+        if ok && m.down_since[r].is_none() && took >= WINDOW_MIN {
+            m.worst_down = m.worst_down.max(took);
+            let start = invoked.saturating_duration_since(self.start).as_millis() as u64;
+            m.windows.push((start, took.as_millis() as u64));
+        }
         match (ok, m.down_since[r]) {
             (true, Some(t)) => {
                 m.worst_down = m.worst_down.max(now - t);
                 m.down_since[r] = None;
+                if now - t >= WINDOW_MIN {
+                    let start = t.saturating_duration_since(self.start).as_millis() as u64;
+                    m.windows.push((start, (now - t).as_millis() as u64));
+                }
             }
             (false, None) => m.down_since[r] = Some(now),
             _ => {}
@@ -115,6 +157,20 @@ pub struct Verifier {
 
 impl Verifier {
     pub fn start(cache: &Cache, slots: u64) -> Self {
+        Self::start_with(cache, slots, None)
+    }
+
+    /// A load that also records every op in `history`.
+    pub fn start_recording(cache: &Cache, slots: u64, history: Arc<History>) -> Self {
+        Self::start_with(cache, slots, Some(history))
+    }
+
+    /// Slots whose bytes were read as lost (left out of the history check).
+    pub fn lost_slots(&self) -> Vec<u64> {
+        self.sh.lost_slots.lock().iter().copied().collect()
+    }
+
+    fn start_with(cache: &Cache, slots: u64, history: Option<Arc<History>>) -> Self {
         let region_size = cache.info().region_size.max(8);
         let regions = (slots * 8).div_ceil(region_size) as usize;
         let sh = Arc::new(Shared {
@@ -129,11 +185,14 @@ impl Verifier {
                 inflight: vec![0; slots as usize],
                 down_since: vec![None; regions],
                 worst_down: Duration::ZERO,
+                windows: Vec::new(),
             }),
             buckets: Mutex::new(Vec::new()),
             samples: Mutex::new(Vec::new()),
             start: Instant::now(),
             region_size,
+            history,
+            lost_slots: Mutex::new(Default::default()),
         });
         let writer = {
             let (sh, cache) = (sh.clone(), cache.clone());
@@ -206,6 +265,11 @@ impl Verifier {
         }
         let m = sh.model.lock();
         let now = Instant::now();
+        let mut unavailable = m.windows.clone();
+        for t in m.down_since.iter().flatten() {
+            let start = t.saturating_duration_since(sh.start).as_millis() as u64;
+            unavailable.push((start, (now - *t).as_millis() as u64));
+        }
         let open = m
             .down_since
             .iter()
@@ -221,6 +285,7 @@ impl Verifier {
             acked_writes_lost: silent,
             op_errors: sh.errors.load(Ordering::Relaxed),
             max_unavailable_ms: m.worst_down.max(open).as_millis() as u64,
+            unavailable,
             timeline: sh.buckets.lock().clone(),
             samples: sh.samples.lock().clone(),
         }
@@ -246,7 +311,9 @@ fn write_loop(sh: &Shared, cache: &Cache, slots: u64) {
         let slot = next(&mut x) % slots;
         let v = next(&mut x) | 1;
         sh.model.lock().inflight[slot as usize] = v;
+        let invoked = Instant::now();
         let r = cache.write(slot * 8, &v.to_le_bytes());
+        sh.record(slot, Kind::Write(v), invoked, outcome_of(&r));
         match &r {
             Ok(()) => {
                 sh.model.lock().acked[slot as usize] = v;
@@ -261,7 +328,7 @@ fn write_loop(sh: &Shared, cache: &Cache, slots: u64) {
                 }
             }
         }
-        sh.region_ok(slot, r.is_ok());
+        sh.region_ok(slot, r.is_ok(), invoked);
     }
 }
 
@@ -270,7 +337,13 @@ fn read_loop(sh: &Shared, cache: &Cache, slots: u64) {
     while !sh.stop.load(Ordering::Relaxed) {
         let slot = next(&mut x) % slots;
         let before = sh.model.lock().acked[slot as usize];
+        let invoked = Instant::now();
         let r = cache.read(slot * 8, 8);
+        if let Ok(b) = &r
+            && b.len() == 8
+        {
+            sh.record(slot, Kind::Read(word(b)), invoked, Outcome::Ok);
+        }
         let ok = match &r {
             Ok(b) if b.len() == 8 => {
                 let got = word(b);
@@ -304,6 +377,7 @@ fn read_loop(sh: &Shared, cache: &Cache, slots: u64) {
                 }
                 drop(m);
                 // Make it data again, as an application would.
+                sh.lost_slots.lock().insert(slot);
                 let _ = cache.clear_lost(slot * 8, 8);
                 true
             }
@@ -316,6 +390,6 @@ fn read_loop(sh: &Shared, cache: &Cache, slots: u64) {
                 false
             }
         };
-        sh.region_ok(slot, ok);
+        sh.region_ok(slot, ok, invoked);
     }
 }

@@ -8,14 +8,24 @@
 //! With backups, a kill waits until every region has all its copies again (the
 //! guarantee covers `replicas - 1` servers dying *at once*, not one after another
 //! faster than re-replication); the report says how long those waits were.
+//!
+//! With `--lab` the cluster runs in the network lab (a namespace per process behind
+//! one switch) and the run adds partitions (manager–server, client–server,
+//! server–server; one way or both), vanishing hosts (silence, no RST) and heals. Every
+//! op is recorded and the history is checked as linearizable registers
+//! (testkit's `history`): stale reads, reads of bytes no write put there, reads back
+//! in time.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use farcache_client::{Client, ClientConfig, CreateOptions};
 use farcache_proto::control::{ClusterStatus, ServerState};
-use farcache_testkit::{ClusterOptions, ProcessCluster, Verifier, VerifyReport};
+use farcache_testkit::history::{self, History};
+use farcache_testkit::{ClusterOptions, Lab, ProcessCluster, Verifier, VerifyReport};
 use indicatif::{ProgressBar, ProgressStyle};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -53,6 +63,24 @@ pub struct Args {
     /// Where the JSON report goes.
     #[arg(long, default_value = "chaos.json")]
     json: PathBuf,
+    /// Run in the network lab (root): each process on a host of its own, so links
+    /// can be cut and hosts can vanish.
+    #[arg(long)]
+    lab: bool,
+    /// Partitions over the run (with --lab): a link cut one way or both, healed after
+    /// --fault-for.
+    #[arg(long, default_value_t = 0)]
+    partitions: u32,
+    /// Hosts that vanish over the run (with --lab): silent, no RST, back after
+    /// --fault-for.
+    #[arg(long, default_value_t = 0)]
+    vanishes: u32,
+    /// How long a partition or a vanished host lasts.
+    #[arg(long, default_value = "2500ms", value_parser = parse_duration)]
+    fault_for: std::time::Duration,
+    /// Silence after which the manager declares a server dead (leases are 0.8 of it).
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    dead_after: std::time::Duration,
 }
 
 #[derive(Debug, Serialize)]
@@ -60,6 +88,9 @@ struct Event {
     at_ms: u64,
     kind: &'static str,
     server: u32,
+    /// For partitions: which link, e.g. "manager <-/-> s2" or "s1 -/-> manager".
+    #[serde(skip_serializing_if = "String::is_empty")]
+    what: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -87,6 +118,19 @@ struct Report {
     migration_gib_per_s: f64,
     max_write_pause_ms: f64,
     lost_regions: usize,
+    /// Network faults (with --lab).
+    partitions: u32,
+    vanishes: u32,
+    /// The lab's own round trip, client to manager (0 without --lab).
+    lab_rtt_us: f64,
+    /// The history check over every op (reads and writes of slots never lost).
+    checked_ops: u64,
+    stale_reads: u64,
+    /// Reads of bytes no write put there, or of a write not yet invoked.
+    history_wrong_reads: u64,
+    reads_back_in_time: u64,
+    /// Longest unavailability of a region, by the kind of the last event before it.
+    max_unavailable_ms_by_kind: BTreeMap<String, u64>,
     events: Vec<Event>,
     /// Ops per 100 ms.
     timeline: Vec<u64>,
@@ -94,6 +138,19 @@ struct Report {
 }
 
 pub fn run(a: Args) -> Result<()> {
+    if !a.lab && (a.partitions > 0 || a.vanishes > 0) {
+        bail!("--partitions and --vanishes need --lab (links can only be cut in the lab)");
+    }
+    if a.lab {
+        Lab::check().context("`farcache chaos --lab` cannot run here")?;
+        let lab = Arc::new(Lab::create(&["client"])?);
+        let l = lab.clone();
+        return lab.run_on("client", move || run_in(a, Some(l)))?;
+    }
+    run_in(a, None)
+}
+
+fn run_in(a: Args, lab: Option<Arc<Lab>>) -> Result<()> {
     if a.replicas == 0 || a.replicas as usize > a.servers.saturating_sub(1) {
         bail!(
             "--replicas {} needs at least {} servers (a copy per server, plus room to move)",
@@ -107,13 +164,23 @@ pub fn run(a: Args) -> Result<()> {
     let bin = std::env::current_exe().context("locating the farcache binary")?;
     let per_server =
         (a.cache_size * u64::from(a.replicas) / a.servers as u64 * 3).max(a.region_size * 4);
-    let opts = ClusterOptions::default()
+    let mut opts = ClusterOptions::default()
         .servers(a.servers)
         .region_size(a.region_size)
         .server_memory(per_server)
         .server_args(["--grace".to_string(), format!("{}ms", a.grace.as_millis())]);
+    opts.heartbeat_timeout = a.dead_after;
+    opts.heartbeat_interval = (a.dead_after / 10).max(Duration::from_millis(10));
     eprintln!("starting {} servers…", a.servers);
-    let mut cluster = ProcessCluster::start(bin, &opts).context("starting the cluster")?;
+    let mut cluster = match &lab {
+        Some(l) => ProcessCluster::start_in_lab(bin, &opts, l.clone()),
+        None => ProcessCluster::start(bin, &opts),
+    }
+    .context("starting the cluster")?;
+    let lab_rtt_us = match &lab {
+        Some(l) => l.rtt("client", "manager", 200)?.as_secs_f64() * 1e6,
+        None => 0.0,
+    };
     let client = cluster.client_with(ClientConfig::new("").op_timeout(Duration::from_secs(5)))?;
     let heartbeat_interval_ms = opts.heartbeat_interval.as_millis() as u64;
     let create = CreateOptions {
@@ -121,11 +188,14 @@ pub fn run(a: Args) -> Result<()> {
         ..CreateOptions::default()
     };
     let cache = client.create_with("chaos", a.cache_size, &create)?;
-    let verifier = Verifier::start(&cache, a.cache_size / 8);
+    let history = Arc::new(History::default());
+    let verifier = Verifier::start_recording(&cache, a.cache_size / 8, history.clone());
     let started = Instant::now();
     let mut rng = StdRng::seed_from_u64(a.seed);
     let mut plan: Vec<&'static str> = std::iter::repeat_n("reclaim", a.reclaims as usize)
         .chain(std::iter::repeat_n("kill", a.kills as usize))
+        .chain(std::iter::repeat_n("partition", a.partitions as usize))
+        .chain(std::iter::repeat_n("vanish", a.vanishes as usize))
         .collect();
     // Shuffle so kills and reclaims interleave.
     for i in (1..plan.len()).rev() {
@@ -146,7 +216,7 @@ pub fn run(a: Args) -> Result<()> {
             std::thread::sleep(Duration::from_millis(20));
             bar.set_message(format!("{} ops", verifier.ops()));
         }
-        if *kind == "kill" && a.replicas > 1 {
+        if *kind != "reclaim" && a.replicas > 1 {
             max_wait = max_wait.max(await_copies(&client, Duration::from_secs(30)));
         }
         let st = client.status()?;
@@ -154,17 +224,52 @@ pub fn run(a: Args) -> Result<()> {
             bar.println("no server to act on; skipped");
             continue;
         };
-        match *kind {
-            "kill" => cluster.kill_server(i)?,
-            _ => {
+        let at_ms = started.elapsed().as_millis() as u64;
+        match (*kind, &lab) {
+            ("kill", _) => cluster.kill_server(i)?,
+            ("partition" | "vanish", Some(l)) => {
+                let host = ProcessCluster::server_host(i);
+                let what = if *kind == "vanish" {
+                    l.vanish(&host)?;
+                    String::new()
+                } else {
+                    cut_link(l, &cluster, &host, &mut rng)?
+                };
+                events.push(Event {
+                    at_ms,
+                    kind,
+                    server: id,
+                    what,
+                });
+                // The fault lasts, the load goes on; then the links come back.
+                let until = Instant::now() + a.fault_for;
+                while Instant::now() < until {
+                    reap(&mut cluster, &mut leaving);
+                    std::thread::sleep(Duration::from_millis(20));
+                    bar.set_message(format!("{} ops", verifier.ops()));
+                }
+                l.heal()?;
+                events.push(Event {
+                    at_ms: started.elapsed().as_millis() as u64,
+                    kind: "heal",
+                    server: id,
+                    what: String::new(),
+                });
+                bar.inc(1);
+                // The server comes back (fenced if it was declared dead): no new one.
+                continue;
+            }
+            (_, _) if *kind == "reclaim" => {
                 cluster.terminate_server(i)?;
                 leaving.push(i);
             }
+            _ => bail!("{kind} needs --lab"),
         }
         events.push(Event {
-            at_ms: started.elapsed().as_millis() as u64,
+            at_ms,
             kind,
             server: id,
+            what: String::new(),
         });
         // Keep the cluster's size: a new server joins.
         cluster.add_server(&[])?;
@@ -182,9 +287,23 @@ pub fn run(a: Args) -> Result<()> {
         reap(&mut cluster, &mut leaving);
         std::thread::sleep(Duration::from_millis(50));
     }
+    let lost_slots: std::collections::BTreeSet<u64> =
+        verifier.lost_slots().into_iter().map(|s| s * 8).collect();
     let v = verifier.stop();
     let st = client.status()?;
+    let events_checked: Vec<history::Event> = history
+        .events()
+        .into_iter()
+        .filter(|e| !lost_slots.contains(&e.addr))
+        .collect();
+    let verdict = history::check(&events_checked, 0);
     let mut report = build(&a, started.elapsed(), &v, &st, events, added);
+    report.lab_rtt_us = lab_rtt_us;
+    report.checked_ops = events_checked.len() as u64;
+    report.stale_reads = verdict.stale_reads;
+    report.history_wrong_reads = verdict.wrong_reads;
+    report.reads_back_in_time = verdict.reads_back_in_time;
+    report.samples.extend(verdict.samples.iter().cloned());
     report.heartbeat_interval_ms = heartbeat_interval_ms;
     report.max_rereplication_wait_ms = max_wait.as_millis() as u64;
     print(&report);
@@ -197,8 +316,13 @@ pub fn run(a: Args) -> Result<()> {
         png = a.json.with_extension("chart.png");
     }
     let title = format!(
-        "farcache chaos: {} servers, {} replica(s) — {} reclaims, {} kills",
-        report.servers, report.replicas, report.reclaims, report.kills
+        "farcache chaos: {} servers, {} replica(s) — {} reclaims, {} kills, {} partitions, {} vanishes",
+        report.servers,
+        report.replicas,
+        report.reclaims,
+        report.kills,
+        report.partitions,
+        report.vanishes
     );
     let marks: Vec<(f64, &str)> = report
         .events
@@ -267,6 +391,53 @@ fn pick(
     Some(live.swap_remove(k))
 }
 
+/// Cuts a link of server host `host`, one way or both: with the manager, with the
+/// client, or with another server. Returns which.
+fn cut_link(lab: &Lab, cluster: &ProcessCluster, host: &str, rng: &mut StdRng) -> Result<String> {
+    let others: Vec<String> = (0..cluster.server_count())
+        .map(ProcessCluster::server_host)
+        .filter(|h| h != host)
+        .collect();
+    let peer = match rng.gen_range(0..3) {
+        0 => "manager".to_string(),
+        1 => "client".to_string(),
+        _ => others
+            .get(rng.gen_range(0..others.len().max(1)))
+            .cloned()
+            .unwrap_or_else(|| "manager".into()),
+    };
+    Ok(match rng.gen_range(0..3) {
+        0 => {
+            lab.partition(host, &peer)?;
+            format!("{host} <-/-> {peer}")
+        }
+        1 => {
+            lab.cut(host, &peer)?;
+            format!("{host} -/-> {peer}")
+        }
+        _ => {
+            lab.cut(&peer, host)?;
+            format!("{peer} -/-> {host}")
+        }
+    })
+}
+
+/// The longest unavailability per kind of event: each stretch of failing ops is
+/// put down to the last event at or before its start.
+fn unavailable_by_kind(v: &VerifyReport, events: &[Event]) -> BTreeMap<String, u64> {
+    let mut by: BTreeMap<String, u64> = BTreeMap::new();
+    for &(start, len) in &v.unavailable {
+        let kind = events
+            .iter()
+            .rev()
+            .find(|e| e.at_ms <= start + 50)
+            .map_or("none", |e| e.kind);
+        let m = by.entry(kind.to_string()).or_default();
+        *m = (*m).max(len);
+    }
+    by
+}
+
 fn build(
     a: &Args,
     took: Duration,
@@ -284,6 +455,14 @@ fn build(
         servers: a.servers,
         reclaims: events.iter().filter(|e| e.kind == "reclaim").count() as u32,
         kills: events.iter().filter(|e| e.kind == "kill").count() as u32,
+        partitions: events.iter().filter(|e| e.kind == "partition").count() as u32,
+        vanishes: events.iter().filter(|e| e.kind == "vanish").count() as u32,
+        lab_rtt_us: 0.0,
+        checked_ops: 0,
+        stale_reads: 0,
+        history_wrong_reads: 0,
+        reads_back_in_time: 0,
+        max_unavailable_ms_by_kind: unavailable_by_kind(v, &events),
         added,
         ops: v.reads + v.writes,
         wrong_reads: v.wrong_reads,
@@ -315,21 +494,33 @@ fn print(r: &Report) {
         r.duration_s, r.servers, r.replicas
     );
     println!(
-        "  events      {} reclaims, {} kills, {} servers added",
-        r.reclaims, r.kills, r.added
+        "  events      {} reclaims, {} kills, {} partitions, {} vanishes, {} servers added",
+        r.reclaims, r.kills, r.partitions, r.vanishes, r.added
     );
+    if r.lab_rtt_us > 0.0 {
+        println!(
+            "  lab         round trip client -> manager {:.0} µs",
+            r.lab_rtt_us
+        );
+    }
     println!(
         "  ops         {} ({} failed: unreachable servers)",
         r.ops, r.op_errors
     );
     println!("  wrong reads {}", r.wrong_reads);
     println!(
+        "  history     {} ops checked as linearizable registers: {} stale reads, {} reads of \
+         bytes no write put there, {} reads back in time",
+        r.checked_ops, r.stale_reads, r.history_wrong_reads, r.reads_back_in_time
+    );
+    println!(
         "  acknowledged writes lost: {} silently, {} reported as DataLost ({} regions lost)",
         r.acked_writes_lost, r.acked_writes_lost_reported, r.lost_regions
     );
     println!(
-        "  longest unavailability of a region: {} ms (heartbeats every {} ms)",
-        r.max_unavailable_ms, r.heartbeat_interval_ms
+        "  longest unavailability of a region: {} ms (heartbeats every {} ms); by the last \
+         event before it: {:?}",
+        r.max_unavailable_ms, r.heartbeat_interval_ms, r.max_unavailable_ms_by_kind
     );
     if r.replicas > 1 {
         println!(
