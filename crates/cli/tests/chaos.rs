@@ -158,5 +158,7 @@ fn chaos_in_the_lab_passes_the_history_check_with_one_and_two_copies() {
             assert_eq!(n("acked_writes_lost_reported"), 0, "{text}");
         }
         assert!(r["lab_rtt_us"].as_f64().is_some_and(|v| v > 0.0), "{text}");
+        assert_eq!(r["split_brain_ms"].as_f64(), Some(0.0), "{text}");
+        assert!(n("ack_windows") > 0, "{text}");
     }
 }

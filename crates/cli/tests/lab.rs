@@ -172,6 +172,26 @@ fn failures(events: &[Event]) -> usize {
     events.iter().filter(|e| e.outcome != Outcome::Ok).count()
 }
 
+/// Time (µs) two servers acknowledged writes to one region at once, from the
+/// servers' own acknowledgement windows (they share this machine's clock).
+fn split_brain_us(cluster: &ProcessCluster) -> (u64, usize) {
+    let mut w: Vec<(usize, u32, u32, u64, u64)> = Vec::new();
+    for i in 0..cluster.server_count() {
+        for a in server_stats(cluster, i).ack_windows {
+            w.push((i, a.cache, a.region, a.first_us, a.last_us));
+        }
+    }
+    let mut us = 0;
+    for (k, a) in w.iter().enumerate() {
+        for b in &w[k + 1..] {
+            if a.0 != b.0 && (a.1, a.2) == (b.1, b.2) {
+                us += a.4.min(b.4).saturating_sub(a.3.max(b.3));
+            }
+        }
+    }
+    (us, w.len())
+}
+
 fn server_state(c: &Client, id: ServerId) -> Option<ServerState> {
     c.status()
         .ok()?
@@ -263,6 +283,15 @@ fn an_owner_cut_off_from_the_manager_stops_before_its_backup_takes_over() {
             v.reads, v.writes_ok, v.samples
         );
         assert_eq!(v.violations(), 0, "{:?}", v.samples);
+        let (overlap, windows) = split_brain_us(&cluster);
+        assert!(
+            windows >= 2,
+            "the old and the new owner both acknowledged writes"
+        );
+        assert_eq!(
+            overlap, 0,
+            "two servers acknowledged writes to one region at once"
+        );
         assert!(
             refused.unleased > 0,
             "the cut-off owner never refused a batch: {refused:?}"

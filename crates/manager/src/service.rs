@@ -856,6 +856,9 @@ impl Service {
         if self.state.lock().catalogue.disagreeing().is_empty() {
             return;
         }
+        // Not while a copy runs: its target holds a region the catalogue does not
+        // place there yet, which must not be freed as an orphan.
+        let _copies = self.copies.lock();
         let _changes = self.changes.lock();
         let suspects: Vec<(Target, Vec<HeldRegion>, Vec<CacheId>)> = {
             let st = self.state.lock();

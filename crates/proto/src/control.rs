@@ -152,6 +152,18 @@ pub struct ClusterStatus {
     pub promotions: Vec<Promotion>,
 }
 
+/// When a server acknowledged clients' writes to one region while it held it: the
+/// first and the last acknowledgement, in microseconds of the wall clock (for the
+/// chaos tool's split-brain check: two servers' windows for one region must not
+/// overlap). A region that leaves the server keeps its window in a bounded log.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AckWindow {
+    pub cache: CacheId,
+    pub region: u32,
+    pub first_us: u64,
+    pub last_us: u64,
+}
+
 /// Counters a server exposes (also served as text by `--metrics-listen`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ServerStats {
@@ -172,6 +184,9 @@ pub struct ServerStats {
     /// Worker threads that panicked and were restarted.
     #[serde(default)]
     pub worker_panics: u64,
+    /// When this server acknowledged writes to each region it holds or held.
+    #[serde(default)]
+    pub ack_windows: Vec<AckWindow>,
     /// Regions being copied away from this server, or waiting for their switch.
     #[serde(default)]
     pub migrations: u64,

@@ -546,6 +546,7 @@ impl Conn {
         let start = self.out.buf.len();
         let mut spawned = Vec::new();
         let mut written = Vec::new();
+        let mut touched = Vec::new();
         let r = execute_batch(
             &cx,
             payload,
@@ -554,6 +555,7 @@ impl Conn {
             &mut tally,
             &mut spawned,
             &mut written,
+            &mut touched,
         );
         sh.metrics.publish(&tally);
         r?;
@@ -570,6 +572,12 @@ impl Conn {
                 &mut tally,
             )?;
             GuardCounters::bump(&sh.metrics.guard.unleased);
+        } else if !from_server && !touched.is_empty() {
+            // The writes stand: note when, for the split-brain check.
+            let now_us = wall_us();
+            for r in &touched {
+                r.note_ack(now_us);
+            }
         }
         self.work += self.out.buf.len() - start;
         // Writes to regions with backups: the reply waits for every backup.
@@ -729,4 +737,12 @@ impl Expiry {
             Self::NotReading => "peer does not read its replies",
         }
     }
+}
+
+/// The wall clock in microseconds (acknowledgement windows are compared across the
+/// servers of one machine, or of hosts whose clocks are synchronised).
+fn wall_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }

@@ -414,6 +414,7 @@ pub fn stats(sh: &Shared) -> ServerStats {
         protocol_errors: sh.metrics.protocol_errors.load(Relaxed),
         peer: sh.metrics.peer.snapshot(),
         guard: sh.metrics.guard.snapshot(),
+        ack_windows: sh.store.ack_windows(),
         worker_panics: sh.metrics.worker_panics.load(Relaxed),
         migrations: sh.migrations.busy() as u64,
         lost_bytes: sh.store.lost_bytes(),

@@ -302,14 +302,16 @@ fn permitted(access: &Access, op: &Op<'_>) -> bool {
 /// every op in order (a [`Chunk`] at a time, the next chunk's memory requested before
 /// this one runs) and appends exactly one reply per op, except EXECUTEs that go on at
 /// other servers: those leave a hole in the frame and an entry in `spawned`.
-pub fn execute_batch(
-    cx: &BatchCtx<'_>,
+#[allow(clippy::too_many_arguments)]
+pub fn execute_batch<'m>(
+    cx: &BatchCtx<'m>,
     payload: &[u8],
     seq: u64,
     out: &mut Vec<u8>,
     tally: &mut Tally,
     spawned: &mut Vec<Spawned>,
     written: &mut Vec<Written>,
+    touched: &mut Vec<&'m Region>,
 ) -> Result<(), DecodeError> {
     RequestDecoder::validate(payload)?;
     let frame_start = out.len();
@@ -385,6 +387,7 @@ pub fn execute_batch(
                             Ok((r, off)) => {
                                 let s = if r.write_from(off, data) {
                                     look.wrote(addr, data.len() as u64, true, written);
+                                    touch(touched, r);
                                     Status::Ok
                                 } else {
                                     Status::Internal
@@ -411,6 +414,7 @@ pub fn execute_batch(
                     Ok((r, off)) => match r.cas(off, expected, new) {
                         Some(v) => {
                             look.wrote(addr, 8, false, written);
+                            touch(touched, r);
                             enc.value(out, code, v)
                         }
                         None => enc.status(out, code, Status::Internal),
@@ -425,6 +429,7 @@ pub fn execute_batch(
                     Ok((r, off)) => match r.fetch_add(off, delta) {
                         Some(v) => {
                             look.wrote(addr, 8, false, written);
+                            touch(touched, r);
                             enc.value(out, code, v)
                         }
                         None => enc.status(out, code, Status::Internal),
@@ -478,6 +483,14 @@ pub fn execute_batch(
     }
     enc.finish(out);
     Ok(())
+}
+
+/// Notes a region a write landed in (once per run of writes to it).
+#[inline(always)]
+fn touch<'m>(touched: &mut Vec<&'m Region>, r: &'m Region) {
+    if touched.last().is_none_or(|l| !std::ptr::eq(*l, r)) {
+        touched.push(r);
+    }
 }
 
 /// Answers every op of a batch with `status` and runs none (a server without a lease
@@ -639,6 +652,7 @@ mod tests {
             5,
             &mut out,
             &mut Tally::default(),
+            &mut Vec::new(),
             &mut Vec::new(),
             &mut Vec::new(),
         )

@@ -128,6 +128,7 @@ impl InProcess {
             &mut tally,
             &mut self.spawned,
             &mut self.written,
+            &mut Vec::new(),
         );
         self.metrics.publish(&tally);
         r?;

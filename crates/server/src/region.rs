@@ -21,6 +21,10 @@ pub struct Region {
     _map: MmapMut,
     ptr: *mut u8,
     len: usize,
+    /// First and last acknowledgement of a client's write to it, wall-clock µs
+    /// (0: none yet).
+    ack_first: AtomicU64,
+    ack_last: AtomicU64,
 }
 
 // SAFETY: the mapping lives as long as the Region; access is through raw pointers with
@@ -44,7 +48,25 @@ impl Region {
             _map: map,
             ptr,
             len,
+            ack_first: AtomicU64::new(0),
+            ack_last: AtomicU64::new(0),
         })
+    }
+
+    /// A batch that wrote this region was acknowledged at `now_us` (wall clock).
+    pub fn note_ack(&self, now_us: u64) {
+        let _ = self
+            .ack_first
+            .compare_exchange(0, now_us, Ordering::Relaxed, Ordering::Relaxed);
+        self.ack_last.fetch_max(now_us, Ordering::Relaxed);
+    }
+
+    /// (first, last) acknowledgement, if any.
+    pub fn ack_window(&self) -> Option<(u64, u64)> {
+        match self.ack_first.load(Ordering::Relaxed) {
+            0 => None,
+            f => Some((f, self.ack_last.load(Ordering::Relaxed))),
+        }
     }
 
     pub fn len(&self) -> usize {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use farcache_proto::CacheId;
-use farcache_proto::control::{HeldRegion, region_split};
+use farcache_proto::control::{AckWindow, HeldRegion, region_split};
 use parking_lot::Mutex;
 
 use crate::error::StoreError;
@@ -221,7 +221,12 @@ pub struct RegionStore {
     map: ArcSwap<StoreMap>,
     write: Mutex<u64>, // bytes promised; guards writers
     memory: u64,
+    /// Acknowledgement windows of regions that left this server (newest last).
+    ack_log: Mutex<std::collections::VecDeque<AckWindow>>,
 }
+
+/// How many windows of departed regions are kept.
+const ACK_LOG: usize = 4096;
 
 impl RegionStore {
     pub fn new(memory: u64) -> Self {
@@ -229,6 +234,44 @@ impl RegionStore {
             map: ArcSwap::from_pointee(StoreMap::default()),
             write: Mutex::new(0),
             memory,
+            ack_log: Mutex::new(Default::default()),
+        }
+    }
+
+    /// Acknowledgement windows: of the regions held now, then of those that left.
+    pub fn ack_windows(&self) -> Vec<AckWindow> {
+        let map = self.map.load();
+        let mut v: Vec<AckWindow> = map
+            .caches
+            .iter()
+            .flat_map(|(&cache, c)| {
+                c.regions.iter().enumerate().filter_map(move |(i, r)| {
+                    let (first_us, last_us) = r.as_ref()?.ack_window()?;
+                    Some(AckWindow {
+                        cache,
+                        region: i as u32,
+                        first_us,
+                        last_us,
+                    })
+                })
+            })
+            .collect();
+        v.extend(self.ack_log.lock().iter().copied());
+        v
+    }
+
+    fn log_acks(&self, cache: CacheId, region: u32, r: &Region) {
+        if let Some((first_us, last_us)) = r.ack_window() {
+            let mut log = self.ack_log.lock();
+            if log.len() == ACK_LOG {
+                log.pop_front();
+            }
+            log.push_back(AckWindow {
+                cache,
+                region,
+                first_us,
+                last_us,
+            });
         }
     }
 
@@ -455,11 +498,14 @@ impl RegionStore {
         let Some(entry) = next.caches.get_mut(&cache) else {
             return false;
         };
-        let freed = entry
+        let taken = entry
             .regions
             .get_mut(region as usize)
-            .and_then(Option::take)
-            .is_some();
+            .and_then(Option::take);
+        if let Some(r) = &taken {
+            self.log_acks(cache, region, r);
+        }
+        let freed = taken.is_some();
         if freed {
             *used = used.saturating_sub(entry.region_size);
         }
@@ -534,6 +580,11 @@ impl RegionStore {
         let Some(entry) = next.caches.remove(&cache) else {
             return false;
         };
+        for (i, r) in entry.regions.iter().enumerate() {
+            if let Some(r) = r {
+                self.log_acks(cache, i as u32, r);
+            }
+        }
         let held = entry.regions.iter().flatten().count() as u64;
         *used = used.saturating_sub(entry.region_size.saturating_mul(held));
         self.map.store(Arc::new(next));

@@ -131,6 +131,11 @@ struct Report {
     reads_back_in_time: u64,
     /// Longest unavailability of a region, by the kind of the last event before it.
     max_unavailable_ms_by_kind: BTreeMap<String, u64>,
+    /// Total time two servers acknowledged writes to one region at once, from the
+    /// servers' own acknowledgement windows (polled every second): must be 0.
+    split_brain_ms: f64,
+    /// Acknowledgement windows compared (server, region, ownership period).
+    ack_windows: usize,
     events: Vec<Event>,
     /// Ops per 100 ms.
     timeline: Vec<u64>,
@@ -188,6 +193,7 @@ fn run_in(a: Args, lab: Option<Arc<Lab>>) -> Result<()> {
         ..CreateOptions::default()
     };
     let cache = client.create_with("chaos", a.cache_size, &create)?;
+    let mut acks = Acks::new(cluster.secret().clone());
     let history = Arc::new(History::default());
     let verifier = Verifier::start_recording(&cache, a.cache_size / 8, history.clone());
     let started = Instant::now();
@@ -213,6 +219,7 @@ fn run_in(a: Args, lab: Option<Arc<Lab>>) -> Result<()> {
         let due = gap * (n as u32 + 1);
         while started.elapsed() < due {
             reap(&mut cluster, &mut leaving);
+            acks.poll(&mut cluster);
             std::thread::sleep(Duration::from_millis(20));
             bar.set_message(format!("{} ops", verifier.ops()));
         }
@@ -226,7 +233,11 @@ fn run_in(a: Args, lab: Option<Arc<Lab>>) -> Result<()> {
         };
         let at_ms = started.elapsed().as_millis() as u64;
         match (*kind, &lab) {
-            ("kill", _) => cluster.kill_server(i)?,
+            ("kill", _) => {
+                // What it acknowledged up to now is all it ever will.
+                acks.poll_now(&mut cluster);
+                cluster.kill_server(i)?
+            }
             ("partition" | "vanish", Some(l)) => {
                 let host = ProcessCluster::server_host(i);
                 let what = if *kind == "vanish" {
@@ -245,6 +256,7 @@ fn run_in(a: Args, lab: Option<Arc<Lab>>) -> Result<()> {
                 let until = Instant::now() + a.fault_for;
                 while Instant::now() < until {
                     reap(&mut cluster, &mut leaving);
+                    acks.poll(&mut cluster);
                     std::thread::sleep(Duration::from_millis(20));
                     bar.set_message(format!("{} ops", verifier.ops()));
                 }
@@ -278,6 +290,7 @@ fn run_in(a: Args, lab: Option<Arc<Lab>>) -> Result<()> {
     }
     while started.elapsed() < a.duration {
         reap(&mut cluster, &mut leaving);
+        acks.poll(&mut cluster);
         std::thread::sleep(Duration::from_millis(50));
     }
     bar.finish_with_message(format!("{} ops", verifier.ops()));
@@ -290,6 +303,7 @@ fn run_in(a: Args, lab: Option<Arc<Lab>>) -> Result<()> {
     let lost_slots: std::collections::BTreeSet<u64> =
         verifier.lost_slots().into_iter().map(|s| s * 8).collect();
     let v = verifier.stop();
+    acks.poll_now(&mut cluster);
     let st = client.status()?;
     let events_checked: Vec<history::Event> = history
         .events()
@@ -303,6 +317,8 @@ fn run_in(a: Args, lab: Option<Arc<Lab>>) -> Result<()> {
     report.stale_reads = verdict.stale_reads;
     report.history_wrong_reads = verdict.wrong_reads;
     report.reads_back_in_time = verdict.reads_back_in_time;
+    report.ack_windows = acks.windows.len();
+    report.split_brain_ms = acks.split_brain_ms();
     report.samples.extend(verdict.samples.iter().cloned());
     report.heartbeat_interval_ms = heartbeat_interval_ms;
     report.max_rereplication_wait_ms = max_wait.as_millis() as u64;
@@ -391,6 +407,100 @@ fn pick(
     Some(live.swap_remove(k))
 }
 
+/// The servers' acknowledgement windows, polled: per (server address, cache, region,
+/// first acknowledgement) the latest last acknowledgement seen.
+struct Acks {
+    secret: farcache_client::ClusterSecret,
+    windows: BTreeMap<(String, u32, u32, u64), u64>,
+    polled: Instant,
+}
+
+impl Acks {
+    fn new(secret: farcache_client::ClusterSecret) -> Self {
+        Self {
+            secret,
+            windows: BTreeMap::new(),
+            polled: Instant::now(),
+        }
+    }
+
+    /// Polls at most once a second.
+    fn poll(&mut self, cluster: &mut ProcessCluster) {
+        if self.polled.elapsed() >= Duration::from_secs(1) {
+            self.poll_now(cluster);
+        }
+    }
+
+    /// Asks every running server for its windows (one that does not answer within
+    /// 300 ms, cut off or vanished, is asked again next time).
+    fn poll_now(&mut self, cluster: &mut ProcessCluster) {
+        self.polled = Instant::now();
+        for i in 0..cluster.server_count() {
+            if !cluster.server_running(i) {
+                continue;
+            }
+            let addr = cluster.server_addr(i).to_owned();
+            let Ok(stats) = server_stats(&addr, &self.secret) else {
+                continue;
+            };
+            for w in stats.ack_windows {
+                let last = self
+                    .windows
+                    .entry((addr.clone(), w.cache, w.region, w.first_us))
+                    .or_default();
+                *last = (*last).max(w.last_us);
+            }
+        }
+    }
+
+    /// Time two servers' windows for one region overlapped, summed over pairs.
+    fn split_brain_ms(&self) -> f64 {
+        // (server, first, last) per (cache, region).
+        type Windows<'a> = Vec<(&'a str, u64, u64)>;
+        let mut by_region: BTreeMap<(u32, u32), Windows<'_>> = BTreeMap::new();
+        for ((server, cache, region, first), &last) in &self.windows {
+            by_region
+                .entry((*cache, *region))
+                .or_default()
+                .push((server.as_str(), *first, last));
+        }
+        let mut us = 0u64;
+        for w in by_region.values() {
+            for (k, a) in w.iter().enumerate() {
+                for b in &w[k + 1..] {
+                    if a.0 != b.0 {
+                        us += a.2.min(b.2).saturating_sub(a.1.max(b.1));
+                    }
+                }
+            }
+        }
+        us as f64 / 1e3
+    }
+}
+
+fn server_stats(
+    addr: &str,
+    secret: &farcache_client::ClusterSecret,
+) -> Result<farcache_proto::control::ServerStats> {
+    use farcache_proto::blocking::{control_call, handshake};
+    use farcache_proto::control::{ControlRequest, ControlResponse};
+    use std::net::ToSocketAddrs;
+    let sa = addr
+        .to_socket_addrs()?
+        .next()
+        .context("server address resolves to nothing")?;
+    let limit = Duration::from_millis(300);
+    let mut s = std::net::TcpStream::connect_timeout(&sa, limit)?;
+    s.set_read_timeout(Some(limit))?;
+    s.set_write_timeout(Some(limit))?;
+    let cred = farcache_proto::Credential::Cluster(secret.clone());
+    handshake(&mut s, farcache_proto::Role::Client, 0, "", &cred)?;
+    match control_call(&mut s, &ControlRequest::ServerStats)? {
+        ControlResponse::Stats(st) => Ok(st),
+        other => bail!("server stats: {other:?}"),
+    }
+}
+
 /// Cuts a link of server host `host`, one way or both: with the manager, with the
 /// client, or with another server. Returns which.
 fn cut_link(lab: &Lab, cluster: &ProcessCluster, host: &str, rng: &mut StdRng) -> Result<String> {
@@ -463,6 +573,8 @@ fn build(
         history_wrong_reads: 0,
         reads_back_in_time: 0,
         max_unavailable_ms_by_kind: unavailable_by_kind(v, &events),
+        split_brain_ms: 0.0,
+        ack_windows: 0,
         added,
         ops: v.reads + v.writes,
         wrong_reads: v.wrong_reads,
@@ -508,6 +620,11 @@ fn print(r: &Report) {
         r.ops, r.op_errors
     );
     println!("  wrong reads {}", r.wrong_reads);
+    println!(
+        "  split brain {:.1} ms with two servers acknowledging writes to one region ({} \
+         acknowledgement windows compared)",
+        r.split_brain_ms, r.ack_windows
+    );
     println!(
         "  history     {} ops checked as linearizable registers: {} stale reads, {} reads of \
          bytes no write put there, {} reads back in time",
