@@ -192,6 +192,30 @@ fn split_brain_us(cluster: &ProcessCluster) -> (u64, usize) {
     (us, w.len())
 }
 
+fn two_copies(admin: &Client, name: &str) -> Cache {
+    let two = CreateOptions {
+        replicas: 2,
+        ..Default::default()
+    };
+    admin
+        .create_with(name, REGIONS * REGION, &two)
+        .expect("create")
+}
+
+/// Waits until server `i` (id `owner`) was fenced and registered again.
+fn wait_fenced(cluster: &ProcessCluster, admin: &Client, i: usize, owner: ServerId) {
+    eventually(
+        "the server is fenced and registers again",
+        Duration::from_secs(15),
+        Duration::from_millis(20),
+        || {
+            let st = server_stats(cluster, i);
+            (st.guard.fenced >= 1 && server_state(admin, owner) == Some(ServerState::Alive))
+                .then_some(())
+        },
+    );
+}
+
 fn server_state(c: &Client, id: ServerId) -> Option<ServerState> {
     c.status()
         .ok()?
@@ -213,16 +237,7 @@ fn an_owner_cut_off_from_the_manager_stops_before_its_backup_takes_over() {
     lab.run_on("c0", move || {
         let cluster = ProcessCluster::start_in_lab(bin(), &options(3), l.clone()).expect("cluster");
         let admin = client(&cluster, Duration::from_secs(10));
-        let cache = admin
-            .create_with(
-                "reg",
-                REGIONS * REGION,
-                &CreateOptions {
-                    replicas: 2,
-                    ..Default::default()
-                },
-            )
-            .expect("create");
+        let cache = two_copies(&admin, "reg");
         let (i, owner) = owner_of(&cluster, &cache, 0);
         let host = ProcessCluster::server_host(i);
         let load = Load::start(&cache, &[0, 8, REGION]);
@@ -264,16 +279,7 @@ fn an_owner_cut_off_from_the_manager_stops_before_its_backup_takes_over() {
         let refused = server_stats(&cluster, i).guard;
 
         l.heal().expect("heal");
-        eventually(
-            "the old owner is fenced and registers again",
-            Duration::from_secs(15),
-            Duration::from_millis(20),
-            || {
-                let st = server_stats(&cluster, i);
-                (st.guard.fenced >= 1 && server_state(&admin, owner) == Some(ServerState::Alive))
-                    .then_some(())
-            },
-        );
+        wait_fenced(&cluster, &admin, i, owner);
         load.wait_acked(50, Duration::from_secs(10));
         late_load.stop();
         let events = load.stop();
@@ -328,16 +334,7 @@ fn a_vanished_owner_is_replaced_within_the_lease_and_fenced_on_return() {
     lab.run_on("c0", move || {
         let cluster = ProcessCluster::start_in_lab(bin(), &options(3), l.clone()).expect("cluster");
         let admin = client(&cluster, Duration::from_secs(10));
-        let cache = admin
-            .create_with(
-                "vanish",
-                REGIONS * REGION,
-                &CreateOptions {
-                    replicas: 2,
-                    ..Default::default()
-                },
-            )
-            .expect("create");
+        let cache = two_copies(&admin, "vanish");
         cache.write(0, &7u64.to_le_bytes()).expect("write");
         let (i, owner) = owner_of(&cluster, &cache, 0);
         let host = ProcessCluster::server_host(i);
@@ -371,16 +368,7 @@ fn a_vanished_owner_is_replaced_within_the_lease_and_fenced_on_return() {
         pc.write(0, &8u64.to_le_bytes()).expect("write to the new owner");
 
         l.heal().expect("heal");
-        eventually(
-            "the vanished server is fenced and registers again",
-            Duration::from_secs(15),
-            Duration::from_millis(20),
-            || {
-                let st = server_stats(&cluster, i);
-                (st.guard.fenced >= 1 && server_state(&admin, owner) == Some(ServerState::Alive))
-                    .then_some(())
-            },
-        );
+        wait_fenced(&cluster, &admin, i, owner);
         assert_eq!(&pc.read(0, 8).expect("read")[..], &8u64.to_le_bytes());
     })
     .expect("lab thread");

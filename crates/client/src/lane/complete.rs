@@ -277,42 +277,32 @@ impl Completion<'_> {
                 retries.push((part, Retry::Shrunk(t.cache.info().epoch)));
                 return;
             }
-            // The region is mid-migration: send the part again shortly, not counted
-            // as a redirect, unless the op has waited on pauses for too long.
-            (Status::Paused, ..) => {
+            // The region is mid-migration (`PAUSED`): send the part again shortly,
+            // not counted as a redirect. The server holds no lease (`NOT_SERVING`: cut
+            // off from the manager): nothing was applied; ask the manager for the owner
+            // first (a failover hands the region to a backup once the lease has run
+            // out). Either way until the op has waited too long.
+            (s @ (Status::Paused | Status::NotServing), ..) => {
+                let refresh = s == Status::NotServing;
                 let now = Instant::now();
                 let since = *t.paused_since.entry(part.op).or_insert(now);
                 if now.duration_since(since) < parking.limit {
                     let mut next = part;
                     next.pauses = next.pauses.saturating_add(1);
+                    let wait = if refresh {
+                        super::unleased_backoff(next.pauses)
+                    } else {
+                        pause_backoff(next.pauses)
+                    };
                     parking.parked.push(Parked {
                         part: next,
                         ticket: t.id,
-                        due: now + pause_backoff(next.pauses),
-                        refresh: false,
+                        due: now + wait,
+                        refresh,
                     });
                     return;
                 }
-                res.fail(i, OpError::Status(Status::Paused));
-            }
-            // The server holds no lease (cut off from the manager): nothing was
-            // applied. Ask the manager for the owner shortly and send it there; a
-            // failover hands the region to a backup once the lease has run out.
-            (Status::NotServing, ..) => {
-                let now = Instant::now();
-                let since = *t.paused_since.entry(part.op).or_insert(now);
-                if now.duration_since(since) < parking.limit {
-                    let mut next = part;
-                    next.pauses = next.pauses.saturating_add(1);
-                    parking.parked.push(Parked {
-                        part: next,
-                        ticket: t.id,
-                        due: now + super::unleased_backoff(next.pauses),
-                        refresh: true,
-                    });
-                    return;
-                }
-                res.fail(i, OpError::Status(Status::NotServing));
+                res.fail(i, OpError::Status(s));
             }
             (Status::DataLost, kind, _) => {
                 let (addr, len) = if kind == Kind::Execute {
