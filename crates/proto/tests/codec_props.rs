@@ -188,7 +188,8 @@ enum OwnedReply {
     },
 }
 
-const FAILURES: [Status; 8] = [
+const FAILURES: [Status; 9] = [
+    Status::NotServing,
     Status::OutOfRange,
     Status::NoSuchCache,
     Status::TooLarge,
