@@ -34,8 +34,10 @@ const IO_TIMEOUT: Duration = Duration::from_secs(2);
 const WRITE_TIMEOUT: Duration = Duration::from_millis(500);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// Rounds in a row the backup may refuse the frames (its table lags behind a move)
-/// before the writes waiting on it fail.
-const MAX_REFUSALS: u32 = 20;
+/// before the writes waiting on it fail; round `n` is sent again after `n` × 5 ms
+/// (at most 100 ms): about 4 s in all.
+const MAX_REFUSALS: u32 = 50;
+const REFUSED_WAIT: Duration = Duration::from_millis(5);
 
 /// A new stream's generation: strictly increasing in this process, and across
 /// restarts (it starts from the wall clock), so a backup tells a stream that replaced
@@ -294,8 +296,17 @@ impl Link {
                         }
                         return;
                     }
+                    // The backup answers: no reason to back off as from a dead link.
+                    debug!(backup = %self.addr, refusals, "backup refused frames, sending again: {why}");
+                    std::thread::sleep((REFUSED_WAIT * refusals).min(Duration::from_millis(100)));
+                    continue;
                 }
-                Some(Answer::Applied) | None => refusals = 0,
+                Some(Answer::Applied) => {
+                    // The link worked: the next failure starts from a short wait again.
+                    refusals = 0;
+                    backoff = Duration::from_millis(10);
+                }
+                None => refusals = 0,
             }
             warn!(backup = %self.addr, "replication link failed, reconnecting: {why}");
             self.counters.link_failures.fetch_add(1, Relaxed);

@@ -16,7 +16,7 @@
 //! again never land before frames of the connection they replace. A backup that
 //! answers `WRONG_SERVER` owns the region now (this server is a stale owner): the
 //! waiting writes fail, never acknowledged; other refusals are sent again, at most
-//! `MAX_REFUSALS` rounds in a row, then fail too.
+//! `MAX_REFUSALS` rounds in a row (about 4 s), then fail too.
 
 mod link;
 mod streams;
