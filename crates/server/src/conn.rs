@@ -80,8 +80,9 @@ struct Peer {
     /// A server peer's advertised address (the `origin` its FETCHes must carry).
     identity: String,
     /// A server peer's replication stream generation (the Hello's `client_id`;
-    /// 0: not a replication stream).
+    /// 0: not a replication stream), and its owner's newest generation.
     stream: u64,
+    newest: Option<Arc<parking_lot::RwLock<u64>>>,
 }
 
 enum Auth {
@@ -330,11 +331,11 @@ impl Conn {
             Auth::Ready(p) => (hdr.kind, p),
         };
         match (kind, peer.role) {
-            (FrameKind::Request, _) if peer.stream != 0 => {
-                let (owner, stream, access) = (peer.identity.clone(), peer.stream, peer.access);
+            (FrameKind::Request, _) if let Some(newest) = &peer.newest => {
+                let (stream, access) = (peer.stream, peer.access);
+                let (newest, owner) = (newest.clone(), peer.identity.clone());
                 // A newer stream of this owner took over: this one's frames are sent
                 // again there, and applying them here too could land them late.
-                let newest = sh.streams.of(&owner);
                 let g = newest.read();
                 if stream < *g {
                     drop(g);
@@ -484,6 +485,7 @@ impl Conn {
         self.auth = Auth::Ready(Peer {
             role: v.role,
             access: v.access,
+            newest: (stream != 0).then(|| sh.streams.of(&v.identity)),
             identity: v.identity,
             stream,
         });
