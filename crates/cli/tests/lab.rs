@@ -105,6 +105,9 @@ impl Load {
                     let outcome = outcome_of(&r);
                     if outcome == Outcome::Ok {
                         a.fetch_add(1, Ordering::Relaxed);
+                    } else if let Err(e) = &r {
+                        // Says why, for a failure the test did not expect.
+                        eprintln!("write {next} to {addr} failed: {e}");
                     }
                     h.record(Event {
                         addr,

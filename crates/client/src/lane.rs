@@ -1125,7 +1125,13 @@ impl LaneInner {
                 _ => {}
             }
         }
-        self.failed.insert(server, (Instant::now(), e));
+        // A silent server is not dialled again at once; a connection the server
+        // closed or reset is (it is alive: it may have dropped only that connection,
+        // e.g. failing writes it could not acknowledge), and a failed dial then arms
+        // the wait.
+        if matches!(e, OpError::Timeout { .. }) {
+            self.failed.insert(server, (Instant::now(), e));
+        }
     }
 
     fn fail_op(&mut self, key: usize, op: usize, e: OpError) {

@@ -53,8 +53,14 @@ pub enum WorkerMsg {
     Conn(Stream),
     /// A peer message for a ticket this worker owns (from another worker).
     Peer(Vec<u8>),
-    /// Backups acknowledged writes of these held responses (one part each).
+    /// Backups acknowledged writes of these held responses (one part each): every
+    /// copy holds them, so they are acknowledged even if the lease ran out meanwhile
+    /// (the write ran under the lease; a promoted backup holds it).
     Replicated(Vec<crate::replication::Waiter>),
+    /// A backup was dropped from the table before acknowledging these: they count as
+    /// replicated, but only under a lease (without one, this server may have lost
+    /// the region, and its copy may be the only one holding them).
+    Released(Vec<crate::replication::Waiter>),
     /// Held responses whose writes can never be acknowledged: their connections close.
     ReplicationFailed(Vec<crate::replication::Waiter>),
     /// The control pool's reply for one of this worker's connections.
@@ -509,11 +515,11 @@ impl Worker {
                 }
                 // Without a lease this server may have lost its regions to others:
                 // what it did not acknowledge yet, it never will.
-                WorkerMsg::Replicated(waiters) if !sh.lease.valid() => {
+                WorkerMsg::Released(waiters) if !sh.lease.valid() => {
                     self.fail_held(st, &waiters);
                     continue;
                 }
-                WorkerMsg::Replicated(waiters) => {
+                WorkerMsg::Replicated(waiters) | WorkerMsg::Released(waiters) => {
                     for w in waiters {
                         if let Some(c) = st.conns.get_mut(w.conn).filter(|c| c.serial == w.serial) {
                             c.replicated(sh, w.resp);

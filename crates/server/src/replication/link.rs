@@ -129,6 +129,9 @@ pub struct Link {
     addr: String,
     st: Mutex<State>,
     closed: AtomicBool,
+    /// Closed because the backup refused (it owns the region, or kept refusing):
+    /// writes queued after that fail too.
+    failed: AtomicBool,
     counters: Arc<Counters>,
 }
 
@@ -138,6 +141,7 @@ impl Link {
             addr: addr.to_owned(),
             st: Mutex::new(State::default()),
             closed: AtomicBool::new(false),
+            failed: AtomicBool::new(false),
             counters,
         });
         let (l, w) = (link.clone(), Arc::downgrade(sh));
@@ -185,9 +189,13 @@ impl Link {
     pub fn queue(&self, sh: &Shared, map: &StoreMap, ranges: &[&Written], waiter: Waiter) {
         let mut st = self.st.lock();
         if self.is_closed() {
-            // Dropped as a backup meanwhile: nothing to wait for.
             drop(st);
-            return notify(sh, vec![waiter]);
+            if self.failed.load(Ordering::Acquire) {
+                // The backup refused: this server may be a stale owner.
+                return notify_failed(sh, vec![waiter]);
+            }
+            // Dropped as a backup meanwhile: nothing to wait for.
+            return release(sh, vec![waiter]);
         }
         let State {
             open,
@@ -221,13 +229,14 @@ impl Link {
     pub fn close(&self, sh: &Shared) {
         let waiters = self.stop();
         debug!(backup = %self.addr, released = waiters.len(), "replication link closed");
-        notify(sh, waiters);
+        release(sh, waiters);
     }
 
     /// Stops the link and fails every write waiting on it: the backup may not hold
     /// them and this server may no longer own their regions, so none is acknowledged
     /// (their clients' connections are closed: the outcome is unknown to them).
     pub fn fail(&self, sh: &Shared, why: &str) {
+        self.failed.store(true, Ordering::Release);
         let waiters = self.stop();
         warn!(backup = %self.addr, failed = waiters.len(), "replicated writes fail: {why}");
         notify_failed(sh, waiters);
@@ -454,6 +463,11 @@ fn connect(sh: &Shared, addr: &str) -> Result<TcpStream, String> {
 /// Tells each worker which of its held responses have one more acknowledgement.
 fn notify(sh: &Shared, waiters: Vec<Waiter>) {
     send_to_workers(sh, waiters, WorkerMsg::Replicated);
+}
+
+/// Tells each worker which of its held responses no longer wait for a dropped backup.
+fn release(sh: &Shared, waiters: Vec<Waiter>) {
+    send_to_workers(sh, waiters, WorkerMsg::Released);
 }
 
 /// Tells each worker which of its held responses can never be acknowledged.
