@@ -130,6 +130,86 @@ def test_pipeline_and_large_values(frontend):
     assert r.strlen("big") == len(big)
 
 
+def test_default_pipeline_is_a_transaction(frontend):
+    r = _r(frontend)
+    r.delete("tx:n")
+    # redis-py's default pipeline wraps the commands in MULTI ... EXEC.
+    pipe = r.pipeline()
+    pipe.incr("tx:n").incr("tx:n").get("tx:n")
+    assert pipe.execute() == [1, 2, b"2"]
+    assert r.get("tx:n") == b"2"
+
+    # A check-and-set loop: r.transaction() retries while the watched key changes.
+    def double(p):
+        n = int(p.get("tx:n"))
+        p.multi()
+        p.set("tx:n", n * 2)
+
+    assert r.transaction(double, "tx:n") == [True]
+    assert r.get("tx:n") == b"4"
+    # WATCH sees another connection's write: EXEC fails, nothing applied.
+    other = _r(frontend)
+    with r.pipeline() as p:
+        p.watch("tx:n")
+        other.set("tx:n", 100)
+        p.multi()
+        p.set("tx:n", 5)
+        with pytest.raises(redis.WatchError):
+            p.execute()
+    assert r.get("tx:n") == b"100"
+    # A command the front end refuses aborts the whole transaction.
+    pipe = r.pipeline()
+    pipe.set("tx:n", 7).execute_command("EVALSHA", "0" * 40, 0)
+    with pytest.raises(redis.ResponseError):
+        pipe.execute()
+    assert r.get("tx:n") == b"100"
+
+
+def test_lock_without_lua(frontend):
+    from farcache.redis_lock import Lock
+
+    r = _r(frontend)
+    lock = r.lock("lk:job", timeout=10, lock_class=Lock)
+    assert lock.acquire(blocking=False)
+    assert not r.lock("lk:job", lock_class=Lock).acquire(blocking=False)
+    assert lock.owned()
+    assert lock.extend(5)
+    assert 14_000 < r.pttl("lk:job") <= 15_000
+    assert lock.reacquire()
+    assert 9_000 < r.pttl("lk:job") <= 10_000
+    lock.release()
+    assert r.get("lk:job") is None
+    # Released, another client takes it at once; the old owner cannot release it.
+    with r.lock("lk:job", timeout=10, lock_class=Lock, blocking_timeout=2):
+        stale = r.lock("lk:job", lock_class=Lock)
+        stale.local.token = b"not-the-owner"
+        with pytest.raises(redis.exceptions.LockNotOwnedError):
+            stale.release()
+        assert r.get("lk:job") is not None
+    assert r.get("lk:job") is None
+
+
+def test_commands_clients_rely_on(frontend):
+    r = _r(frontend)
+    secs, micros = r.time()
+    assert abs(secs - time.time()) < 2 and 0 <= micros < 1_000_000
+    r.set("ck:a", "1")
+    assert r.expire("ck:a", 100, nx=True) is True
+    assert r.expire("ck:a", 50, gt=True) is False
+    assert r.expire("ck:a", 500, gt=True) is True
+    assert abs(r.expiretime("ck:a") - (time.time() + 500)) < 3
+    assert r.getex("ck:a", persist=True) == b"1"
+    assert r.ttl("ck:a") == -1
+    assert r.incrbyfloat("ck:f", 1.5) == 1.5
+    assert r.msetnx({"ck:m1": 1, "ck:m2": 2}) is True
+    assert r.msetnx({"ck:m2": 3, "ck:m3": 4}) is False
+    assert r.set("", "empty") is True and r.get("") == b"empty"
+    assert set(r.scan_iter(match="ck:m*", count=7)) == {b"ck:m1", b"ck:m2"}
+    assert sorted(r.keys("ck:m*")) == [b"ck:m1", b"ck:m2"]
+    assert r.dbsize() >= 5
+    assert r.info()["arch_bits"] == 64
+
+
 def test_tokens_and_read_only(frontend):
     port, _, _, ro = frontend
     anon = redis.Redis(host="127.0.0.1", port=port, socket_timeout=10)

@@ -253,38 +253,53 @@ pub fn decode_hot(b: &[u8]) -> Result<(u64, Vec<HotKey>), FormatError> {
 }
 
 /// `kv_scan` arguments: items whose flags meet `mask`, from bucket `from`, until the
-/// reply holds about `max_bytes`. Invoked at a shard's first byte.
+/// reply holds about `max_bytes`. Invoked at a shard's first byte. A `mask` of
+/// [`SCAN_KEYS`] lists every item's key (values left out, `vlen` 0), skipping items
+/// expired at `now_ms` (sent only then: the arguments are 17 bytes instead of 9).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Scan {
     pub mask: u8,
     pub from: u32,
     pub max_bytes: u32,
+    pub now_ms: u64,
 }
+
+/// The `kv_scan` mask that lists keys (of every item, whatever its flags).
+pub const SCAN_KEYS: u8 = 0;
 
 /// `kv_scan` reply: `next` (the bucket to continue from, `u32::MAX` when done), then
 /// `[klen u32][vlen u32][key][value]` per item.
 pub const SCAN_DONE: u32 = u32::MAX;
 
 impl Scan {
-    pub fn encode(&self) -> [u8; 9] {
-        let mut b = [0u8; 9];
-        b[0] = self.mask;
-        b[1..5].copy_from_slice(&self.from.to_le_bytes());
-        b[5..9].copy_from_slice(&self.max_bytes.to_le_bytes());
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(17);
+        b.push(self.mask);
+        b.extend_from_slice(&self.from.to_le_bytes());
+        b.extend_from_slice(&self.max_bytes.to_le_bytes());
+        if self.mask == SCAN_KEYS {
+            b.extend_from_slice(&self.now_ms.to_le_bytes());
+        }
         b
     }
 
     pub fn decode(b: &[u8]) -> Result<Self, FormatError> {
-        if b.len() != 9 {
+        let want = if b.first() == Some(&SCAN_KEYS) { 17 } else { 9 };
+        if b.len() != want {
             return Err(FormatError::Malformed {
                 what: "kv_scan args",
-                reason: format!("{} bytes, want 9", b.len()),
+                reason: format!("{} bytes, want {want}", b.len()),
             });
         }
+        let now_ms = match b.get(9..17) {
+            Some(t) => u64::from_le_bytes(t.try_into().unwrap_or_default()),
+            None => 0,
+        };
         Ok(Self {
             mask: b[0],
             from: u32::from_le_bytes([b[1], b[2], b[3], b[4]]),
             max_bytes: u32::from_le_bytes([b[5], b[6], b[7], b[8]]),
+            now_ms,
         })
     }
 }

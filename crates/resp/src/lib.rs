@@ -19,6 +19,7 @@ pub mod auth;
 mod cmd;
 pub mod error;
 pub mod parse;
+pub mod pattern;
 pub mod reply;
 pub mod server;
 pub mod session;

@@ -63,6 +63,14 @@ impl Out<'_> {
         }
     }
 
+    /// The null array (`EXEC` of a transaction whose watched keys changed).
+    pub fn null_array(&mut self) {
+        match self.proto {
+            Proto::Resp2 => self.buf.extend_from_slice(b"*-1\r\n"),
+            Proto::Resp3 => self.buf.extend_from_slice(b"_\r\n"),
+        }
+    }
+
     pub fn array(&mut self, n: usize) {
         let _ = write!(self.buf, "*{n}\r\n");
     }

@@ -19,6 +19,18 @@ pub struct Session {
     pub name: Option<Bytes>,
     /// `QUIT` was read: reply, then close.
     pub quit: bool,
+    /// Commands queued since `MULTI` (none: not in a transaction).
+    pub tx: Option<Transaction>,
+    /// Keys `WATCH`ed, with their stripes' versions then.
+    pub watched: Vec<(Bytes, u64)>,
+}
+
+/// A transaction being queued.
+#[derive(Default)]
+pub struct Transaction {
+    pub queued: Vec<Args>,
+    /// A command was refused while queuing: `EXEC` fails and applies nothing.
+    pub aborted: bool,
 }
 
 impl Session {
@@ -32,19 +44,25 @@ impl Session {
             access,
             name: None,
             quit: false,
+            tx: None,
+            watched: Vec::new(),
         }
     }
 
-    /// `GET key` or `MGET key...` from a connection allowed to read: batched with
-    /// other connections'.
+    /// `GET key` or `MGET key...` from a connection allowed to read, outside a
+    /// transaction: batched with other connections'.
     pub fn batched_read(&self, a: &Args) -> bool {
         self.access.is_some()
+            && self.tx.is_none()
             && ((a.len() == 2 && a[0].eq_ignore_ascii_case(b"get"))
                 || (a.len() >= 2 && a[0].eq_ignore_ascii_case(b"mget")))
     }
 
     /// `SET key value` from a connection allowed to write: batched likewise.
     pub fn plain_set(&self, a: &Args) -> bool {
-        self.access == Some(Access::ReadWrite) && a.len() == 3 && a[0].eq_ignore_ascii_case(b"set")
+        self.access == Some(Access::ReadWrite)
+            && self.tx.is_none()
+            && a.len() == 3
+            && a[0].eq_ignore_ascii_case(b"set")
     }
 }

@@ -24,12 +24,16 @@ pub struct Shared {
     pub commands: AtomicU64,
     pub rejected: AtomicU64,
     pub next_id: AtomicU64,
+    /// `INFO`'s `run_id`: differs between runs of the front end.
+    pub run_id: u128,
     /// Rounds run, keys and pairs they batched, and µs spent in their store calls
     /// (`INFO stats`: how much batching the load gives and where a round's time goes).
     pub rounds: AtomicU64,
     pub round_ops: AtomicU64,
     pub round_store_us: AtomicU64,
     stripes: Box<[Mutex<()>]>,
+    /// One version per stripe (see [`Shared::version`]).
+    versions: Box<[AtomicU64]>,
     stop: AtomicBool,
 }
 
@@ -45,10 +49,14 @@ impl Shared {
             commands: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
             next_id: AtomicU64::new(1),
+            run_id: xxhash_rust::xxh3::xxh3_128(
+                format!("{}-{:?}", std::process::id(), std::time::SystemTime::now()).as_bytes(),
+            ),
             rounds: AtomicU64::new(0),
             round_ops: AtomicU64::new(0),
             round_store_us: AtomicU64::new(0),
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+            versions: (0..STRIPES).map(|_| AtomicU64::new(0)).collect(),
             stop: AtomicBool::new(false),
         }
     }
@@ -68,14 +76,51 @@ impl Shared {
     /// Locks the stripes of `keys` (in stripe order, so two sessions never wait on
     /// each other in a cycle). Every write through the front end holds its keys'
     /// stripes, which makes read-modify-writes (`INCR`, `SETRANGE`, `EXPIRE` ...)
-    /// atomic against every other command of this front end.
+    /// atomic against every other command of this front end. Stripes this thread
+    /// already holds (an `EXEC` running its commands) are not taken again. When the
+    /// guard drops, the stripes' versions move on: a `WATCH` on them fails.
     pub fn lock_keys<'a, K: AsRef<[u8]> + 'a>(
         &self,
         keys: impl IntoIterator<Item = &'a K>,
-    ) -> Vec<MutexGuard<'_, ()>> {
+    ) -> KeyLocks<'_> {
         let mut idx: Vec<usize> = keys.into_iter().map(|k| Self::stripe(k.as_ref())).collect();
         idx.sort_unstable();
         idx.dedup();
-        idx.into_iter().map(|i| self.stripes[i].lock()).collect()
+        HELD.with_borrow(|held| idx.retain(|i| !held.contains(i)));
+        let guards = idx.iter().map(|&i| self.stripes[i].lock()).collect();
+        HELD.with_borrow_mut(|held| held.extend_from_slice(&idx));
+        KeyLocks {
+            shared: self,
+            idx,
+            _guards: guards,
+        }
+    }
+
+    /// The version of `key`'s stripe: it moves on with every write through this
+    /// front end to a key of the stripe (`WATCH` compares it at `EXEC`).
+    pub fn version(&self, key: &[u8]) -> u64 {
+        self.versions[Self::stripe(key)].load(Ordering::Acquire)
+    }
+}
+
+thread_local! {
+    /// Stripes the current thread holds (so an `EXEC` holding its keys' stripes can
+    /// run commands that lock them again).
+    static HELD: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Stripes held for a write; dropping them advances their versions.
+pub struct KeyLocks<'a> {
+    shared: &'a Shared,
+    idx: Vec<usize>,
+    _guards: Vec<MutexGuard<'a, ()>>,
+}
+
+impl Drop for KeyLocks<'_> {
+    fn drop(&mut self) {
+        for &i in &self.idx {
+            self.shared.versions[i].fetch_add(1, Ordering::AcqRel);
+        }
+        HELD.with_borrow_mut(|held| held.retain(|i| !self.idx.contains(i)));
     }
 }

@@ -104,7 +104,13 @@ fn string_and_key_commands_answer_as_redis_does() {
         c.line("SELECT 3")
             .is_err_starting("ERR DB index is out of range")
     );
-    assert!(c.cmd(&[b"GET", b""]).is_err_starting("ERR invalid key"));
+    // The empty key is a key, as in Redis.
+    assert_eq!(c.cmd(&[b"SET", b"", b"empty"]), V::ok());
+    assert_eq!(c.cmd(&[b"GET", b""]), V::bulk(b"empty"));
+    assert!(
+        c.cmd(&[b"GET", b"\xff\xfeFC!"])
+            .is_err_starting("ERR invalid key")
+    );
     assert_eq!(c.line("ECHO hi"), V::bulk(b"hi"));
     // Binary keys and values.
     assert_eq!(c.cmd(&[b"SET", b"\x00\xff\r\n", b"\r\n\x00"]), V::ok());

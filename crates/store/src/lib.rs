@@ -28,7 +28,8 @@
 //! [`alloc`] (item allocation and recycling), [`evict`] (the CLOCK sweep),
 //! [`large`] (erasure-coded values), [`repair`] (rebuilding after lost servers),
 //! [`hot`] (second copies of hot keys, reads to the less loaded home),
-//! [`stats`] (occupancy and fragmentation), [`meta`] (value with expiry).
+//! [`stats`] (occupancy and fragmentation), [`meta`] (value with expiry), [`keys`]
+//! (listing keys a page at a time).
 
 pub mod alloc;
 pub mod async_api;
@@ -36,6 +37,7 @@ pub mod copies;
 pub mod error;
 pub mod evict;
 pub mod hot;
+pub mod keys;
 pub mod large;
 pub mod lookup;
 pub mod meta;

@@ -136,6 +136,7 @@ impl Store {
                 mask: item::FLAG_MANIFEST,
                 from,
                 max_bytes: 256 << 10,
+                now_ms: 0,
             }
             .encode();
             let raw = self.inner.cache.execute(wire::KV_SCAN, base, &args)?;

@@ -285,9 +285,6 @@ impl Store {
     }
 
     pub(crate) fn check_key(key: &[u8]) -> Result<()> {
-        if key.is_empty() {
-            return Err(StoreError::Key("keys must not be empty".into()));
-        }
         if key.starts_with(&hash::PLACED) {
             return Err(StoreError::Key(
                 "keys starting with ff fe 46 43 are reserved for the store's own items".into(),

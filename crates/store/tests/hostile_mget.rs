@@ -421,6 +421,7 @@ fn hostile_mget_and_scan_args_get_errors_or_replies_not_crashes() {
             mask,
             from,
             max_bytes,
+            now_ms: 0,
         }
         .encode()
     };

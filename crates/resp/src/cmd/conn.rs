@@ -196,7 +196,12 @@ pub fn config(_: &mut Session, a: &Args, out: &mut Out) {
             let known: [(&str, &str); 2] = [("save", ""), ("appendonly", "no")];
             let hits: Vec<_> = known
                 .iter()
-                .filter(|(k, _)| a[2..].iter().any(|p| glob(p, k.as_bytes())))
+                .filter(|(k, _)| {
+                    // Setting names are matched regardless of case, as Redis does.
+                    a[2..]
+                        .iter()
+                        .any(|p| crate::pattern::matches(&p.to_ascii_lowercase(), k.as_bytes()))
+                })
                 .collect();
             out.map(hits.len());
             for (k, v) in hits {
@@ -212,11 +217,6 @@ pub fn config(_: &mut Session, a: &Args, out: &mut Out) {
             String::from_utf8_lossy(&sub)
         )),
     }
-}
-
-/// `*` and exact matches (enough for `CONFIG GET`).
-fn glob(pattern: &[u8], name: &[u8]) -> bool {
-    pattern == b"*" || pattern.eq_ignore_ascii_case(name)
 }
 
 pub fn info(s: &mut Session, a: &Args, out: &mut Out) {
@@ -236,11 +236,18 @@ pub fn info(s: &mut Session, a: &Args, out: &mut Out) {
     if want("server") {
         let _ = write!(
             t,
-            "# Server\r\nredis_version:{REDIS_COMPAT}\r\nfarcache_version:{VERSION}\r\nredis_mode:standalone\r\nos:{}\r\nprocess_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\n\r\n",
+            "# Server\r\nredis_version:{REDIS_COMPAT}\r\nredis_git_sha1:00000000\r\nredis_git_dirty:0\r\nredis_build_id:0\r\nfarcache_version:{VERSION}\r\nredis_mode:standalone\r\nos:{} {}\r\narch_bits:{}\r\nmultiplexing_api:epoll\r\nprocess_id:{}\r\nprocess_supervised:no\r\nrun_id:{:032x}00000000\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\nuptime_in_days:{}\r\nhz:10\r\nconfigured_hz:10\r\nexecutable:{}\r\nconfig_file:\r\n\r\n",
             std::env::consts::OS,
+            std::env::consts::ARCH,
+            usize::BITS,
             std::process::id(),
+            sh.run_id,
             sh.addr.port(),
-            sh.started.elapsed().as_secs()
+            sh.started.elapsed().as_secs(),
+            sh.started.elapsed().as_secs() / 86_400,
+            std::env::current_exe()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default()
         );
     }
     if want("clients") {
@@ -262,6 +269,21 @@ pub fn info(s: &mut Session, a: &Args, out: &mut Out) {
             sh.round_store_us.load(Ordering::Relaxed)
         );
     }
+    if want("memory") {
+        // The front end's data lives in the cache: its capacity is the limit.
+        let _ = write!(
+            t,
+            "# Memory\r\nused_memory:{}\r\nmaxmemory:{}\r\nmaxmemory_policy:allkeys-lru\r\n\r\n",
+            info.capacity, info.capacity
+        );
+    }
+    if want("persistence") {
+        t.push_str("# Persistence\r\nloading:0\r\nasync_loading:0\r\nrdb_changes_since_last_save:0\r\nrdb_bgsave_in_progress:0\r\naof_enabled:0\r\naof_rewrite_in_progress:0\r\n\r\n");
+    }
+    if want("replication") {
+        // Copies are farcache's own (regions' backups), not Redis replicas.
+        t.push_str("# Replication\r\nrole:master\r\nconnected_slaves:0\r\n\r\n");
+    }
     if want("farcache") {
         let _ = write!(
             t,
@@ -281,7 +303,8 @@ pub fn info(s: &mut Session, a: &Args, out: &mut Out) {
         t.push_str("# Keyspace\r\n");
         match sh.store.stats() {
             Ok(st) => {
-                let _ = write!(t, "db0:keys={},expires=0,avg_ttl=0\r\n", st.live);
+                let keys = st.live.saturating_sub(st.expired);
+                let _ = write!(t, "db0:keys={keys},expires=0,avg_ttl=0\r\n");
             }
             Err(e) => {
                 let _ = write!(t, "# census failed: {e}\r\n");
@@ -291,9 +314,22 @@ pub fn info(s: &mut Session, a: &Args, out: &mut Out) {
     out.text(&t);
 }
 
-pub fn dbsize(s: &mut Session, _: &Args, out: &mut Out) {
-    match s.shared.store.stats() {
-        Ok(st) => out.int(st.live as i64),
-        Err(e) => out.error(&crate::error::store_error_line(&e)),
-    }
+/// `TIME`: seconds and microseconds of this front end's clock (expiries are set
+/// against it).
+pub fn time(_: &mut Session, _: &Args, out: &mut Out) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    out.array(2);
+    out.bulk(now.as_secs().to_string().as_bytes());
+    out.bulk(now.subsec_micros().to_string().as_bytes());
+}
+
+/// `LASTSAVE`: the front end saves nothing (the cache is memory); its start time.
+pub fn lastsave(s: &mut Session, _: &Args, out: &mut Out) {
+    let started = std::time::SystemTime::now()
+        .checked_sub(s.shared.started.elapsed())
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .unwrap_or_default();
+    out.int(started.as_secs() as i64);
 }

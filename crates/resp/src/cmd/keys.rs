@@ -1,5 +1,5 @@
-//! Key commands: DEL/UNLINK, EXISTS, EXPIRE/PEXPIRE/EXPIREAT/PEXPIREAT, PERSIST,
-//! TTL/PTTL, TYPE.
+//! Key commands: DEL/UNLINK, EXISTS, EXPIRE/PEXPIRE/EXPIREAT/PEXPIREAT (NX XX GT
+//! LT), EXPIRETIME/PEXPIRETIME, PERSIST, TTL/PTTL, TYPE.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -39,23 +39,47 @@ pub fn exists(s: &mut Session, a: &Args, out: &mut Out) {
     out.int(n);
 }
 
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
 }
 
-/// Sets `key` to expire `ms` from now (deleting it when `ms ≤ 0`): 1 if the key
-/// exists, 0 if not.
-fn expire_in(s: &mut Session, key: &[u8], ms: Option<i64>, out: &mut Out, name: &str) {
-    let Some(ms) = ms else {
+/// `EXPIRE`'s conditions on the key's current expiry.
+#[derive(Clone, Copy, Default)]
+struct When {
+    nx: bool,
+    xx: bool,
+    gt: bool,
+    lt: bool,
+}
+
+impl When {
+    /// Whether a new expiry at `at_ms` applies to a key now expiring at `cur`
+    /// (`None`: never, which counts as infinitely far for GT and LT).
+    fn allows(self, cur: Option<u64>, at_ms: i64) -> bool {
+        let at = u64::try_from(at_ms).unwrap_or(0);
+        !(self.nx && cur.is_some()
+            || self.xx && cur.is_none()
+            || self.gt && cur.is_none_or(|c| at <= c)
+            || self.lt && cur.is_some_and(|c| at >= c))
+    }
+}
+
+/// Sets `key` to expire `ms` from now (deleting it when `ms ≤ 0`) if `when` allows:
+/// 1 if it did, 0 if not (or the key is absent).
+fn expire_in(s: &mut Session, key: &[u8], ms: Option<i64>, when: When, out: &mut Out, name: &str) {
+    let Some(ms) = ms.filter(|m| m.checked_add(now_ms()).is_some()) else {
         return out.error(&format!("ERR invalid expire time in '{name}' command"));
     };
     let r = rmw(s, key, |old| {
         let Some(e) = old else {
             return Ok((Change::None, 0));
         };
+        if !when.allows(e.expires_ms, now_ms() + ms) {
+            return Ok((Change::None, 0));
+        }
         let change = if ms <= 0 {
             Change::Delete
         } else {
@@ -69,13 +93,34 @@ fn expire_in(s: &mut Session, key: &[u8], ms: Option<i64>, out: &mut Out, name: 
     }
 }
 
-fn expire_arg(a: &Args, out: &mut Out) -> Option<i64> {
-    if a.len() > 3 {
-        out.error("ERR EXPIRE options (NX XX GT LT) are not supported by the farcache front end");
+/// The time argument and the NX / XX / GT / LT options after it.
+fn expire_arg(a: &Args, out: &mut Out) -> Option<(i64, When)> {
+    let mut w = When::default();
+    for opt in &a[3..] {
+        match &opt.to_ascii_lowercase()[..] {
+            b"nx" => w.nx = true,
+            b"xx" => w.xx = true,
+            b"gt" => w.gt = true,
+            b"lt" => w.lt = true,
+            _ => {
+                out.error(&format!(
+                    "ERR Unsupported option {}",
+                    String::from_utf8_lossy(opt)
+                ));
+                return None;
+            }
+        }
+    }
+    if w.nx && (w.xx || w.gt || w.lt) {
+        out.error("ERR NX and XX, GT or LT options at the same time are not compatible");
+        return None;
+    }
+    if w.gt && w.lt {
+        out.error("ERR GT and LT options at the same time are not compatible");
         return None;
     }
     match int_arg(&a[2]) {
-        Ok(n) => Some(n),
+        Ok(n) => Some((n, w)),
         Err(e) => {
             out.error(e);
             None
@@ -84,28 +129,48 @@ fn expire_arg(a: &Args, out: &mut Out) -> Option<i64> {
 }
 
 pub fn expire(s: &mut Session, a: &Args, out: &mut Out) {
-    if let Some(n) = expire_arg(a, out) {
-        expire_in(s, &a[1], n.checked_mul(1000), out, "expire");
+    if let Some((n, w)) = expire_arg(a, out) {
+        expire_in(s, &a[1], n.checked_mul(1000), w, out, "expire");
     }
 }
 
 pub fn pexpire(s: &mut Session, a: &Args, out: &mut Out) {
-    if let Some(n) = expire_arg(a, out) {
-        expire_in(s, &a[1], Some(n), out, "pexpire");
+    if let Some((n, w)) = expire_arg(a, out) {
+        expire_in(s, &a[1], Some(n), w, out, "pexpire");
     }
 }
 
 pub fn expireat(s: &mut Session, a: &Args, out: &mut Out) {
-    if let Some(n) = expire_arg(a, out) {
-        let ms = n.checked_mul(1000).map(|at| at - now_ms());
-        expire_in(s, &a[1], ms, out, "expireat");
+    if let Some((n, w)) = expire_arg(a, out) {
+        let ms = n.checked_mul(1000).and_then(|at| at.checked_sub(now_ms()));
+        expire_in(s, &a[1], ms, w, out, "expireat");
     }
 }
 
 pub fn pexpireat(s: &mut Session, a: &Args, out: &mut Out) {
-    if let Some(n) = expire_arg(a, out) {
-        expire_in(s, &a[1], n.checked_sub(now_ms()), out, "pexpireat");
+    if let Some((n, w)) = expire_arg(a, out) {
+        expire_in(s, &a[1], n.checked_sub(now_ms()), w, out, "pexpireat");
     }
+}
+
+/// -2 absent, -1 no expiry, else when it expires (Unix time in `unit_ms`).
+fn expire_time(s: &mut Session, key: &[u8], unit_ms: u64, out: &mut Out) {
+    match s.shared.store.entry(key) {
+        Ok(None) => out.int(-2),
+        Ok(Some(e)) => match e.expires_ms {
+            None => out.int(-1),
+            Some(at) => out.int((at / unit_ms) as i64),
+        },
+        Err(e) => out.error(&store_error_line(&e)),
+    }
+}
+
+pub fn expiretime(s: &mut Session, a: &Args, out: &mut Out) {
+    expire_time(s, &a[1], 1000, out);
+}
+
+pub fn pexpiretime(s: &mut Session, a: &Args, out: &mut Out) {
+    expire_time(s, &a[1], 1, out);
 }
 
 pub fn persist(s: &mut Session, a: &Args, out: &mut Out) {

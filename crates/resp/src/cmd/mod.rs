@@ -4,8 +4,10 @@
 mod conn;
 mod fcall;
 mod keys;
+mod keyspace;
 mod rmw;
 mod strings;
+mod tx;
 
 use crate::auth::Access;
 use crate::parse::Args;
@@ -14,21 +16,56 @@ use crate::session::Session;
 
 type Handler = fn(&mut Session, &Args, &mut Out);
 
+/// Where a command names its keys (Redis's first / last / step; `last < 0` counts
+/// from the end): `EXEC` locks them before it runs the queued commands.
+#[derive(Clone, Copy)]
+enum Keys {
+    None,
+    Span {
+        first: usize,
+        last: isize,
+        step: usize,
+    },
+    /// `FCALL fn numkeys key...`.
+    Fcall,
+}
+
+const ONE: Keys = Keys::Span {
+    first: 1,
+    last: 1,
+    step: 1,
+};
+const ALL: Keys = Keys::Span {
+    first: 1,
+    last: -1,
+    step: 1,
+};
+const PAIRS: Keys = Keys::Span {
+    first: 1,
+    last: -1,
+    step: 2,
+};
+
 struct Command {
     name: &'static str,
     arity: i32,
     writes: bool,
     /// Allowed before `AUTH`.
     before_auth: bool,
+    keys: Keys,
+    /// Runs at once inside `MULTI` instead of being queued.
+    tx_control: bool,
     run: Handler,
 }
 
-const fn c(name: &'static str, arity: i32, writes: bool, run: Handler) -> Command {
+const fn c(name: &'static str, arity: i32, writes: bool, keys: Keys, run: Handler) -> Command {
     Command {
         name,
         arity,
         writes,
         before_auth: false,
+        keys,
+        tx_control: false,
         run,
     }
 }
@@ -39,9 +76,25 @@ const fn open(name: &'static str, arity: i32, run: Handler) -> Command {
         arity,
         writes: false,
         before_auth: true,
+        keys: Keys::None,
+        tx_control: false,
         run,
     }
 }
+
+const fn txc(name: &'static str, arity: i32, run: Handler) -> Command {
+    Command {
+        name,
+        arity,
+        writes: false,
+        before_auth: false,
+        keys: Keys::None,
+        tx_control: true,
+        run,
+    }
+}
+
+const NO: Keys = Keys::None;
 
 const COMMANDS: &[Command] = &[
     // Connection.
@@ -50,46 +103,64 @@ const COMMANDS: &[Command] = &[
     open("quit", -1, conn::quit),
     open("hello", -1, conn::hello),
     open("auth", -2, conn::auth),
-    c("client", -2, false, conn::client),
-    c("select", 2, false, conn::select),
-    c("command", -1, false, conn::command),
-    c("config", -2, false, conn::config),
-    c("info", -1, false, conn::info),
-    c("dbsize", 1, false, conn::dbsize),
+    c("client", -2, false, NO, conn::client),
+    c("select", 2, false, NO, conn::select),
+    c("command", -1, false, NO, conn::command),
+    c("config", -2, false, NO, conn::config),
+    c("info", -1, false, NO, conn::info),
+    c("time", 1, false, NO, conn::time),
+    c("lastsave", 1, false, NO, conn::lastsave),
+    // Transactions.
+    txc("multi", 1, tx::multi),
+    txc("exec", 1, tx::exec),
+    txc("discard", 1, tx::discard),
+    txc("watch", -2, tx::watch),
+    c("unwatch", 1, false, NO, tx::unwatch),
     // Strings.
-    c("get", 2, false, strings::get),
-    c("set", -3, true, strings::set),
-    c("setnx", 3, true, strings::setnx),
-    c("setex", 4, true, strings::setex),
-    c("psetex", 4, true, strings::psetex),
-    c("getset", 3, true, strings::getset),
-    c("getdel", 2, true, strings::getdel),
-    c("mget", -2, false, strings::mget),
-    c("mset", -3, true, strings::mset),
-    c("incr", 2, true, strings::incr),
-    c("decr", 2, true, strings::decr),
-    c("incrby", 3, true, strings::incrby),
-    c("decrby", 3, true, strings::decrby),
-    c("append", 3, true, strings::append),
-    c("getrange", 4, false, strings::getrange),
-    c("substr", 4, false, strings::getrange),
-    c("setrange", 4, true, strings::setrange),
-    c("strlen", 2, false, strings::strlen),
+    c("get", 2, false, ONE, strings::get),
+    c("set", -3, true, ONE, strings::set),
+    c("setnx", 3, true, ONE, strings::setnx),
+    c("setex", 4, true, ONE, strings::setex),
+    c("psetex", 4, true, ONE, strings::psetex),
+    c("getset", 3, true, ONE, strings::getset),
+    c("getdel", 2, true, ONE, strings::getdel),
+    c("getex", -2, true, ONE, strings::getex),
+    c("mget", -2, false, ALL, strings::mget),
+    c("mset", -3, true, PAIRS, strings::mset),
+    c("msetnx", -3, true, PAIRS, strings::msetnx),
+    c("incr", 2, true, ONE, strings::incr),
+    c("decr", 2, true, ONE, strings::decr),
+    c("incrby", 3, true, ONE, strings::incrby),
+    c("decrby", 3, true, ONE, strings::decrby),
+    c("incrbyfloat", 3, true, ONE, strings::incrbyfloat),
+    c("append", 3, true, ONE, strings::append),
+    c("getrange", 4, false, ONE, strings::getrange),
+    c("substr", 4, false, ONE, strings::getrange),
+    c("setrange", 4, true, ONE, strings::setrange),
+    c("strlen", 2, false, ONE, strings::strlen),
     // Keys.
-    c("del", -2, true, keys::del),
-    c("unlink", -2, true, keys::del),
-    c("exists", -2, false, keys::exists),
-    c("expire", 3, true, keys::expire),
-    c("pexpire", 3, true, keys::pexpire),
-    c("expireat", 3, true, keys::expireat),
-    c("pexpireat", 3, true, keys::pexpireat),
-    c("persist", 2, true, keys::persist),
-    c("ttl", 2, false, keys::ttl),
-    c("pttl", 2, false, keys::pttl),
-    c("type", 2, false, keys::type_of),
+    c("del", -2, true, ALL, keys::del),
+    c("unlink", -2, true, ALL, keys::del),
+    c("exists", -2, false, ALL, keys::exists),
+    c("expire", -3, true, ONE, keys::expire),
+    c("pexpire", -3, true, ONE, keys::pexpire),
+    c("expireat", -3, true, ONE, keys::expireat),
+    c("pexpireat", -3, true, ONE, keys::pexpireat),
+    c("expiretime", 2, false, ONE, keys::expiretime),
+    c("pexpiretime", 2, false, ONE, keys::pexpiretime),
+    c("persist", 2, true, ONE, keys::persist),
+    c("ttl", 2, false, ONE, keys::ttl),
+    c("pttl", 2, false, ONE, keys::pttl),
+    c("type", 2, false, ONE, keys::type_of),
+    // The keyspace.
+    c("dbsize", 1, false, NO, keyspace::dbsize),
+    c("scan", -2, false, NO, keyspace::scan),
+    c("keys", 2, false, NO, keyspace::keys),
+    c("flushdb", -1, true, NO, keyspace::flushdb),
+    c("flushall", -1, true, NO, keyspace::flushdb),
     // Procedures.
-    c("fcall", -3, true, fcall::fcall),
-    c("fcall_ro", -3, false, fcall::fcall),
+    c("fcall", -3, true, Keys::Fcall, fcall::fcall),
+    c("fcall_ro", -3, false, Keys::Fcall, fcall::fcall),
 ];
 
 fn find(name: &[u8]) -> Option<&'static Command> {
@@ -98,36 +169,85 @@ fn find(name: &[u8]) -> Option<&'static Command> {
         .find(|c| c.name.len() == name.len() && name.eq_ignore_ascii_case(c.name.as_bytes()))
 }
 
-/// Runs one command, appending exactly one reply.
+/// Runs one command, appending exactly one reply (inside `MULTI`: queues it and
+/// answers `QUEUED`, or refuses it and dooms the transaction).
 pub fn dispatch(s: &mut Session, args: &Args, out: &mut Out) {
-    let name = &args[0];
-    let Some(cmd) = find(name) else {
-        out.error(&unknown(args));
-        return;
+    let cmd = match check(s, args) {
+        Ok(cmd) => cmd,
+        Err(e) => {
+            if let Some(tx) = s.tx.as_mut() {
+                tx.aborted = true;
+            }
+            return out.error(&e);
+        }
+    };
+    if let Some(tx) = s.tx.as_mut()
+        && !cmd.tx_control
+    {
+        tx.queued.push(args.clone());
+        return out.simple("QUEUED");
+    }
+    (cmd.run)(s, args, out);
+}
+
+/// Runs a command `EXEC` took from its queue (checked again: an `AUTH` queued
+/// before it may have changed what this session may do).
+pub(crate) fn run_queued(s: &mut Session, args: &Args, out: &mut Out) {
+    match check(s, args) {
+        Ok(cmd) => (cmd.run)(s, args, out),
+        Err(e) => out.error(&e),
+    }
+}
+
+/// The command `args` names, if this session may run it with these arguments.
+fn check(s: &Session, args: &Args) -> Result<&'static Command, String> {
+    let Some(cmd) = find(&args[0]) else {
+        return Err(unknown(args));
     };
     let n = args.len() as i32;
     if (cmd.arity >= 0 && n != cmd.arity) || (cmd.arity < 0 && n < -cmd.arity) {
-        out.error(&format!(
+        return Err(format!(
             "ERR wrong number of arguments for '{}' command",
             cmd.name
         ));
-        return;
     }
     match s.access {
-        None if !cmd.before_auth => {
-            out.error("NOAUTH Authentication required.");
-            return;
-        }
-        Some(Access::ReadOnly) if cmd.writes => {
-            out.error(&format!(
-                "NOPERM this connection authenticated with the cache's read-only token and cannot run '{}'",
-                cmd.name
-            ));
-            return;
-        }
-        _ => {}
+        None if !cmd.before_auth => Err("NOAUTH Authentication required.".into()),
+        Some(Access::ReadOnly) if cmd.writes => Err(format!(
+            "NOPERM this connection authenticated with the cache's read-only token and cannot run '{}'",
+            cmd.name
+        )),
+        _ => Ok(cmd),
     }
-    (cmd.run)(s, args, out);
+}
+
+/// The keys `args` names (for locking them around an `EXEC`).
+pub(crate) fn keys_of(args: &Args) -> Vec<bytes::Bytes> {
+    let Some(cmd) = find(&args[0]) else {
+        return Vec::new();
+    };
+    match cmd.keys {
+        Keys::None => Vec::new(),
+        Keys::Span { first, last, step } => {
+            let end = if last < 0 {
+                args.len() as isize + last
+            } else {
+                last
+            };
+            let end = usize::try_from(end)
+                .unwrap_or(0)
+                .min(args.len().saturating_sub(1));
+            (first..=end)
+                .step_by(step)
+                .filter_map(|i| args.get(i).cloned())
+                .collect()
+        }
+        Keys::Fcall => {
+            let n = args.get(2).and_then(|b| int_arg(b).ok()).unwrap_or(0);
+            let n = usize::try_from(n).unwrap_or(0);
+            args.iter().skip(3).take(n).cloned().collect()
+        }
+    }
 }
 
 /// Redis's wording, so clients that match on it behave the same.

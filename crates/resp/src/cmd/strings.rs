@@ -1,6 +1,6 @@
 //! String commands: GET, SET (EX PX EXAT PXAT KEEPTTL NX XX GET), SETNX, SETEX,
-//! PSETEX, GETSET, GETDEL, MGET, MSET, INCR/DECR(BY), APPEND, GETRANGE, SETRANGE,
-//! STRLEN.
+//! PSETEX, GETSET, GETDEL, GETEX, MGET, MSET, MSETNX, INCR/DECR(BY), INCRBYFLOAT,
+//! APPEND, GETRANGE, SETRANGE, STRLEN.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -305,6 +305,119 @@ pub fn append(s: &mut Session, a: &Args, out: &mut Out) {
     });
     match r {
         Ok(n) => out.int(n),
+        Err(e) => out.error(&e),
+    }
+}
+
+/// `INCRBYFLOAT key increment`: the sum printed as Redis prints it (no exponent,
+/// no trailing zeros).
+pub fn incrbyfloat(s: &mut Session, a: &Args, out: &mut Out) {
+    let Some(delta) = float_arg(&a[2]) else {
+        return out.error("ERR value is not a valid float");
+    };
+    let r = rmw(s, &a[1], |old| {
+        let cur = match old {
+            None => 0.0,
+            Some(e) => float_arg(&e.value).ok_or("ERR value is not a valid float")?,
+        };
+        let new = cur + delta;
+        if !new.is_finite() {
+            return Err("ERR increment would produce NaN or Infinity".into());
+        }
+        let text = format!("{new}");
+        Ok((Change::Put(text.clone().into_bytes(), Ttl::Keep), text))
+    });
+    match r {
+        Ok(v) => out.bulk(v.as_bytes()),
+        Err(e) => out.error(&e),
+    }
+}
+
+/// A finite float as Redis reads one (no spaces, no `inf`/`nan`).
+fn float_arg(b: &[u8]) -> Option<f64> {
+    let t = std::str::from_utf8(b).ok()?;
+    if t.is_empty() || t.trim() != t {
+        return None;
+    }
+    t.parse::<f64>().ok().filter(|f| f.is_finite())
+}
+
+/// `MSETNX k v [k v ...]`: sets them all if none exists (1), else none (0).
+pub fn msetnx(s: &mut Session, a: &Args, out: &mut Out) {
+    if a.len() % 2 != 1 {
+        return out.error("ERR wrong number of arguments for 'msetnx' command");
+    }
+    let pairs: Vec<(&[u8], &[u8])> = a[1..]
+        .chunks_exact(2)
+        .map(|p| (&p[0][..], &p[1][..]))
+        .collect();
+    let _held = s.shared.lock_keys(pairs.iter().map(|p| &p.0));
+    let keys: Vec<&[u8]> = pairs.iter().map(|p| p.0).collect();
+    match s.shared.store.mget(&keys) {
+        Ok(vals) => {
+            if let Some(e) = vals.iter().find_map(|v| v.as_ref().err()) {
+                return out.error(&store_error_line(e));
+            }
+            if vals.iter().any(|v| matches!(v, Ok(Some(_)))) {
+                return out.int(0);
+            }
+        }
+        Err(e) => return out.error(&store_error_line(&e)),
+    }
+    let results = s.shared.store.mput(&pairs);
+    match results.iter().find_map(|r| r.as_ref().err()) {
+        Some(e) => out.error(&store_error_line(e)),
+        None => out.int(1),
+    }
+}
+
+/// `GETEX key [EX s | PX ms | EXAT t | PXAT t | PERSIST]`: the value, and its
+/// expiry changed as asked.
+pub fn getex(s: &mut Session, a: &Args, out: &mut Out) {
+    enum To {
+        Keep,
+        In(i64),
+        Persist,
+    }
+    let bad = |out: &mut Out| out.error("ERR syntax error");
+    let to = match a.len() {
+        2 => To::Keep,
+        3 if a[2].eq_ignore_ascii_case(b"persist") => To::Persist,
+        4 => {
+            let n = match int_arg(&a[3]) {
+                Ok(n) => n,
+                Err(e) => return out.error(e),
+            };
+            let ms = match &a[2].to_ascii_lowercase()[..] {
+                b"ex" => n.checked_mul(1000),
+                b"px" => Some(n),
+                b"exat" => n.checked_mul(1000).and_then(|t| t.checked_sub(now_ms())),
+                b"pxat" => n.checked_sub(now_ms()),
+                _ => return bad(out),
+            };
+            let relative = a[2].len() == 2;
+            match ms {
+                Some(ms) if !(relative && n <= 0) => To::In(ms),
+                _ => return out.error("ERR invalid expire time in 'getex' command"),
+            }
+        }
+        _ => return bad(out),
+    };
+    let r = rmw(s, &a[1], |old| {
+        let Some(e) = old else {
+            return Ok((Change::None, None));
+        };
+        let change = match to {
+            To::Keep => Change::None,
+            To::Persist if e.expires_ms.is_none() => Change::None,
+            To::Persist => Change::Put(e.value.to_vec(), Ttl::Clear),
+            To::In(ms) if ms <= 0 => Change::Delete,
+            To::In(ms) => Change::Put(e.value.to_vec(), Ttl::Set(Duration::from_millis(ms as u64))),
+        };
+        Ok((change, Some(e.value.clone())))
+    });
+    match r {
+        Ok(v) => out.opt_bulk(v.as_deref()),
         Err(e) => out.error(&e),
     }
 }

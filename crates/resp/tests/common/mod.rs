@@ -107,6 +107,7 @@ impl Conn {
                     V::Bulk(b)
                 }
             }
+            b'*' if n(&body) < 0 => V::Nil,
             b'*' => V::Arr(
                 (0..n(&body))
                     .map(|_| self.try_reply().expect("array element"))

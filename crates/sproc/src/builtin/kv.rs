@@ -761,7 +761,8 @@ fn in_this_cache(mem: &dyn Memory, shard_base: u64, key: &[u8], buf: &mut Vec<u8
 }
 
 /// `kv_scan`: the keys and values of a shard's items whose flags meet a mask (the
-/// store's repair lists erasure-coded objects with it), a page at a time.
+/// store's repair lists erasure-coded objects with it), or every live key (`SCAN`,
+/// `KEYS`), a page at a time.
 pub struct KvScan;
 
 impl KvScan {
@@ -813,9 +814,14 @@ impl Procedure for KvScan {
                     return super::on_miss(P, mem, m, item_at, u64::from(size), again);
                 }
                 // Items changing under the scan are skipped; the caller scans again.
-                if let Ok(it) = item::decode(&buf)
-                    && it.flags & a.mask != 0
-                {
+                let Ok(it) = item::decode(&buf) else { continue };
+                if a.mask == wire::SCAN_KEYS {
+                    if !it.expired(a.now_ms) {
+                        out.extend_from_slice(&(it.key.len() as u32).to_le_bytes());
+                        out.extend_from_slice(&0u32.to_le_bytes());
+                        out.extend_from_slice(it.key);
+                    }
+                } else if it.flags & a.mask != 0 {
                     out.extend_from_slice(&(it.key.len() as u32).to_le_bytes());
                     out.extend_from_slice(&(it.value.len() as u32).to_le_bytes());
                     out.extend_from_slice(it.key);
