@@ -29,8 +29,8 @@ def _free_port() -> int:
 def frontend(cluster, client, tmp_path_factory):
     """`farcache resp` serving a new store; yields (port, store name, rw, ro tokens)."""
     name = unique("resp")
-    # 3 servers: erasure coding of large values needs fewer chunks than 4+2.
-    client.create_store(name, 16 << 20, ec_data=2, ec_parity=1)
+    # The default coding (4 + 2) on 3 servers: large values are coded 2 + 1.
+    client.create_store(name, 384 << 20)
     port = _free_port()
     log = tmp_path_factory.mktemp("resp") / "resp.log"
     with open(log, "wb") as out:
@@ -124,10 +124,11 @@ def test_pipeline_and_large_values(frontend):
     out = pipe.execute()
     assert out[:500] == [True] * 500
     assert out[500:] == [f"value-{i}".encode() for i in range(500)]
-    big = bytes(range(256)) * (3 * 4096 + 17)  # 3 MiB: erasure coded in the store
-    assert r.set("big", big) is True
-    assert r.get("big") == big
-    assert r.strlen("big") == len(big)
+    for n in [(1 << 20) + 1, 5 << 20, 100 << 20]:
+        big = (bytes(range(256)) * (n // 256 + 1))[:n]  # erasure coded in the store
+        assert r.set("big", big) is True
+        assert r.get("big") == big
+        assert r.strlen("big") == len(big)
 
 
 def test_default_pipeline_is_a_transaction(frontend):

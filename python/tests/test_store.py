@@ -96,6 +96,22 @@ def test_large_value_erasure_coded(client: farcache.Client) -> None:
         client.delete(name)
 
 
+def test_large_values_with_the_default_coding_on_three_servers(
+    client: farcache.Client,
+) -> None:
+    # The default asks for 4 + 2 chunks; on 3 servers values are coded 2 + 1.
+    name = unique("store-big")
+    s = client.create_store(name, 384 << 20)
+    try:
+        rng = np.random.default_rng(5)
+        for n in [(1 << 20) + 1, 5 << 20, 100 << 20]:
+            v = rng.bytes(n)
+            s.put(b"v", v)
+            assert s.get(b"v") == v
+    finally:
+        client.delete(name)
+
+
 def test_open_store(client: farcache.Client, store: farcache.Store) -> None:
     store.put(b"shared", b"seen by another handle")
     other = client.open_store(store.name)

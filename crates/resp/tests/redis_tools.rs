@@ -110,3 +110,67 @@ fn redis_benchmark_runs_and_its_writes_land() {
         .expect("a key redis-benchmark set");
     assert_eq!(v.len(), 64);
 }
+
+/// Values of 1 MiB + 1, 5 MiB and 100 MiB through `redis-cli -x SET` and `GET`, on
+/// a 1-server and a 3-server cluster, with the store's default coding (4+2, more
+/// servers than either has): stored with the coding that fits, read back intact.
+#[test]
+fn big_values_round_trip_through_redis_cli_on_small_clusters() {
+    use farcache_resp::{AuthPolicy, Frontend, FrontendConfig};
+    use farcache_store::{StoreExt, StoreOptions};
+    use farcache_testkit::{ClusterOptions, LocalCluster};
+    let dir = tempfile::tempdir().expect("tempdir");
+    for servers in [1usize, 3] {
+        let opts = ClusterOptions::default()
+            .servers(servers)
+            .region_size(64 << 20)
+            .server_memory(if servers == 1 { 448 << 20 } else { 192 << 20 })
+            .server_threads(2);
+        let cluster = LocalCluster::start(&opts).expect("cluster");
+        let store = cluster
+            .client()
+            .expect("client")
+            .create_store("big", 384 << 20, &StoreOptions::default())
+            .expect("store");
+        let fe = Frontend::start(
+            store.clone(),
+            FrontendConfig::new("127.0.0.1:0", AuthPolicy::Open),
+        )
+        .expect("front end");
+        let port = fe.local_addr().port().to_string();
+        for (i, len) in [(1usize << 20) + 1, 5 << 20, 100 << 20]
+            .into_iter()
+            .enumerate()
+        {
+            // Printable bytes: redis-cli -x sends the file as is, and prints the
+            // value back followed by a newline.
+            let value: Vec<u8> = (0..len).map(|j| b'a' + ((j * 7 + i) % 26) as u8).collect();
+            let file = dir.path().join(format!("v{servers}-{i}"));
+            std::fs::write(&file, &value).expect("value file");
+            let key = format!("big{i}");
+            let set = Command::new(tool("redis-cli"))
+                .args(["-p", &port, "-x", "SET", &key])
+                .stdin(std::fs::File::open(&file).expect("open"))
+                .output()
+                .expect("redis-cli SET");
+            let said = String::from_utf8_lossy(&set.stdout);
+            assert_eq!(said.trim(), "OK", "{servers} servers, {len} bytes: {said}");
+            let get = Command::new("redis-cli")
+                .args(["-p", &port, "GET", &key])
+                .output()
+                .expect("redis-cli GET");
+            let mut got = get.stdout;
+            assert_eq!(got.pop(), Some(b'\n'));
+            assert!(
+                got == value,
+                "{servers} servers, {len} bytes came back different"
+            );
+            let m = store
+                .manifest(key.as_bytes())
+                .expect("manifest")
+                .expect("erasure coded");
+            let want = if servers == 1 { (1, 0) } else { (2, 1) };
+            assert_eq!((m.data, m.parity), want);
+        }
+    }
+}

@@ -101,9 +101,15 @@ impl Store {
             }
         }
         let total = by_server.len();
-        let need = total
-            .saturating_sub(usize::from(self.inner.layout.0.ec_parity))
-            .max(1);
+        // On fewer servers than `d + p`, objects are coded with less parity (see
+        // `large::coding_for`), some with none: then every server must answer.
+        let d = self.inner.layout.0;
+        let parity = if total >= usize::from(d.ec_data) + usize::from(d.ec_parity) {
+            usize::from(d.ec_parity)
+        } else {
+            0
+        };
+        let need = total.saturating_sub(parity).max(1);
         let mut pending: Vec<(Lookups<'_>, Ticket)> = by_server
             .iter()
             .map(|(_, keys)| {

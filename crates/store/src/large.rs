@@ -133,9 +133,24 @@ impl Store {
     ) -> PutResult {
         Self::check_key(key)?;
         let desc = self.inner.layout.0;
-        let (d, p) = (usize::from(desc.ec_data), usize::from(desc.ec_parity));
-        if d == 0 || p == 0 {
-            return Err(StoreError::Options("store has no erasure coding".into()));
+        let servers = {
+            let mut s: Vec<u32> = self.shard_servers().into_iter().flatten().collect();
+            s.sort_unstable();
+            s.dedup();
+            s.len()
+        };
+        let (d, p) = coding_for(
+            usize::from(desc.ec_data),
+            usize::from(desc.ec_parity),
+            servers,
+        )?;
+        if (d, p) != (usize::from(desc.ec_data), usize::from(desc.ec_parity)) {
+            tracing::debug!(
+                servers,
+                data = d,
+                parity = p,
+                "fewer servers than the store's erasure coding needs: this value is coded {d}+{p}"
+            );
         }
         let len = value.len() as u64;
         if len > MAX_VALUE {
@@ -451,6 +466,24 @@ impl Store {
     }
 }
 
+/// The data and parity chunks of a value coded on `servers` servers, for a store
+/// asking for `d + p`: all of it when there are enough servers; else one parity
+/// chunk (a third of the servers' worth, at least one) and data on the rest; on one
+/// server, one data chunk and no parity (the value survives what that server does).
+pub(crate) fn coding_for(d: usize, p: usize, servers: usize) -> Result<(usize, usize)> {
+    match servers {
+        0 => Err(StoreError::Options(
+            "no server holds the store's shards".into(),
+        )),
+        n if n >= d + p => Ok((d, p)),
+        1 => Ok((1, 0)),
+        n => {
+            let parity = p.min((n / 3).max(1));
+            Ok((n - parity, parity))
+        }
+    }
+}
+
 /// The `seq` of a put replacing `cur`: above a coded value's, and at least the
 /// clock (so puts by different writers still order by time when no read links them).
 fn seq_after(cur: Option<&crate::meta::Current>) -> u64 {
@@ -480,8 +513,13 @@ fn encode_stripes(m: &Manifest, value: &[u8]) -> Result<Vec<Vec<Vec<u8>>>> {
                 piece
             })
             .collect();
-        let parity = reed_solomon_simd::encode(d, p, &originals)
-            .map_err(|e| StoreError::Erasure(e.to_string()))?;
+        // One server: the chunks are stored once, without parity.
+        let parity = if p == 0 {
+            Vec::new()
+        } else {
+            reed_solomon_simd::encode(d, p, &originals)
+                .map_err(|e| StoreError::Erasure(e.to_string()))?
+        };
         for (c, piece) in originals.into_iter().chain(parity).enumerate() {
             chunks[c].push(piece);
         }

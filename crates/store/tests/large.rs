@@ -164,3 +164,37 @@ fn a_lost_data_chunk_is_decoded_from_parity() {
     }
     assert_eq!(s.get(b"k").expect("get"), None);
 }
+
+/// A store asking for 4+2 (the default) on fewer servers than 6: large values are
+/// coded with what fits (one server: one chunk, no parity; three: 2+1), never
+/// refused, and round-trip at 1 MiB + 1, 5 MiB and 100 MiB.
+#[test]
+fn large_values_fit_clusters_smaller_than_their_coding() {
+    for (servers, want) in [(1usize, (1u8, 0u8)), (3, (2, 1))] {
+        let opts = ClusterOptions::default()
+            .servers(servers)
+            .region_size(64 << 20)
+            .server_memory(if servers == 1 { 448 << 20 } else { 192 << 20 })
+            .server_threads(2);
+        let c = LocalCluster::start(&opts).expect("start local cluster");
+        let s = c
+            .client()
+            .expect("client")
+            .create_store("big", 384 << 20, &StoreOptions::default())
+            .expect("create store");
+        for (i, len) in [(1 << 20) + 1, 5 << 20, 100 << 20].into_iter().enumerate() {
+            let key = format!("v{i}");
+            let v = random(len, 7 + i as u64);
+            s.put(key.as_bytes(), &v)
+                .unwrap_or_else(|e| panic!("{servers} servers, {len} bytes: {e}"));
+            let got = s.get(key.as_bytes()).expect("get").expect("present");
+            assert!(got[..] == v[..], "{len} bytes came back different");
+            let m = s
+                .manifest(key.as_bytes())
+                .expect("manifest")
+                .expect("coded");
+            assert_eq!((m.data, m.parity), want, "{servers} servers");
+            assert!(s.delete(key.as_bytes()).expect("delete"));
+        }
+    }
+}
