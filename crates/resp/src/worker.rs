@@ -1,18 +1,19 @@
 //! An event loop serving many connections. Each turn reads what every ready
 //! connection sent, then runs the commands in rounds: a round takes from each
-//! connection its leading run of `GET`s and `MGET`s (or plain `SET`s), runs all
-//! of them as one multi-get (one multi-put), and answers other commands one by one. So
+//! connection its leading run of `GET`s and `MGET`s (or plain `SET`s, or `INCR`s and
+//! their kin), runs all of them as one multi-get (one multi-put; one batched
+//! read-modify-write per key), and answers other commands one by one. So
 //! fifty clients each sending one `GET` cost one round trip per farcache server,
 //! not fifty; each connection's replies stay in its command order.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::io::{ErrorKind, Read, Write};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
@@ -64,7 +65,8 @@ struct Round {
     gets: Vec<GetItem>,
     /// `SET key value` commands and their connections.
     sets: Vec<(usize, Args)>,
-    set_keys: HashSet<Bytes>,
+    /// `INCR`-family commands, their connections and steps.
+    counters: Vec<(usize, Args, i64)>,
 }
 
 pub struct Worker {
@@ -243,13 +245,16 @@ impl Worker {
             for id in ids {
                 self.take_from(id, &mut r);
             }
-            if r.gets.is_empty() && r.sets.is_empty() {
+            if r.gets.is_empty() && r.sets.is_empty() && r.counters.is_empty() {
                 return;
             }
             let t = std::time::Instant::now();
-            let ops: usize = r.gets.iter().map(|g| g.args.len() - 1).sum::<usize>() + r.sets.len();
+            let ops: usize = r.gets.iter().map(|g| g.args.len() - 1).sum::<usize>()
+                + r.sets.len()
+                + r.counters.len();
             self.run_gets(&r);
             self.run_sets(&r.sets);
+            self.run_counters(&r.counters);
             self.shared.rounds.fetch_add(1, Ordering::Relaxed);
             self.shared
                 .round_ops
@@ -285,18 +290,22 @@ impl Worker {
                 }
                 return;
             }
-            if c.s.plain_set(front) {
-                // A key named twice waits for the next round: one multi-put does
-                // not order its writes.
-                while c
-                    .queue
-                    .front()
-                    .is_some_and(|a| c.s.plain_set(a) && !r.set_keys.contains(&a[1]))
-                {
+            if c.s.counter_step(front).is_some() {
+                while let Some(step) = c.queue.front().and_then(|a| c.s.counter_step(a)) {
                     let Some(args) = c.queue.pop_front() else {
                         break;
                     };
-                    r.set_keys.insert(args[1].clone());
+                    r.counters.push((id, args, step));
+                }
+                return;
+            }
+            if c.s.plain_set(front) {
+                // A key set twice in the round is written once, with its last value
+                // (see `run_sets`).
+                while c.queue.front().is_some_and(|a| c.s.plain_set(a)) {
+                    let Some(args) = c.queue.pop_front() else {
+                        break;
+                    };
                     r.sets.push((id, args));
                 }
                 return;
@@ -367,15 +376,33 @@ impl Worker {
         }
     }
 
+    /// The round's plain SETs as one multi-put. None of them has been answered, so
+    /// they are concurrent and any order is theirs: a key set several times is
+    /// written once, with the value of the last one taken (which is what applying
+    /// them in that order leaves), and each of them gets that write's answer.
     fn run_sets(&mut self, sets: &[(usize, Args)]) {
         if sets.is_empty() {
             return;
         }
-        let pairs: Vec<(&[u8], &[u8])> = sets.iter().map(|(_, a)| (&a[1][..], &a[2][..])).collect();
+        let mut last: HashMap<&[u8], usize> = HashMap::with_capacity(sets.len());
+        for (i, (_, a)) in sets.iter().enumerate() {
+            last.insert(&a[1][..], i);
+        }
+        let mut writes: Vec<usize> = last.values().copied().collect();
+        writes.sort_unstable();
+        let pairs: Vec<(&[u8], &[u8])> = writes
+            .iter()
+            .map(|&i| (&sets[i].1[1][..], &sets[i].1[2][..]))
+            .collect();
         let results = {
             let _held = self.shared.lock_keys(pairs.iter().map(|p| &p.0));
             self.shared.store.mput(&pairs)
         };
+        let by_write: HashMap<usize, &farcache_store::Result<()>> =
+            writes.iter().copied().zip(results.iter()).collect();
+        let results = sets
+            .iter()
+            .map(|(_, a)| last.get(&a[1][..]).and_then(|w| by_write.get(w)).copied());
         for ((id, _), r) in sets.iter().zip(results) {
             let Some(c) = self.conns.get_mut(*id) else {
                 continue;
@@ -385,8 +412,105 @@ impl Worker {
                 proto: c.s.proto,
             };
             match r {
-                Ok(()) => out.ok(),
-                Err(e) => out.error(&store_error_line(&e)),
+                Some(Ok(())) => out.ok(),
+                Some(Err(e)) => out.error(&store_error_line(e)),
+                None => out.error("ERR the store answered fewer keys than asked"),
+            }
+        }
+    }
+
+    /// The round's `INCR`-family commands: their keys are locked, read in one batch,
+    /// stepped in the order the commands were taken (each gets the value after its
+    /// own step), and written once each, keeping their expiry. A key that is not an
+    /// integer, a step that would overflow, or a failed read or write fails only the
+    /// commands it concerns, and a failed step changes nothing.
+    fn run_counters(&mut self, counters: &[(usize, Args, i64)]) {
+        if counters.is_empty() {
+            return;
+        }
+        let mut slot_of: HashMap<&[u8], usize> = HashMap::new();
+        let mut keys: Vec<&[u8]> = Vec::new();
+        for (_, a, _) in counters {
+            slot_of.entry(&a[1][..]).or_insert_with(|| {
+                keys.push(&a[1][..]);
+                keys.len() - 1
+            });
+        }
+        let shared = self.shared.clone();
+        let _held = shared.lock_keys(keys.iter());
+        // Per key: its value (or why it has none) and its time left.
+        let mut state: Vec<Result<(i64, Option<Duration>, bool), String>> = shared
+            .store
+            .entries(&keys)
+            .into_iter()
+            .map(|e| match e {
+                Ok(None) => Ok((0, None, false)),
+                Ok(Some(e)) => std::str::from_utf8(&e.value)
+                    .ok()
+                    .and_then(|t| t.parse::<i64>().ok())
+                    .map(|n| (n, e.ttl().map(|d| d.max(Duration::from_millis(1))), false))
+                    .ok_or_else(|| "ERR value is not an integer or out of range".to_string()),
+                Err(e) => Err(store_error_line(&e)),
+            })
+            .collect();
+        let mut replies: Vec<Result<i64, String>> = Vec::with_capacity(counters.len());
+        for (_, a, step) in counters {
+            let k = slot_of[&a[1][..]];
+            replies.push(match &mut state[k] {
+                Err(e) => Err(e.clone()),
+                Ok((cur, _, changed)) => match cur.checked_add(*step) {
+                    Some(n) => {
+                        *cur = n;
+                        *changed = true;
+                        Ok(n)
+                    }
+                    None => Err("ERR increment or decrement would overflow".into()),
+                },
+            });
+        }
+        // Write each changed key once: those without expiry in one multi-put.
+        let mut failed: HashMap<usize, String> = HashMap::new();
+        let texts: Vec<Option<(String, Option<Duration>)>> = state
+            .iter()
+            .map(|s| match s {
+                Ok((n, ttl, true)) => Some((n.to_string(), *ttl)),
+                _ => None,
+            })
+            .collect();
+        let plain: Vec<usize> = (0..keys.len())
+            .filter(|&k| matches!(texts[k], Some((_, None))))
+            .collect();
+        let pairs: Vec<(&[u8], &[u8])> = plain
+            .iter()
+            .filter_map(|&k| texts[k].as_ref().map(|(t, _)| (keys[k], t.as_bytes())))
+            .collect();
+        for (&k, r) in plain.iter().zip(shared.store.mput(&pairs)) {
+            if let Err(e) = r {
+                failed.insert(k, store_error_line(&e));
+            }
+        }
+        for (k, t) in texts.iter().enumerate() {
+            if let Some((t, Some(ttl))) = t {
+                let opts = farcache_store::PutOptions::ttl(*ttl);
+                if let Err(e) = shared.store.put_with(keys[k], t.as_bytes(), opts) {
+                    failed.insert(k, store_error_line(&e));
+                }
+            }
+        }
+        for ((id, a, _), reply) in counters.iter().zip(replies) {
+            let Some(c) = self.conns.get_mut(*id) else {
+                continue;
+            };
+            let mut out = Out {
+                buf: &mut c.out,
+                proto: c.s.proto,
+            };
+            match failed.get(&slot_of[&a[1][..]]) {
+                Some(e) => out.error(e),
+                None => match reply {
+                    Ok(n) => out.int(n),
+                    Err(e) => out.error(&e),
+                },
             }
         }
     }

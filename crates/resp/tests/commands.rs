@@ -412,3 +412,64 @@ fn connections_past_the_cap_are_refused_and_others_go_on() {
     }
     assert_eq!(a.line("SET k v"), V::ok());
 }
+
+/// Pipelined INCR-family commands from two connections on shared keys, one with an
+/// expiry, one not a number, one at the edge of overflow: the final values are the
+/// sums, a failed step changes nothing, exactly one step reaches the edge, and the
+/// expiry survives.
+#[test]
+fn pipelined_counters_step_in_order_and_keep_expiry() {
+    let s = setup(Some(AuthPolicy::Open));
+    let mut a = s.conn();
+    let mut b = s.conn();
+    assert_eq!(a.line("SET ttl 10"), V::ok());
+    assert_eq!(a.line("EXPIRE ttl 100"), V::Int(1));
+    assert_eq!(a.line("SET text abc"), V::ok());
+    assert_eq!(a.line("SET edge 9223372036854775806"), V::ok());
+    let cmds: Vec<Vec<&[u8]>> = vec![
+        vec![b"INCR", b"n"],
+        vec![b"INCRBY", b"n", b"5"],
+        vec![b"DECR", b"ttl"],
+        vec![b"INCR", b"text"],
+        vec![b"INCR", b"edge"],
+        vec![b"INCR", b"edge"],
+        vec![b"DECRBY", b"n", b"2"],
+        vec![b"INCRBY", b"n", b"x"],
+    ];
+    let mut raw = Vec::new();
+    for _ in 0..50 {
+        for c in &cmds {
+            raw.extend(Conn::encode(c));
+        }
+    }
+    a.send_raw(&raw);
+    b.send_raw(&raw);
+    let mut edge_ok = 0;
+    for c in [&mut a, &mut b] {
+        for _ in 0..50 {
+            for i in 0..cmds.len() {
+                let r = c.reply();
+                match i {
+                    0..=2 | 6 => assert!(matches!(r, V::Int(_)), "{i}: {r:?}"),
+                    3 | 7 => assert!(r.is_err_starting("ERR value is not an integer"), "{r:?}"),
+                    _ => match r {
+                        V::Int(i64::MAX) => edge_ok += 1,
+                        r => assert!(
+                            r.is_err_starting("ERR increment or decrement would overflow"),
+                            "{r:?}"
+                        ),
+                    },
+                }
+            }
+        }
+    }
+    assert_eq!(a.line("GET n"), V::bulk(b"400"), "2 × 50 × (1 + 5 − 2)");
+    assert_eq!(a.line("GET ttl"), V::bulk(b"-90"));
+    let V::Int(t) = a.line("TTL ttl") else {
+        panic!("TTL")
+    };
+    assert!((90..=100).contains(&t), "the expiry survives: {t}");
+    assert_eq!(a.line("GET text"), V::bulk(b"abc"));
+    assert_eq!(edge_ok, 1, "exactly one INCR reaches i64::MAX");
+    assert_eq!(a.line("GET edge"), V::bulk(b"9223372036854775807"));
+}

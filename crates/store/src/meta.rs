@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
+use farcache_kvformat::wire::{self, FindReply};
 use farcache_kvformat::{SlotWord, class, item};
 
 use crate::put::backoff;
@@ -57,6 +58,77 @@ impl Store {
             value: c.value,
             expires_ms,
         }))
+    }
+
+    /// [`Store::entry`] of many keys in two round trips per server (their slots in
+    /// one batch, then their items in one), in `keys`' order. A key whose item
+    /// changed between the two, or that is erasure coded, is read alone.
+    pub fn entries<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<Result<Option<Entry>>> {
+        let lay = self.inner.layout;
+        let cache = &self.inner.cache;
+        let now = now_ms();
+        let mut out: Vec<Option<Result<Option<Entry>>>> = keys.iter().map(|_| None).collect();
+        let mut b = cache.batch().with_capacity(keys.len());
+        let mut args = Vec::new();
+        let mut finds = Vec::with_capacity(keys.len());
+        for (i, k) in keys.iter().enumerate() {
+            let k = k.as_ref();
+            if let Err(e) = Self::check_key(k) {
+                out[i] = Some(Err(e));
+                finds.push(None);
+                continue;
+            }
+            let h = self.locate(k);
+            let op = self.push_lookup(&mut b, crate::store::Probe::Find, k, h, now, &mut args);
+            finds.push(Some((h, op)));
+        }
+        let r = b.run();
+        let mut b = cache.batch().with_capacity(keys.len());
+        let mut reads = Vec::with_capacity(keys.len());
+        for (i, f) in finds.iter().enumerate() {
+            let Some((h, op)) = f else {
+                reads.push(None);
+                continue;
+            };
+            let found = r
+                .bytes(*op)
+                .ok()
+                .and_then(|raw| FindReply::decode(&raw).ok());
+            let read = match found {
+                Some(f) if f.status == wire::HIT && !f.expired => f.slot.and_then(|slot| {
+                    let word = SlotWord(f.words[usize::from(slot)]);
+                    let size = class::size(word.class())?;
+                    Some(b.read(lay.shard_base(h.shard) + word.offset(), u64::from(size)))
+                }),
+                Some(f) if f.status == wire::MISS || (f.status == wire::HIT && f.expired) => {
+                    out[i] = Some(Ok(None));
+                    None
+                }
+                // Busy, moved or failed: read alone below.
+                _ => None,
+            };
+            reads.push(read);
+        }
+        let r = b.run();
+        for (i, read) in reads.into_iter().enumerate() {
+            let Some(op) = read else { continue };
+            let Ok(raw) = r.bytes(op) else { continue };
+            let Ok(it) = item::decode(&raw) else { continue };
+            if it.key != keys[i].as_ref()
+                || it.expired(now_ms())
+                || it.flags & item::FLAG_MANIFEST != 0
+            {
+                continue;
+            }
+            out[i] = Some(Ok(Some(Entry {
+                value: raw.slice_ref(it.value),
+                expires_ms: (it.expires_ms != item::NO_EXPIRY).then_some(it.expires_ms),
+            })));
+        }
+        out.into_iter()
+            .zip(keys)
+            .map(|(o, k)| o.unwrap_or_else(|| self.entry(k.as_ref())))
+            .collect()
     }
 
     /// The item `key`'s slot names, with the slot word; `None` if absent or expired.
