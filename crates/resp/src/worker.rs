@@ -59,6 +59,9 @@ struct GetItem {
     multi: bool,
 }
 
+/// A counter being stepped in a round: value, time left, whether it changed.
+type Counter = (i64, Option<Duration>, bool);
+
 /// The part of a round that runs as one multi-get or multi-put.
 #[derive(Default)]
 struct Round {
@@ -438,8 +441,8 @@ impl Worker {
         }
         let shared = self.shared.clone();
         let _held = shared.lock_keys(keys.iter());
-        // Per key: its value (or why it has none) and its time left.
-        let mut state: Vec<Result<(i64, Option<Duration>, bool), String>> = shared
+        // Per key: its value (or why it has none), its time left, whether stepped.
+        let mut state: Vec<Result<Counter, String>> = shared
             .store
             .entries(&keys)
             .into_iter()
