@@ -77,11 +77,12 @@ impl Session {
         }
     }
 
-    /// `SET key value` from a connection allowed to write: batched likewise.
+    /// `SET key value` or `MSET key value...` from a connection allowed to write,
+    /// outside a transaction: batched likewise.
     pub fn plain_set(&self, a: &Args) -> bool {
         self.access == Some(Access::ReadWrite)
             && self.tx.is_none()
-            && a.len() == 3
-            && a[0].eq_ignore_ascii_case(b"set")
+            && ((a.len() == 3 && a[0].eq_ignore_ascii_case(b"set"))
+                || (a.len() >= 3 && a.len() % 2 == 1 && a[0].eq_ignore_ascii_case(b"mset")))
     }
 }

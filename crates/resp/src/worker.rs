@@ -66,7 +66,7 @@ type Counter = (i64, Option<Duration>, bool);
 #[derive(Default)]
 struct Round {
     gets: Vec<GetItem>,
-    /// `SET key value` commands and their connections.
+    /// `SET key value` and `MSET` commands and their connections.
     sets: Vec<(usize, Args)>,
     /// `INCR`-family commands, their connections and steps.
     counters: Vec<(usize, Args, i64)>,
@@ -253,7 +253,7 @@ impl Worker {
             }
             let t = std::time::Instant::now();
             let ops: usize = r.gets.iter().map(|g| g.args.len() - 1).sum::<usize>()
-                + r.sets.len()
+                + r.sets.iter().map(|(_, a)| a.len() / 2).sum::<usize>()
                 + r.counters.len();
             self.run_gets(&r);
             self.run_sets(&r.sets);
@@ -379,34 +379,50 @@ impl Worker {
         }
     }
 
-    /// The round's plain SETs as one multi-put. None of them has been answered, so
-    /// they are concurrent and any order is theirs: a key set several times is
-    /// written once, with the value of the last one taken (which is what applying
-    /// them in that order leaves), and each of them gets that write's answer.
+    /// The round's plain SETs and MSETs as one multi-put. None of them has been
+    /// answered, so they are concurrent and any order is theirs: a key set several
+    /// times is written once, with the value of the last one taken (which is what
+    /// applying them in that order leaves), and each command gets the answer of the
+    /// writes it asked for (an MSET: OK if all of its keys were written).
     fn run_sets(&mut self, sets: &[(usize, Args)]) {
         if sets.is_empty() {
             return;
         }
-        let mut last: HashMap<&[u8], usize> = HashMap::with_capacity(sets.len());
-        for (i, (_, a)) in sets.iter().enumerate() {
-            last.insert(&a[1][..], i);
+        // Every (command, key, value) in the order taken.
+        let flat: Vec<(usize, &[u8], &[u8])> = sets
+            .iter()
+            .enumerate()
+            .flat_map(|(c, (_, a))| {
+                a[1..]
+                    .chunks_exact(2)
+                    .map(move |p| (c, &p[0][..], &p[1][..]))
+            })
+            .collect();
+        let mut last: HashMap<&[u8], usize> = HashMap::with_capacity(flat.len());
+        for (i, (_, k, _)) in flat.iter().enumerate() {
+            last.insert(k, i);
         }
         let mut writes: Vec<usize> = last.values().copied().collect();
         writes.sort_unstable();
-        let pairs: Vec<(&[u8], &[u8])> = writes
-            .iter()
-            .map(|&i| (&sets[i].1[1][..], &sets[i].1[2][..]))
-            .collect();
+        let pairs: Vec<(&[u8], &[u8])> = writes.iter().map(|&i| (flat[i].1, flat[i].2)).collect();
         let results = {
             let _held = self.shared.lock_keys(pairs.iter().map(|p| &p.0));
             self.shared.store.mput(&pairs)
         };
         let by_write: HashMap<usize, &farcache_store::Result<()>> =
             writes.iter().copied().zip(results.iter()).collect();
-        let results = sets
-            .iter()
-            .map(|(_, a)| last.get(&a[1][..]).and_then(|w| by_write.get(w)).copied());
-        for ((id, _), r) in sets.iter().zip(results) {
+        // Per command: the first failure among its keys' writes.
+        let mut failed: Vec<Option<String>> = vec![None; sets.len()];
+        for (c, k, _) in &flat {
+            let r = last.get(k).and_then(|w| by_write.get(w));
+            let err = match r {
+                Some(Ok(())) => continue,
+                Some(Err(e)) => store_error_line(e),
+                None => "ERR the store answered fewer keys than asked".into(),
+            };
+            failed[*c].get_or_insert(err);
+        }
+        for ((id, _), f) in sets.iter().zip(failed) {
             let Some(c) = self.conns.get_mut(*id) else {
                 continue;
             };
@@ -414,10 +430,9 @@ impl Worker {
                 buf: &mut c.out,
                 proto: c.s.proto,
             };
-            match r {
-                Some(Ok(())) => out.ok(),
-                Some(Err(e)) => out.error(&store_error_line(e)),
-                None => out.error("ERR the store answered fewer keys than asked"),
+            match f {
+                None => out.ok(),
+                Some(e) => out.error(&e),
             }
         }
     }

@@ -24,7 +24,8 @@ pub struct RedisOpts {
     pub pipeline: usize,
     /// Total requests per test (`-n`).
     pub requests: u64,
-    /// Number of distinct random keys (`-r`).
+    /// Number of distinct random keys (`-r`); 0 leaves `-r` out (every request of
+    /// a test then names the same key).
     pub keyspace: u64,
     /// redis-benchmark client threads (`--threads`); 1 runs its classic
     /// single-threaded event loop (no flag).
@@ -120,6 +121,19 @@ impl RedisServer {
     /// waits until it answers `PING`.
     pub fn start() -> Result<Self> {
         Self::start_with(&[], Duration::from_secs(10))
+    }
+
+    /// [`RedisServer::start`] with `n` I/O threads (reads too), so it may use as
+    /// many threads as the system it is compared with.
+    pub fn start_with_io_threads(n: usize) -> Result<Self> {
+        if n <= 1 {
+            return Self::start();
+        }
+        let n = n.to_string();
+        Self::start_with(
+            &["--io-threads", &n, "--io-threads-do-reads", "yes"],
+            Duration::from_secs(10),
+        )
     }
 
     /// Like [`RedisServer::start`], but the server loads a snapshot of
@@ -269,12 +283,7 @@ pub fn run_benchmark_at(
     work: &Workload<'_>,
     password: Option<&str>,
 ) -> Result<Vec<RedisResult>> {
-    if opts.clients == 0
-        || opts.pipeline == 0
-        || opts.requests == 0
-        || opts.keyspace == 0
-        || opts.threads == 0
-    {
+    if opts.clients == 0 || opts.pipeline == 0 || opts.requests == 0 || opts.threads == 0 {
         return Err(BenchError::InvalidArgument(format!(
             "redis-benchmark options must be non-zero: {opts:?}"
         )));
@@ -290,9 +299,10 @@ pub fn run_benchmark_at(
         .arg(opts.clients.to_string())
         .arg("-P")
         .arg(opts.pipeline.to_string())
-        .arg("-r")
-        .arg(opts.keyspace.to_string())
         .arg("--csv");
+    if opts.keyspace > 0 {
+        cmd.arg("-r").arg(opts.keyspace.to_string());
+    }
     if let Some(p) = password {
         cmd.arg("-a").arg(p);
     }

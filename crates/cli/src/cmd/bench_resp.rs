@@ -1,5 +1,6 @@
 //! `farcache bench resp`: the Redis-protocol front end vs Redis, one redis-benchmark
-//! driving both (see `farcache_bench::resp_suite`).
+//! driving both over the grid SET/GET/INCR/MSET × random keys or one key × P=1 or 16
+//! (see `farcache_bench::resp_suite`).
 
 use std::path::PathBuf;
 
@@ -23,6 +24,12 @@ pub struct RespArgs {
     /// Pipeline depth of the pipelined run.
     #[arg(long, default_value_t = 16)]
     pipeline: usize,
+    /// farcache servers behind the front end (3: the README's cluster).
+    #[arg(long, default_value_t = 3)]
+    servers: usize,
+    /// Event-loop threads of the front end, and I/O threads of Redis.
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
     /// Write the JSON here instead of bench-results/bench-resp.json.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -34,6 +41,8 @@ pub fn run(a: RespArgs) -> Result<()> {
     o.value_size = a.value_size;
     o.clients = a.clients;
     o.pipeline = a.pipeline;
+    o.servers = a.servers;
+    o.threads = a.threads;
     let report = run_resp_bench(&o)?;
     print!("{}", format_resp_table(&report));
     let path = a

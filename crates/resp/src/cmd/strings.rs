@@ -237,10 +237,7 @@ pub fn mset(s: &mut Session, a: &Args, out: &mut Out) {
     if a.len() % 2 != 1 {
         return out.error("ERR wrong number of arguments for 'mset' command");
     }
-    let pairs: Vec<(&[u8], &[u8])> = a[1..]
-        .chunks_exact(2)
-        .map(|p| (&p[0][..], &p[1][..]))
-        .collect();
+    let pairs = last_of_each(a);
     let results = {
         let _held = s.shared.lock_keys(pairs.iter().map(|p| &p.0));
         s.shared.store.mput(&pairs)
@@ -249,6 +246,23 @@ pub fn mset(s: &mut Session, a: &Args, out: &mut Out) {
         Some(e) => out.error(&store_error_line(e)),
         None => out.ok(),
     }
+}
+
+/// An MSET's pairs, a key named twice only with its last value (what setting them
+/// in order leaves; one multi-put of the same key twice would race itself).
+fn last_of_each(a: &Args) -> Vec<(&[u8], &[u8])> {
+    let mut at: std::collections::HashMap<&[u8], usize> = Default::default();
+    let mut pairs: Vec<(&[u8], &[u8])> = Vec::with_capacity(a.len() / 2);
+    for p in a[1..].chunks_exact(2) {
+        match at.get(&p[0][..]) {
+            Some(&i) => pairs[i].1 = &p[1][..],
+            None => {
+                at.insert(&p[0][..], pairs.len());
+                pairs.push((&p[0][..], &p[1][..]));
+            }
+        }
+    }
+    pairs
 }
 
 fn incr_by(s: &mut Session, key: &[u8], delta: i64, out: &mut Out) {
@@ -347,10 +361,7 @@ pub fn msetnx(s: &mut Session, a: &Args, out: &mut Out) {
     if a.len() % 2 != 1 {
         return out.error("ERR wrong number of arguments for 'msetnx' command");
     }
-    let pairs: Vec<(&[u8], &[u8])> = a[1..]
-        .chunks_exact(2)
-        .map(|p| (&p[0][..], &p[1][..]))
-        .collect();
+    let pairs = last_of_each(a);
     let _held = s.shared.lock_keys(pairs.iter().map(|p| &p.0));
     let keys: Vec<&[u8]> = pairs.iter().map(|p| p.0).collect();
     match s.shared.store.mget(&keys) {
