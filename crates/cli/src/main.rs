@@ -1,7 +1,11 @@
 //! `farcache`: one binary for every role. Each subcommand is a thin layer over a library.
 
+#[macro_use]
+mod stdout;
 mod cmd;
 mod size;
+
+use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -62,8 +66,20 @@ fn init_logging(default: &str) {
         .try_init();
 }
 
-fn main() -> Result<()> {
-    let cli = Cli::parse();
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        // `farcache status | head`: the reader has what it wanted.
+        Err(e) if stdout::closed(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            // What `main() -> anyhow::Result` printed.
+            eprintln!("Error: {e:?}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Server(a) => {
             init_logging("info");

@@ -31,7 +31,7 @@ use farcache_bench::store_suite::{
     write_store_hot_chart, write_store_hot_json, write_store_hot_json_to,
 };
 use farcache_bench::workload::KeyDistribution;
-use farcache_bench::{BenchReport, DEFAULT_RESULTS_DIR, print_table, write_chart, write_json};
+use farcache_bench::{BenchReport, DEFAULT_RESULTS_DIR, format_table, write_chart, write_json};
 
 use crate::size::parse_size;
 
@@ -480,7 +480,7 @@ fn store(a: StoreArgs) -> Result<()> {
     }
     o.baselines = !a.no_baselines;
     let report = run_store_bench(&o)?;
-    print!("{}", format_store_table(&report));
+    out!("{}", format_store_table(&report))?;
     let path = match &a.json {
         Some(p) => {
             write_store_json_to(&report, p)?;
@@ -488,10 +488,10 @@ fn store(a: StoreArgs) -> Result<()> {
         }
         None => write_store_json(&report, Path::new(DEFAULT_RESULTS_DIR))?,
     };
-    println!("results: {}", path.display());
+    outln!("results: {}", path.display())?;
     match report.all_targets_met() {
-        Some(true) => println!("all targets met"),
-        Some(false) => println!("some targets NOT met (see the target column)"),
+        Some(true) => outln!("all targets met")?,
+        Some(false) => outln!("some targets NOT met (see the target column)")?,
         None => {}
     }
     Ok(())
@@ -525,7 +525,7 @@ fn store_large(a: StoreLargeArgs) -> Result<()> {
     }
     o.baselines = !a.no_baselines;
     let report = run_store_large_bench(&o)?;
-    print!("{}", format_store_large_table(&report));
+    out!("{}", format_store_large_table(&report))?;
     let (json, png) = match &a.json {
         Some(p) => {
             write_store_large_json_to(&report, p)?;
@@ -537,12 +537,12 @@ fn store_large(a: StoreLargeArgs) -> Result<()> {
             (json.clone(), json.with_extension("png"))
         }
     };
-    println!("results: {}", json.display());
+    outln!("results: {}", json.display())?;
     if let Err(e) = write_store_large_chart(&report, &png) {
         eprintln!("chart not written: {e}");
         return Ok(());
     }
-    println!("chart:   {}", png.display());
+    outln!("chart:   {}", png.display())?;
     if a.json.is_none() {
         let latest = png.with_file_name("store-large-latest.png");
         std::fs::copy(&png, &latest)
@@ -557,23 +557,23 @@ fn store_large(a: StoreLargeArgs) -> Result<()> {
     } else {
         std::fs::copy(&png, &a.chart)
             .with_context(|| format!("copying the chart to {}", a.chart.display()))?;
-        println!("chart:   {}", a.chart.display());
+        outln!("chart:   {}", a.chart.display())?;
     }
     Ok(())
 }
 
 /// Prints the table, writes JSON and the chart, and sums up the targets.
 fn finish(report: &BenchReport, out: &std::path::Path) -> Result<()> {
-    print_table(report);
+    out!("{}", format_table(report))?;
     let json = write_json(report, out)?;
-    println!("results: {}", json.display());
+    outln!("results: {}", json.display())?;
     match write_chart(report, out) {
-        Ok(png) => println!("chart:   {}", png.display()),
+        Ok(png) => outln!("chart:   {}", png.display())?,
         Err(e) => eprintln!("chart not written: {e}"),
     }
     match report.all_targets_met() {
-        Some(true) => println!("all targets met"),
-        Some(false) => println!("some targets NOT met (see the target column)"),
+        Some(true) => outln!("all targets met")?,
+        Some(false) => outln!("some targets NOT met (see the target column)")?,
         None => {}
     }
     Ok(())
@@ -601,9 +601,9 @@ fn migrate(a: MigrateArgs) -> Result<()> {
 
 /// Prints the table, writes JSON and the chart (copied to `chart`).
 fn finish_migrate(report: &MigrateReport, out: &Path, chart: &Path) -> Result<()> {
-    print!("{}", format_migrate_table(report));
+    out!("{}", format_migrate_table(report))?;
     let json = write_migrate_json(report, out)?;
-    println!("results: {}", json.display());
+    outln!("results: {}", json.display())?;
     let png = match write_migrate_chart(report, out) {
         Ok(png) => png,
         Err(e) => {
@@ -611,14 +611,14 @@ fn finish_migrate(report: &MigrateReport, out: &Path, chart: &Path) -> Result<()
             return Ok(());
         }
     };
-    println!("chart:   {}", png.display());
+    outln!("chart:   {}", png.display())?;
     let dir = chart.parent().filter(|d| !d.as_os_str().is_empty());
     if dir.is_some_and(|d| !d.is_dir()) {
         eprintln!("chart not copied to {}: no such directory", chart.display());
     } else {
         std::fs::copy(&png, chart)
             .with_context(|| format!("copying the chart to {}", chart.display()))?;
-        println!("chart:   {}", chart.display());
+        outln!("chart:   {}", chart.display())?;
     }
     Ok(())
 }
@@ -634,9 +634,9 @@ fn replication(a: ReplicationArgs) -> Result<()> {
     o.depth = a.depth;
     o.server_threads = a.server_threads;
     let report = run_replication_bench(&o)?;
-    print!("{}", format_replication_table(&report));
+    out!("{}", format_replication_table(&report))?;
     let json = write_replication_json(&report, &a.out)?;
-    println!("results: {}", json.display());
+    outln!("results: {}", json.display())?;
     Ok(())
 }
 
@@ -652,9 +652,9 @@ fn drain(a: DrainArgs) -> Result<()> {
     o.load = a.load;
     o.server_threads = a.server_threads;
     let report = run_drain_bench(&o)?;
-    print!("{}", format_drain_table(&report));
+    out!("{}", format_drain_table(&report))?;
     let json = write_drain_json(&report, &a.out)?;
-    println!("results: {}", json.display());
+    outln!("results: {}", json.display())?;
     Ok(())
 }
 
@@ -776,7 +776,7 @@ fn store_hot(a: StoreHotArgs) -> Result<()> {
     }
     o.hot.max_keys = a.hot_keys;
     let report = run_store_hot_bench(&o)?;
-    print!("{}", format_store_hot_table(&report));
+    out!("{}", format_store_hot_table(&report))?;
     let json = match &a.json {
         Some(p) => {
             write_store_hot_json_to(&report, p)?;
@@ -784,11 +784,11 @@ fn store_hot(a: StoreHotArgs) -> Result<()> {
         }
         None => write_store_hot_json(&report, Path::new(DEFAULT_RESULTS_DIR))?,
     };
-    println!("results: {}", json.display());
+    outln!("results: {}", json.display())?;
     let png = json.with_extension("png");
     match write_store_hot_chart(&report, &png) {
         Ok(()) => {
-            println!("chart:   {}", png.display());
+            outln!("chart:   {}", png.display())?;
             let dir = a.chart.parent().filter(|d| !d.as_os_str().is_empty());
             if dir.is_some_and(|d| !d.is_dir()) {
                 eprintln!(
@@ -798,14 +798,14 @@ fn store_hot(a: StoreHotArgs) -> Result<()> {
             } else {
                 std::fs::copy(&png, &a.chart)
                     .with_context(|| format!("copying the chart to {}", a.chart.display()))?;
-                println!("chart:   {}", a.chart.display());
+                outln!("chart:   {}", a.chart.display())?;
             }
         }
         Err(e) => eprintln!("chart not written: {e}"),
     }
     match report.all_targets_met() {
-        Some(true) => println!("all targets met"),
-        Some(false) => println!("some targets NOT met (see the target column)"),
+        Some(true) => outln!("all targets met")?,
+        Some(false) => outln!("some targets NOT met (see the target column)")?,
         None => {}
     }
     Ok(())
@@ -830,7 +830,7 @@ fn store_evict(a: StoreEvictArgs) -> Result<()> {
     o.cache_fraction = a.cache_fraction;
     o.batch = a.batch;
     let report = run_store_evict_bench(&o)?;
-    print!("{}", format_store_evict_table(&report));
+    out!("{}", format_store_evict_table(&report))?;
     let json = match &a.json {
         Some(p) => {
             write_store_evict_json_to(&report, p)?;
@@ -838,6 +838,6 @@ fn store_evict(a: StoreEvictArgs) -> Result<()> {
         }
         None => write_store_evict_json(&report, Path::new(DEFAULT_RESULTS_DIR))?,
     };
-    println!("results: {}", json.display());
+    outln!("results: {}", json.display())?;
     Ok(())
 }

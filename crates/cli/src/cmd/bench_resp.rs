@@ -44,11 +44,11 @@ pub fn run(a: RespArgs) -> Result<()> {
     o.servers = a.servers;
     o.threads = a.threads;
     let report = run_resp_bench(&o)?;
-    print!("{}", format_resp_table(&report));
+    out!("{}", format_resp_table(&report))?;
     let path = a
         .json
         .unwrap_or_else(|| PathBuf::from(DEFAULT_RESULTS_DIR).join("bench-resp.json"));
     write_resp_json_to(&report, &path)?;
-    println!("results: {}", path.display());
+    outln!("results: {}", path.display())?;
     Ok(())
 }

@@ -53,8 +53,8 @@ pub fn run(a: SloArgs) -> Result<()> {
         let file = run_calibration(&o)?;
         file.save(&a.model)
             .with_context(|| format!("writing {}", a.model.display()))?;
-        print!("{}", format_calibration_table(&file));
-        println!("wrote {}", a.model.display());
+        out!("{}", format_calibration_table(&file))?;
+        outln!("wrote {}", a.model.display())?;
     }
     let mut o = SloBenchOptions::new(bin, &a.model, a.quick);
     if let Some(n) = a.slos {
@@ -69,7 +69,7 @@ pub fn run(a: SloArgs) -> Result<()> {
     o.headroom = a.headroom;
     o.seed = a.seed;
     let report = run_slo_bench(&o)?;
-    print!("{}", format_slo_table(&report));
+    out!("{}", format_slo_table(&report))?;
     let json = match &a.json {
         Some(p) => {
             write_slo_json_to(&report, p)?;
@@ -77,10 +77,10 @@ pub fn run(a: SloArgs) -> Result<()> {
         }
         None => write_slo_json(&report, Path::new(DEFAULT_RESULTS_DIR))?,
     };
-    println!("results: {}", json.display());
+    outln!("results: {}", json.display())?;
     let png = json.with_extension("png");
     match write_slo_chart(&report, &png) {
-        Ok(()) => println!("chart:   {}", png.display()),
+        Ok(()) => outln!("chart:   {}", png.display())?,
         Err(e) => eprintln!("chart not written: {e}"),
     }
     Ok(())

@@ -106,8 +106,8 @@ pub fn run(a: Args) -> Result<()> {
         .with_context(|| format!("writing {}", a.out.display()))?;
 
     let c = &file.calibration;
-    print!("{}", format_calibration_table(&file));
-    println!();
+    out!("{}", format_calibration_table(&file))?;
+    outln!()?;
     let knob = |f: fn(&farcache_proto::slo::Transport) -> u32| {
         let all = file.sections.iter().flat_map(|x| x.points.iter());
         let v: Vec<u32> = all.map(|p| f(&p.transport)).collect();
@@ -117,28 +117,32 @@ pub fn run(a: Args) -> Result<()> {
         )
     };
     let ((s0, s), (c0, cl)) = (knob(|t| t.s), knob(|t| t.c));
-    println!(
+    outln!(
         "measured {} configurations ({} held out) of a {}-point power-of-two grid \
          ({s0} <= s <= {s}, {c0} <= c <= {cl}); the model covers {} configurations",
-        c.measured, c.held_out, c.grid, c.configurations
-    );
-    println!(
+        c.measured,
+        c.held_out,
+        c.grid,
+        c.configurations
+    )?;
+    outln!(
         "took {:.1} s ({} s per point + 0.1 s warm-up)",
-        c.seconds, c.seconds_per_point
-    );
+        c.seconds,
+        c.seconds_per_point
+    )?;
     let pct = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.1}%", v * 100.0));
-    println!(
+    outln!(
         "held-out error: p50 latency median {} max {}, throughput median {} max {}",
         pct(c.latency_error_median),
         pct(c.latency_error_max),
         pct(c.throughput_error_median),
         pct(c.throughput_error_max)
-    );
-    println!("wrote {}", a.out.display());
-    println!(
+    )?;
+    outln!("wrote {}", a.out.display())?;
+    outln!(
         "use it: farcache manager --slo-model {} ... (only on this machine and release)",
         a.out.display()
-    );
+    )?;
     Ok(())
 }
 

@@ -322,10 +322,10 @@ fn run_in(a: Args, lab: Option<Arc<Lab>>) -> Result<()> {
     report.samples.extend(verdict.samples.iter().cloned());
     report.heartbeat_interval_ms = heartbeat_interval_ms;
     report.max_rereplication_wait_ms = max_wait.as_millis() as u64;
-    print(&report);
+    print(&report)?;
     std::fs::write(&a.json, serde_json::to_vec_pretty(&report)?)
         .with_context(|| format!("writing {}", a.json.display()))?;
-    println!("report: {}", a.json.display());
+    outln!("report: {}", a.json.display())?;
     // The chart is a by-product of the JSON: failing to draw it only warns.
     let mut png = a.json.with_extension("png");
     if png == a.json {
@@ -347,7 +347,7 @@ fn run_in(a: Args, lab: Option<Arc<Lab>>) -> Result<()> {
         .collect();
     let bucket = farcache_testkit::verify::BUCKET;
     match farcache_bench::write_chaos_chart(&png, &title, &report.timeline, bucket, &marks) {
-        Ok(()) => println!("chart: {}", png.display()),
+        Ok(()) => outln!("chart: {}", png.display())?,
         Err(e) => eprintln!("warning: could not draw the chart {}: {e}", png.display()),
     }
     Ok(())
@@ -600,57 +600,77 @@ fn build(
     }
 }
 
-fn print(r: &Report) {
-    println!(
+fn print(r: &Report) -> Result<()> {
+    outln!(
         "chaos: {:.0} s, {} servers, {} replica(s)",
-        r.duration_s, r.servers, r.replicas
-    );
-    println!(
+        r.duration_s,
+        r.servers,
+        r.replicas
+    )?;
+    outln!(
         "  events      {} reclaims, {} kills, {} partitions, {} vanishes, {} servers added",
-        r.reclaims, r.kills, r.partitions, r.vanishes, r.added
-    );
+        r.reclaims,
+        r.kills,
+        r.partitions,
+        r.vanishes,
+        r.added
+    )?;
     if r.lab_rtt_us > 0.0 {
-        println!(
+        outln!(
             "  lab         round trip client -> manager {:.0} µs",
             r.lab_rtt_us
-        );
+        )?;
     }
-    println!(
+    outln!(
         "  ops         {} ({} failed: unreachable servers)",
-        r.ops, r.op_errors
-    );
-    println!("  wrong reads {}", r.wrong_reads);
-    println!(
+        r.ops,
+        r.op_errors
+    )?;
+    outln!("  wrong reads {}", r.wrong_reads)?;
+    outln!(
         "  split brain {:.1} ms with two servers acknowledging writes to one region ({} \
          acknowledgement windows compared)",
-        r.split_brain_ms, r.ack_windows
-    );
-    println!(
+        r.split_brain_ms,
+        r.ack_windows
+    )?;
+    outln!(
         "  history     {} ops checked as linearizable registers: {} stale reads, {} reads of \
          bytes no write put there, {} reads back in time",
-        r.checked_ops, r.stale_reads, r.history_wrong_reads, r.reads_back_in_time
-    );
-    println!(
+        r.checked_ops,
+        r.stale_reads,
+        r.history_wrong_reads,
+        r.reads_back_in_time
+    )?;
+    outln!(
         "  acknowledged writes lost: {} silently, {} reported as DataLost ({} regions lost)",
-        r.acked_writes_lost, r.acked_writes_lost_reported, r.lost_regions
-    );
-    println!(
+        r.acked_writes_lost,
+        r.acked_writes_lost_reported,
+        r.lost_regions
+    )?;
+    outln!(
         "  longest unavailability of a region: {} ms (heartbeats every {} ms); by the last \
          event before it: {:?}",
-        r.max_unavailable_ms, r.heartbeat_interval_ms, r.max_unavailable_ms_by_kind
-    );
+        r.max_unavailable_ms,
+        r.heartbeat_interval_ms,
+        r.max_unavailable_ms_by_kind
+    )?;
     if r.replicas > 1 {
-        println!(
+        outln!(
             "  promotions  {} (backups that took over from killed owners); longest wait for \
              re-replication before a kill: {} ms",
-            r.promotions, r.max_rereplication_wait_ms
-        );
+            r.promotions,
+            r.max_rereplication_wait_ms
+        )?;
     }
-    println!(
+    outln!(
         "  migrations  {} ({:.2} GiB at {:.2} GiB/s, longest write pause {:.1} ms)",
-        r.migrations, r.migrated_gib, r.migration_gib_per_s, r.max_write_pause_ms
-    );
+        r.migrations,
+        r.migrated_gib,
+        r.migration_gib_per_s,
+        r.max_write_pause_ms
+    )?;
     for s in r.samples.iter().take(5) {
-        println!("  sample: {s}");
+        outln!("  sample: {s}")?;
     }
+    Ok(())
 }

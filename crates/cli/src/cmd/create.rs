@@ -107,7 +107,7 @@ pub fn run(a: Args) -> Result<()> {
         }
     };
     let info = cache.info();
-    println!(
+    outln!(
         "created cache '{}' (id {}): {} bytes in {} region(s), {} cop{} of each, epoch {}{}",
         info.name,
         info.id,
@@ -119,9 +119,9 @@ pub fn run(a: Args) -> Result<()> {
         info.from_file
             .as_deref()
             .map_or_else(String::new, |f| format!(", read-only from {f}"))
-    );
+    )?;
     if let Some(c) = &info.slo {
-        println!(
+        outln!(
             "SLO {}: chose {} (predicted {:.1} us {}, {:.3} Mops/s), ${:.4}/hour; search took {:.0} us",
             c.slo,
             c.transport,
@@ -130,11 +130,11 @@ pub fn run(a: Args) -> Result<()> {
             c.predicted_throughput / 1e6,
             c.dollars_per_hour,
             c.search_us
-        );
+        )?;
     }
     if let Some(t) = cache.tokens() {
-        println!("read-write token: {}", t.read_write);
-        println!("read-only token:  {}", t.read_only);
+        outln!("read-write token: {}", t.read_write)?;
+        outln!("read-only token:  {}", t.read_only)?;
     }
     Ok(())
 }
@@ -153,6 +153,6 @@ pub fn delete(a: DeleteArgs) -> Result<()> {
     client
         .delete(&a.name)
         .with_context(|| format!("deleting cache '{}'", a.name))?;
-    println!("deleted cache '{}'", a.name);
+    outln!("deleted cache '{}'", a.name)?;
     Ok(())
 }

@@ -75,20 +75,20 @@ pub fn run(a: Args) -> Result<()> {
     let cache = client
         .create("demo", a.size)
         .context("creating the demo cache")?;
-    print_layout(&cache);
+    print_layout(&cache)?;
     let rows = [
         fill(&cache, a.size)?,
         verify(&cache, a.size)?,
         mixed(&cache, a.size, a.seconds)?,
         tenant(&cluster, &cache)?,
     ];
-    print_rows(&rows);
-    print_servers(&cluster);
+    print_rows(&rows)?;
+    print_servers(&cluster)?;
     client.delete("demo")?;
     drop(cache);
     drop(client);
     cluster.shutdown();
-    println!("\ncluster stopped cleanly.");
+    outln!("\ncluster stopped cleanly.")?;
     Ok(())
 }
 
@@ -128,11 +128,11 @@ fn tenant(cluster: &LocalCluster, cache: &Cache) -> Result<Row> {
 /// One manager and `a.servers` servers, each with room for twice its share of the cache.
 fn start_cluster(a: &Args) -> Result<LocalCluster> {
     let per_server = (a.size / a.servers as u64 + a.region_size) * 2;
-    println!(
+    outln!(
         "starting a local cluster: 1 manager, {} servers ({} each) …",
         a.servers,
         human(per_server)
-    );
+    )?;
     Ok(LocalCluster::start(
         &ClusterOptions::default()
             .servers(a.servers)
@@ -142,13 +142,13 @@ fn start_cluster(a: &Args) -> Result<LocalCluster> {
 }
 
 /// The cache's size, regions and how many regions each server holds.
-fn print_layout(cache: &Cache) {
+fn print_layout(cache: &Cache) -> Result<()> {
     let info = cache.info();
     let mut spread: HashMap<u32, usize> = HashMap::new();
     for r in &info.regions {
         *spread.entry(*r).or_default() += 1;
     }
-    println!(
+    outln!(
         "cache 'demo': {} in {} regions of {} over {} servers {:?}",
         human(info.capacity),
         info.regions.len(),
@@ -159,7 +159,8 @@ fn print_layout(cache: &Cache) {
             v.sort();
             v
         }
-    );
+    )?;
+    Ok(())
 }
 
 /// Fill and verify move the cache in 64 KiB ops, 16 per batch.
@@ -378,31 +379,40 @@ fn check_mixed(res: &BatchResults, expect: Vec<Expect>, model: &mut Model) -> Re
     Ok(checked)
 }
 
-fn print_rows(rows: &[Row]) {
-    println!(
+fn print_rows(rows: &[Row]) -> Result<()> {
+    outln!(
         "\n{:<8} {:>12} {:>8} {:>14}  notes",
-        "phase", "work", "secs", "rate"
-    );
+        "phase",
+        "work",
+        "secs",
+        "rate"
+    )?;
     for r in rows {
-        println!(
+        outln!(
             "{:<8} {:>12} {:>8.2} {:>14}  {}",
-            r.phase, r.work, r.secs, r.rate, r.note
-        );
+            r.phase,
+            r.work,
+            r.secs,
+            r.rate,
+            r.note
+        )?;
     }
+    Ok(())
 }
 
-fn print_servers(cluster: &LocalCluster) {
-    println!("\nper server:");
+fn print_servers(cluster: &LocalCluster) -> Result<()> {
+    outln!("\nper server:")?;
     for s in cluster.servers() {
         let st = s.stats();
         let ops: u64 = st.ops.iter().map(|o| o.count).sum();
         let errs: u64 = st.ops.iter().map(|o| o.errors).sum();
-        println!(
+        outln!(
             "  server {} at {}: {} regions, {} used, {ops} ops, {errs} errors",
             st.server_id,
             s.addr(),
             st.regions,
             human(st.used)
-        );
+        )?;
     }
+    Ok(())
 }

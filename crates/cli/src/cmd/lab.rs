@@ -71,23 +71,23 @@ fn session(
     let t0 = Instant::now();
     let mut cluster = ProcessCluster::start_in_lab(exe, opts, lab.clone())?;
     let client = cluster.client_with(ClientConfig::new("").op_timeout(Duration::from_secs(5)))?;
-    println!(
+    outln!(
         "lab up in {:.1} s: manager {} on host manager; lab round trip client -> manager {:?}",
         t0.elapsed().as_secs_f64(),
         cluster.manager_addr(),
         lab.rtt("client", "manager", 100)?
-    );
+    )?;
     for h in lab.hosts() {
-        println!("  {:<8} {:<15} ip netns exec {} ...", h.name, h.ip, h.netns);
+        outln!("  {:<8} {:<15} ip netns exec {} ...", h.name, h.ip, h.netns)?;
     }
-    println!(
+    outln!(
         "from another terminal: ip netns exec {} {} status --manager {} --secret-file {}",
         lab.host("client")?.netns,
         exe.display(),
         cluster.manager_addr(),
         cluster.secret_path().display()
-    );
-    println!("{HELP}");
+    )?;
+    outln!("{HELP}")?;
     let lines: Box<dyn Iterator<Item = String>> = match script {
         Some(s) => Box::new(
             s.split(';')
@@ -102,22 +102,25 @@ fn session(
         let Some((&cmd, args)) = words.split_first() else {
             continue;
         };
-        println!("> {line}");
+        outln!("> {line}")?;
         let r = (|| -> Result<bool> {
             match (cmd, args) {
                 ("quit" | "exit", _) => return Ok(false),
                 ("status", _) => {
                     let st = client.status()?;
                     for s in &st.servers {
-                        println!("  server {} {} {:?}", s.id, s.addr, s.state);
+                        outln!("  server {} {} {:?}", s.id, s.addr, s.state)?;
                     }
                     for p in st.promotions.iter().rev().take(5) {
-                        println!(
+                        outln!(
                             "  promoted: cache {} region {} from {} to {}",
-                            p.cache, p.region, p.from, p.to
-                        );
+                            p.cache,
+                            p.region,
+                            p.from,
+                            p.to
+                        )?;
                     }
-                    println!("  faults: {:?}", lab.faults());
+                    outln!("  faults: {:?}", lab.faults())?;
                 }
                 ("cut", [a, b]) => lab.cut(a, b)?,
                 ("partition", [a, b]) => lab.partition(a, b)?,
@@ -125,21 +128,21 @@ fn session(
                 ("heal", []) => lab.heal()?,
                 ("heal", [h]) => lab.heal_host(h)?,
                 ("shape", [h, mbit]) => lab.shape(h, mbit.parse()?)?,
-                ("rtt", [a, b]) => println!("  {:?}", lab.rtt(a, b, 100)?),
+                ("rtt", [a, b]) => outln!("  {:?}", lab.rtt(a, b, 100)?)?,
                 ("kill", [s]) => cluster.kill_server(server_index(s)?)?,
                 ("restart", [s]) => cluster.restart_server(server_index(s)?)?,
                 ("sleep", [ms]) => std::thread::sleep(Duration::from_millis(ms.parse()?)),
-                _ => println!("{HELP}"),
+                _ => outln!("{HELP}")?,
             }
             Ok(true)
         })();
         match r {
             Ok(true) => {}
             Ok(false) => break,
-            Err(e) => println!("  error: {e:#}"),
+            Err(e) => outln!("  error: {e:#}")?,
         }
     }
-    println!("tearing the lab down");
+    outln!("tearing the lab down")?;
     Ok(())
 }
 

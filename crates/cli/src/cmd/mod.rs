@@ -51,9 +51,9 @@ pub fn announce(
 ) -> anyhow::Result<()> {
     let tls = tls.map(|t| t.to_string());
     write_addr_file(addr_file, &addr.to_string(), tls.as_deref())?;
-    println!("farcache {what} listening on {addr}");
+    outln!("farcache {what} listening on {addr}")?;
     if let Some(t) = tls {
-        println!("TLS clients: {t}");
+        outln!("TLS clients: {t}")?;
     }
     Ok(())
 }

@@ -52,26 +52,26 @@ pub fn run(a: Args) -> Result<()> {
         );
     };
     let total = regions_on(&before, a.server);
-    println!(
+    outln!(
         "reclaiming server {} ({}, {}): {total} regions to move within {:?}, mode {}",
         a.server,
         server.addr,
         state_name(server.state),
         a.grace,
         mode_name(a.mode)
-    );
+    )?;
     client
         .reclaim(a.server, a.grace, a.mode)
         .with_context(|| format!("reclaiming server {}", a.server))?;
     // `overrides_with` leaves only the last of --wait / --no-wait set.
     if !a.wait && a.no_wait {
-        println!("accepted; follow it with `farcache status`");
+        outln!("accepted; follow it with `farcache status`")?;
         return Ok(());
     }
     let started = Instant::now();
     let deadline = started + a.grace + WAIT_PAST_GRACE;
     let (after, done) = follow(&client, a.server, total, deadline)?;
-    report(&before, &after, a.server, started.elapsed());
+    report(&before, &after, a.server, started.elapsed())?;
     if !done {
         bail!(
             "server {} still holds {} regions {:?} after the reclaim",
@@ -120,7 +120,12 @@ fn follow(
 }
 
 /// Lists the migrations off `server` and the regions it lost since `before`.
-fn report(before: &ClusterStatus, after: &ClusterStatus, server: ServerId, took: Duration) {
+fn report(
+    before: &ClusterStatus,
+    after: &ClusterStatus,
+    server: ServerId,
+    took: Duration,
+) -> Result<()> {
     let moved: Vec<_> = after
         .migrations
         .iter()
@@ -136,19 +141,20 @@ fn report(before: &ClusterStatus, after: &ClusterStatus, server: ServerId, took:
         .iter()
         .find(|v| v.id == server)
         .map_or("gone", |v| state_name(v.state));
-    println!(
+    outln!(
         "server {server} is {state} after {took:.1?}: {} regions moved, {} lost",
         moved.len(),
         lost.len()
-    );
+    )?;
     if !moved.is_empty() {
-        print_migrations(after, &moved);
+        print_migrations(after, &moved)?;
     }
     if !lost.is_empty() {
-        print_lost(after, &lost);
-        println!(
+        print_lost(after, &lost)?;
+        outln!(
             "  reads of lost regions fail with DATA_LOST until the bytes are overwritten \
              or the loss is cleared (Cache::clear_lost)"
-        );
+        )?;
     }
+    Ok(())
 }

@@ -119,7 +119,7 @@ pub fn run(a: Args) -> Result<()> {
     cfg.threads = a.threads;
     let fe = Frontend::start(store, cfg)?;
     super::write_addr_file(a.addr_file.as_deref(), &fe.local_addr().to_string(), None)?;
-    println!(
+    outln!(
         "farcache resp serving store {:?} on {} ({})",
         a.store,
         fe.local_addr(),
@@ -128,7 +128,7 @@ pub fn run(a: Args) -> Result<()> {
         } else {
             format!("AUTH with `farcache token --cache {}`", a.store)
         }
-    );
+    )?;
     fe.wait();
     Ok(())
 }

@@ -13,9 +13,9 @@ pub struct Args {
 
 pub fn run(a: Args) -> Result<()> {
     ClusterSecret::create(&a.out)?;
-    println!(
+    outln!(
         "wrote a new cluster secret to {}\ngive it to the manager and every server (--secret-file), and to trusted clients (FARCACHE_SECRET_FILE)",
         a.out.display()
-    );
+    )?;
     Ok(())
 }

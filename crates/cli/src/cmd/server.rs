@@ -103,7 +103,7 @@ pub fn run(a: Args) -> Result<()> {
     let h = Server::start(c)?;
     super::announce("server", h.addr(), h.tls_addr(), a.addr_file.as_deref())?;
     if let Some(m) = h.metrics_addr() {
-        println!("metrics: http://{m}/metrics");
+        outln!("metrics: http://{m}/metrics")?;
     }
     while !term.load(Ordering::Acquire) {
         std::thread::sleep(std::time::Duration::from_millis(50));

@@ -78,13 +78,19 @@ pub fn cost_per_hour(c: &CacheInfo, servers: &[ServerInfo]) -> f64 {
 }
 
 /// One line per migration, with a header.
-pub fn print_migrations(s: &ClusterStatus, list: &[&MigrationRecord]) {
-    println!(
+pub fn print_migrations(s: &ClusterStatus, list: &[&MigrationRecord]) -> Result<()> {
+    outln!(
         "  {:<20} {:>6} {:>9} {:>9} {:>9} {:>13} {:>6}  mode",
-        "cache", "region", "from → to", "MiB", "copy ms", "max pause ms", "rounds"
-    );
+        "cache",
+        "region",
+        "from → to",
+        "MiB",
+        "copy ms",
+        "max pause ms",
+        "rounds"
+    )?;
     for m in list {
-        println!(
+        outln!(
             "  {:<20} {:>6} {:>9} {:>9.1} {:>9.1} {:>13.3} {:>6}  {}",
             cache_name(s, m.cache),
             m.region,
@@ -94,21 +100,23 @@ pub fn print_migrations(s: &ClusterStatus, list: &[&MigrationRecord]) {
             m.max_pause_us as f64 / 1e3,
             m.rounds,
             mode_name(m.mode)
-        );
+        )?;
     }
+    Ok(())
 }
 
-pub fn print_lost(s: &ClusterStatus, list: &[&LostRegion]) {
+pub fn print_lost(s: &ClusterStatus, list: &[&LostRegion]) -> Result<()> {
     for l in list {
-        println!(
+        outln!(
             "  LOST: cache {} region {} (was on #{}, {}; now empty on #{})",
             cache_name(s, l.cache),
             l.region,
             l.was_on,
             l.reason,
             l.now_on
-        );
+        )?;
     }
+    Ok(())
 }
 
 /// The last `n` of `v`, oldest first.
@@ -119,13 +127,21 @@ fn last<T>(v: &[T], n: usize) -> Vec<&T> {
 pub fn run(a: Args) -> Result<()> {
     let client = Client::with_config(a.creds.config(&a.manager)?)?;
     let s = client.status()?;
-    println!("servers ({}):", s.servers.len());
-    println!(
+    outln!("servers ({}):", s.servers.len())?;
+    outln!(
         "  {:>3}  {:<22} {:<9} {:>10} {:>10} {:>7} {:>5} {:<9} {:>8}",
-        "id", "address", "state", "memory", "used", "regions", "cores", "class", "$/GiB-h"
-    );
+        "id",
+        "address",
+        "state",
+        "memory",
+        "used",
+        "regions",
+        "cores",
+        "class",
+        "$/GiB-h"
+    )?;
     for v in &s.servers {
-        println!(
+        outln!(
             "  {:>3}  {:<22} {:<9} {:>10} {:>10} {:>7} {:>5} {:<9} {:>8.4}",
             v.id,
             v.addr,
@@ -136,7 +152,7 @@ pub fn run(a: Args) -> Result<()> {
             v.cores,
             v.price_class.to_string(),
             v.price_per_gib_hour
-        );
+        )?;
     }
     let leaving = s
         .servers
@@ -144,13 +160,20 @@ pub fn run(a: Args) -> Result<()> {
         .filter(|v| v.state == ServerState::Leaving)
         .count();
     if leaving > 0 {
-        println!("  ({leaving} leaving: taking no new regions while theirs move elsewhere)");
+        outln!("  ({leaving} leaving: taking no new regions while theirs move elsewhere)")?;
     }
-    println!("caches ({}):", s.caches.len());
-    println!(
+    outln!("caches ({}):", s.caches.len())?;
+    outln!(
         "  {:>3}  {:<20} {:>10} {:>10} {:>7} {:>6} {:>6} {:>9}  servers",
-        "id", "name", "capacity", "region", "regions", "copies", "epoch", "$/h"
-    );
+        "id",
+        "name",
+        "capacity",
+        "region",
+        "regions",
+        "copies",
+        "epoch",
+        "$/h"
+    )?;
     for c in &s.caches {
         let mut per: Vec<(u32, usize)> = Vec::new();
         for r in &c.regions {
@@ -168,7 +191,7 @@ pub fn run(a: Args) -> Result<()> {
         } else {
             c.replicas.to_string()
         };
-        println!(
+        outln!(
             "  {:>3}  {:<20} {:>10} {:>10} {:>7} {:>6} {:>6} {:>9.4}  {}{}",
             c.id,
             c.name,
@@ -182,9 +205,9 @@ pub fn run(a: Args) -> Result<()> {
             c.from_file
                 .as_deref()
                 .map_or_else(String::new, |f| format!("  (read-only, from {f})"))
-        );
+        )?;
         if let Some(slo) = &c.slo {
-            println!(
+            outln!(
                 "       SLO {}: {} predicted {:.1} us {}, {:.3} Mops/s; ${:.4}/h with cores",
                 slo.slo,
                 slo.transport,
@@ -192,7 +215,7 @@ pub fn run(a: Args) -> Result<()> {
                 slo.slo.percentile,
                 slo.predicted_throughput / 1e6,
                 slo.dollars_per_hour
-            );
+            )?;
         }
         if a.regions {
             for (i, r) in c.regions.iter().enumerate() {
@@ -205,48 +228,48 @@ pub fn run(a: Args) -> Result<()> {
                         format!(", backups on {}", ids.join(", "))
                     }
                 });
-                println!(
+                outln!(
                     "       region {i:>4} [{start:#x}, {:#x}) -> server {r}{backups}",
                     start + c.region_size
-                );
+                )?;
             }
         }
     }
     if !s.migrations.is_empty() {
         let recent = last(&s.migrations, RECENT_MIGRATIONS);
-        println!(
+        outln!(
             "recent migrations ({} of {}):",
             recent.len(),
             s.migrations.len()
-        );
-        print_migrations(&s, &recent);
+        )?;
+        print_migrations(&s, &recent)?;
     }
     if !s.promotions.is_empty() {
         let recent = last(&s.promotions, RECENT_LOST);
-        println!(
+        outln!(
             "promotions ({} of {}; a backup took over from a dead owner):",
             recent.len(),
             s.promotions.len()
-        );
+        )?;
         for p in recent {
-            println!(
+            outln!(
                 "  {} region {:>4}: server {} -> server {} (epoch {})",
                 cache_name(&s, p.cache),
                 p.region,
                 p.from,
                 p.to,
                 p.epoch
-            );
+            )?;
         }
     }
     if !s.lost.is_empty() {
         let recent = last(&s.lost, RECENT_LOST);
-        println!(
+        outln!(
             "lost regions ({} of {}; they read as DATA_LOST until overwritten or cleared):",
             recent.len(),
             s.lost.len()
-        );
-        print_lost(&s, &recent);
+        )?;
+        print_lost(&s, &recent)?;
     }
     Ok(())
 }

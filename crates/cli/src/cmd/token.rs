@@ -25,6 +25,6 @@ pub fn run(a: Args) -> Result<()> {
     } else {
         Rights::ReadWrite
     };
-    println!("{}", client.issue_token(&a.cache, rights)?);
+    outln!("{}", client.issue_token(&a.cache, rights)?)?;
     Ok(())
 }

@@ -106,16 +106,16 @@ pub fn run(a: Args) -> Result<()> {
     }
     let client = connect(&manager, &secret)?;
     farcache_testkit::wait_for_alive(&client, a.servers, Duration::from_secs(20))?;
-    println!(
+    outln!(
         "\nfarcache is up: manager {manager}, {} servers.",
         a.servers
-    );
-    println!("  key:     export FARCACHE_SECRET_FILE={secret_file}");
-    println!("  status:  farcache status --manager {manager}");
-    println!(
+    )?;
+    outln!("  key:     export FARCACHE_SECRET_FILE={secret_file}")?;
+    outln!("  status:  farcache status --manager {manager}")?;
+    outln!(
         "  connect: farcache_client::Client::connect(\"{manager}\")  (reads FARCACHE_SECRET_FILE)"
-    );
-    println!("Press Ctrl-C to stop.");
+    )?;
+    outln!("Press Ctrl-C to stop.")?;
     loop {
         for (i, c) in kids.0.iter_mut().enumerate() {
             if let Some(st) = c.try_wait()? {
