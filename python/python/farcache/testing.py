@@ -5,8 +5,9 @@
 
 runs ``farcache up`` (the binary from $FARCACHE_BIN, else ``farcache`` found under
 $CARGO_TARGET_DIR or ./target, release before debug, else on $PATH) on free ports in a
-temporary data directory, waits until every server is alive, and kills the whole
-process group on exit.
+temporary data directory, waits until every server is alive, and stops it on exit
+(SIGTERM, which stops the manager and servers; then whatever is left of its process
+group is killed).
 """
 
 from __future__ import annotations
@@ -93,8 +94,7 @@ class LocalCluster:
         self.manager = f"127.0.0.1:{port}"
         self.log_path = self.data_dir / "cluster.log"
         log = open(self.log_path, "wb")
-        # Its own session: stopping kills the manager and servers too (`farcache up`
-        # does not pass signals on to its children).
+        # Its own session: what is left of it can be killed as one process group.
         self.proc = subprocess.Popen(
             [
                 str(binary or find_binary()),
@@ -148,10 +148,17 @@ class LocalCluster:
 
     def stop(self) -> None:
         if self.proc.poll() is None:
+            # `farcache up` stops the manager and the servers on SIGTERM (in 10 s at most).
+            self.proc.send_signal(signal.SIGTERM)
             try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
                 pass
+        # Whatever is left of its process group (an `up` that hung or crashed).
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:

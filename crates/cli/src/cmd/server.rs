@@ -69,11 +69,21 @@ pub struct Args {
     /// this long before exiting (a reclamation notice). SIGINT exits at once.
     #[arg(long, default_value = "30s", value_parser = crate::size::parse_duration)]
     grace: std::time::Duration,
+    /// What SIGTERM means: `reclaim` (the notice above) or `exit` (shut down at once;
+    /// `farcache up` runs its servers so, as the whole cluster stops together).
+    #[arg(long, value_enum, default_value_t = OnSigterm::Reclaim)]
+    on_sigterm: OnSigterm,
     /// How regions move on SIGTERM: `dirty_tracking` or `pause_region`.
     #[arg(long, default_value = "dirty_tracking")]
     migration_mode: MigrationMode,
     #[command(flatten)]
     net: super::Listening,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum OnSigterm {
+    Reclaim,
+    Exit,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -107,6 +117,11 @@ pub fn run(a: Args) -> Result<()> {
     }
     while !term.load(Ordering::Acquire) {
         std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    if a.on_sigterm == OnSigterm::Exit {
+        tracing::info!("SIGTERM: shutting down");
+        h.shutdown();
+        return Ok(());
     }
     tracing::info!(grace = ?a.grace, "SIGTERM: reclaimed, moving regions away before exiting");
     match h.leave(a.grace, a.migration_mode) {
