@@ -304,7 +304,10 @@ def test_unreachable_manager(cluster) -> None:
 def test_no_credential(cluster, monkeypatch: pytest.MonkeyPatch) -> None:
     for v in ("FARCACHE_SECRET_FILE", "FARCACHE_TOKEN", "FARCACHE_SECRET"):
         monkeypatch.delenv(v, raising=False)
-    with pytest.raises(farcache.NoCredential):
+    with pytest.raises(farcache.NoCredential) as ei:
         farcache.Client(cluster.manager)
+    # The message names the environment and this front door's keyword arguments.
+    for hint in ("FARCACHE_SECRET_FILE", "FARCACHE_TOKEN", "secret_file=", "token="):
+        assert hint in str(ei.value)
     monkeypatch.setenv("FARCACHE_SECRET_FILE", str(cluster.secret_file))
     farcache.Client(cluster.manager).status()

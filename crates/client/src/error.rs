@@ -17,9 +17,14 @@ pub enum ClientError {
     Op(#[from] OpError),
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// Seen by users of every front door (CLI, Rust, Python): it names the setting of each.
     #[error(
-        "no credential: give the client the cluster secret or a cache token \
-         (ClientConfig::secret / ::token, or FARCACHE_SECRET_FILE / FARCACHE_TOKEN)"
+        "no credential: give the client the cluster secret or a cache token. Set \
+         FARCACHE_SECRET_FILE (the cluster's key file; `farcache up` writes \
+         farcache-data/cluster.secret) or FARCACHE_TOKEN (or FARCACHE_SECRET, the key in \
+         hex), or use the client's secret/token settings (CLI: --secret-file / --token; \
+         Rust: ClientConfig::secret / ::token; Python: farcache.Client(manager, \
+         secret_file=..., secret=... or token=...), see docs/python.md)"
     )]
     NoCredential,
 }
