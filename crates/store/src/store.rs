@@ -429,6 +429,15 @@ impl Store {
             .is_some())
     }
 
+    /// Whether each of `keys` is present, in one batch (values are not sent).
+    pub fn exists_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<Result<bool>>> {
+        Ok(self
+            .lookup_many(keys, Probe::Exists)?
+            .into_iter()
+            .map(|r| r.map(|v| v.is_some()))
+            .collect())
+    }
+
     /// The values of `keys` in one batch (one round trip unless a bucket was busy;
     /// an erasure-coded value costs one more for its chunks).
     pub fn mget<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<Result<Option<Bytes>>>> {
