@@ -30,7 +30,7 @@ def frontend(cluster, client, tmp_path_factory):
     """`farcache resp` serving a new store; yields (port, store name, rw, ro tokens)."""
     name = unique("resp")
     # The default coding (4 + 2) on 3 servers: large values are coded 2 + 1.
-    client.create_store(name, 384 << 20)
+    client.create_store(name, 64 << 20)
     port = _free_port()
     log = tmp_path_factory.mktemp("resp") / "resp.log"
     with open(log, "wb") as out:
@@ -124,7 +124,8 @@ def test_pipeline_and_large_values(frontend):
     out = pipe.execute()
     assert out[:500] == [True] * 500
     assert out[500:] == [f"value-{i}".encode() for i in range(500)]
-    for n in [(1 << 20) + 1, 5 << 20, 100 << 20]:
+    # (100 MiB values: crates/resp/tests/redis_tools.rs, on a store sized for them.)
+    for n in [(1 << 20) + 1, 5 << 20]:
         big = (bytes(range(256)) * (n // 256 + 1))[:n]  # erasure coded in the store
         assert r.set("big", big) is True
         assert r.get("big") == big
