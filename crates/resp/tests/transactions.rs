@@ -88,6 +88,10 @@ fn a_refused_command_aborts_exec_before_anything_applies() {
             .is_err_starting("ERR wrong number of arguments")
     );
     assert!(
+        c.line("FLUSHDB")
+            .is_err_starting("ERR 'flushdb' inside MULTI is not supported")
+    );
+    assert!(
         c.line("EXEC")
             .is_err_starting("EXECABORT Transaction discarded because of previous errors")
     );

@@ -184,6 +184,15 @@ pub fn dispatch(s: &mut Session, args: &Args, out: &mut Out) {
     if let Some(tx) = s.tx.as_mut()
         && !cmd.tx_control
     {
+        if cmd.writes && matches!(cmd.keys, Keys::None) {
+            // It writes keys it cannot name before it runs, so `EXEC` could not lock
+            // them in order with its others.
+            tx.aborted = true;
+            return out.error(&format!(
+                "ERR '{}' inside MULTI is not supported by the farcache front end",
+                cmd.name
+            ));
+        }
         tx.queued.push(args.clone());
         return out.simple("QUEUED");
     }
