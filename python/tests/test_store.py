@@ -85,7 +85,8 @@ def test_invalid_key(store: farcache.Store) -> None:
 
 def test_large_value_erasure_coded(client: farcache.Client) -> None:
     name = unique("store-ec")
-    # 3 servers: 2 data + 1 parity chunks (the default 4 + 2 needs 6 servers).
+    # 3 servers, 2 data + 1 parity chunks asked for (the default 4 + 2 would also
+    # be coded 2 + 1 here).
     s = client.create_store(name, 8 << 20, ec_data=2, ec_parity=1)
     try:
         big = np.random.default_rng(3).bytes(s.max_small_value + 1000)

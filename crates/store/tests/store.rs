@@ -95,17 +95,24 @@ fn api_round_trips_and_refusals() {
     assert!(s.put_with(b"t", b"again", nx).expect("nx over expired"));
 
     // Hostile keys and values get clear errors and change nothing.
-    assert!(matches!(s.put(b"", b"v"), Err(StoreError::Key(_))));
-    assert!(matches!(s.get(b""), Err(StoreError::Key(_))));
+    // The empty key is a key (as in Redis); the store's reserved prefix is not.
+    s.put(b"", b"v").expect("the empty key");
+    assert_eq!(s.get(b"").expect("get").as_deref(), Some(&b"v"[..]));
+    assert!(s.delete(b"").expect("delete"));
+    let reserved = b"\xff\xfeFC-mine";
+    assert!(matches!(s.put(reserved, b"v"), Err(StoreError::Key(_))));
+    assert!(matches!(s.get(reserved), Err(StoreError::Key(_))));
     let huge = vec![7u8; 5000];
     let e = s.put(&huge, b"v").expect_err("huge key");
     assert!(e.to_string().contains("4096"), "{e}");
     // Above the small-value limit values are erasure coded: RS(4+2) needs six
-    // servers and this cluster has three, which the error says.
-    let big = vec![0u8; (s.max_small_value() + 1) as usize];
-    let e = s.put(b"big", &big).expect_err("4+2 on 3 servers");
-    assert!(e.to_string().contains("needs 6 servers"), "{e}");
-    assert_eq!(s.get(b"big").expect("get"), None);
+    // servers and this cluster has three, so the value is coded 2+1.
+    let big = vec![3u8; (s.max_small_value() + 1) as usize];
+    s.put(b"big", &big).expect("4+2 asked, 3 servers");
+    let m = s.manifest(b"big").expect("manifest").expect("coded");
+    assert_eq!((m.data, m.parity), (2, 1));
+    assert_eq!(s.get(b"big").expect("get").as_deref(), Some(&big[..]));
+    assert!(s.delete(b"big").expect("delete"));
 
     // Batches: per-key results, bad keys failing alone.
     let pairs: Vec<(Vec<u8>, Vec<u8>)> = (0..300u32)
@@ -117,7 +124,7 @@ fn api_round_trips_and_refusals() {
         .collect();
     assert!(s.mput(&pairs).iter().all(Result::is_ok));
     let mut keys: Vec<Vec<u8>> = pairs.iter().map(|p| p.0.clone()).collect();
-    keys.push(Vec::new());
+    keys.push(b"\xff\xfeFC-reserved".to_vec());
     let got = s.mget(&keys).expect("mget");
     for (i, (k, v)) in pairs.iter().enumerate() {
         assert_eq!(
@@ -579,7 +586,7 @@ fn async_calls_match_blocking_ones() {
     assert_eq!(s.get(b"y").expect("get").as_deref(), Some(&b"two"[..]));
     // Refusals come back through the future too.
     assert!(matches!(
-        block_on(s.get_async(b"")),
+        block_on(s.get_async(b"\xff\xfeFC-mine")),
         Err(StoreError::Key(_))
     ));
 }
