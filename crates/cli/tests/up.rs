@@ -244,6 +244,22 @@ fn started_children(up: &Up, port: u16) -> Vec<Proc> {
     kids
 }
 
+/// `up` exited 0 after `how`, said it stopped, and left no child or port behind.
+fn stopped_cleanly(up: &mut Up, how: &str, kids: &[Proc], port: u16) {
+    let st = up.wait_exit(STOPPED_WITHIN);
+    assert!(
+        st.success(),
+        "up after {how}: {st}\nstderr:\n{}",
+        up.stderr()
+    );
+    assert!(
+        up.stdout().contains("farcache stopped"),
+        "stdout:\n{}",
+        up.stdout()
+    );
+    assert_all_gone(kids, port);
+}
+
 fn assert_all_gone(kids: &[Proc], port: u16) {
     eventually(
         "the manager and servers exit",
@@ -269,18 +285,7 @@ fn sigterm_stops_the_manager_and_servers() {
     let kids = started_children(&up, port);
 
     up.signal(libc::SIGTERM);
-    let st = up.wait_exit(STOPPED_WITHIN);
-    assert!(
-        st.success(),
-        "up after SIGTERM: {st}\nstderr:\n{}",
-        up.stderr()
-    );
-    assert!(
-        up.stdout().contains("farcache stopped"),
-        "stdout:\n{}",
-        up.stdout()
-    );
-    assert_all_gone(&kids, port);
+    stopped_cleanly(&mut up, "SIGTERM", &kids, port);
     assert!(
         !up.stderr().contains("killing it"),
         "a child needed SIGKILL:\n{}",
@@ -300,18 +305,7 @@ fn ctrl_c_stops_the_manager_and_servers() {
     // What a terminal does on Ctrl-C: SIGINT to the whole foreground process group.
     // SAFETY: killpg(2) takes plain integers; the group is up's.
     assert_eq!(unsafe { libc::killpg(up.pid(), libc::SIGINT) }, 0);
-    let st = up.wait_exit(STOPPED_WITHIN);
-    assert!(
-        st.success(),
-        "up after Ctrl-C: {st}\nstderr:\n{}",
-        up.stderr()
-    );
-    assert!(
-        up.stdout().contains("farcache stopped"),
-        "stdout:\n{}",
-        up.stdout()
-    );
-    assert_all_gone(&kids, port);
+    stopped_cleanly(&mut up, "Ctrl-C", &kids, port);
 }
 
 #[test]

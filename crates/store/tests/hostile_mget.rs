@@ -432,6 +432,15 @@ fn hostile_mget_and_scan_args_get_errors_or_replies_not_crashes() {
         assert!(r.is_err(), "{n}-byte scan arguments");
         check_scan(&format!("{n}-byte scan arguments"), r);
     }
+    // The key-listing mode (mask 0) takes 17 bytes (its clock too): its old 9-byte
+    // form, and other lengths, are refused.
+    for n in [1usize, 9, 16, 18, 64] {
+        let mut a = page(wire::SCAN_KEYS, 0, 4096);
+        a.resize(n, 0);
+        let r = scan(shard0, &a);
+        assert!(r.is_err(), "{n}-byte key-listing scan arguments");
+        check_scan(&format!("{n}-byte key-listing scan arguments"), r);
+    }
     for shard in 0..d.shards {
         let base = lay.shard_base(shard);
         for from in [
