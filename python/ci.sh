@@ -34,3 +34,7 @@ export PATH="$venv/bin:$PATH"
     --force-reinstall --no-deps --config-settings=build-args=--locked ./python
 
 "$venv/bin/python" -m pytest python/tests -q
+
+# redis-py's own tests (string, key, expiry, pipeline/transaction, lock) against the
+# Redis-protocol front end; every failure must be a command docs/resp.md refuses.
+bash "$repo/python/redis_py_suite/run.sh"

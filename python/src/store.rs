@@ -38,7 +38,11 @@ fn put_options(ttl: Option<f64>, nx: bool, xx: bool) -> PyResult<PutOptions> {
         ),
         Some(s) => return Err(Error::invalid(format!("ttl must be > 0 seconds, got {s}")).into()),
     };
-    Ok(PutOptions { ttl, condition })
+    Ok(PutOptions {
+        ttl,
+        condition,
+        ..PutOptions::default()
+    })
 }
 
 #[pymethods]

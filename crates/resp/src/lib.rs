@@ -13,11 +13,12 @@
 //!
 //! Layout: [`parse`] (requests), [`reply`] (RESP2/RESP3 replies), [`server`]
 //! (listener, connection cap), [`shared`] (store, counters, key-stripe locks), [`session`] (a connection's state), `worker`
-//! (the event loop batching across connections), `cmd` (the command table and handlers by family), [`auth`] (tokens).
+//! (the event loop batching across connections), `offload` (the pool for commands too big for a loop), `cmd` (the command table and handlers by family), [`auth`] (tokens).
 
 pub mod auth;
 mod cmd;
 pub mod error;
+mod offload;
 pub mod parse;
 pub mod pattern;
 pub mod reply;

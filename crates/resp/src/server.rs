@@ -43,6 +43,8 @@ pub struct Frontend {
     shared: Arc<Shared>,
     accept: Option<JoinHandle<()>>,
     workers: Vec<JoinHandle<()>>,
+    /// The offload pool (ends once the workers, its only senders, are gone).
+    pool: Vec<JoinHandle<()>>,
 }
 
 impl Frontend {
@@ -56,9 +58,12 @@ impl Frontend {
         let shared = Arc::new(Shared::new(store, cfg.auth, addr));
         let mut handoff = Vec::new();
         let mut workers = Vec::new();
+        let (jobs, pending) = std::sync::mpsc::channel();
+        // As many as event loops, at least two: one big command does not wait on another.
+        let pool = crate::offload::start(cfg.threads.max(2), pending)?;
         for i in 0..cfg.threads.max(1) {
             let (tx, rx) = std::sync::mpsc::channel();
-            let (w, waker) = Worker::new(shared.clone(), rx)?;
+            let (w, waker) = Worker::new(shared.clone(), rx, jobs.clone())?;
             workers.push(
                 std::thread::Builder::new()
                     .name(format!("resp-worker-{i}"))
@@ -76,6 +81,7 @@ impl Frontend {
             shared,
             accept: Some(accept),
             workers,
+            pool,
         })
     }
 
@@ -105,6 +111,9 @@ impl Drop for Frontend {
         }
         for w in self.workers.drain(..) {
             let _ = w.join();
+        }
+        for p in self.pool.drain(..) {
+            let _ = p.join();
         }
     }
 }

@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use bytes::Bytes;
 
 use crate::auth::Access;
+use crate::offload::HEAVY_ARGS;
 use crate::parse::Args;
 use crate::reply::Proto;
 use crate::shared::Shared;
@@ -49,11 +50,45 @@ impl Session {
         }
     }
 
-    /// `GET key` or `MGET key...` from a connection allowed to read, outside a
-    /// transaction: batched with other connections'.
+    /// Stands in for this session while a command of its connection runs on the
+    /// offload pool (nothing reads it meanwhile: the connection is busy).
+    pub fn placeholder(&self) -> Self {
+        Self {
+            shared: self.shared.clone(),
+            id: 0,
+            proto: self.proto,
+            access: None,
+            name: None,
+            quit: false,
+            tx: None,
+            watched: Vec::new(),
+        }
+    }
+
+    /// A command that would hold an event loop for long: a multi-key command of more
+    /// than [`HEAVY_ARGS`] arguments, or a full pass over the keyspace. Outside a
+    /// transaction (queuing one costs nothing) it runs on the offload pool.
+    pub fn heavy(&self, a: &Args) -> bool {
+        if self.tx.is_some() {
+            return false;
+        }
+        let name = &a[0];
+        let is = |n: &str| name.eq_ignore_ascii_case(n.as_bytes());
+        (a.len() > HEAVY_ARGS
+            && ["del", "unlink", "exists", "mget", "mset", "msetnx"]
+                .into_iter()
+                .any(is))
+            || ["keys", "dbsize", "flushdb", "flushall"]
+                .into_iter()
+                .any(is)
+    }
+
+    /// `GET key` or `MGET key...` (not [`Session::heavy`]) from a connection allowed
+    /// to read, outside a transaction: batched with other connections'.
     pub fn batched_read(&self, a: &Args) -> bool {
         self.access.is_some()
             && self.tx.is_none()
+            && a.len() <= HEAVY_ARGS
             && ((a.len() == 2 && a[0].eq_ignore_ascii_case(b"get"))
                 || (a.len() >= 2 && a[0].eq_ignore_ascii_case(b"mget")))
     }
@@ -77,11 +112,12 @@ impl Session {
         }
     }
 
-    /// `SET key value` or `MSET key value...` from a connection allowed to write,
-    /// outside a transaction: batched likewise.
+    /// `SET key value` or `MSET key value...` (not [`Session::heavy`]) from a
+    /// connection allowed to write, outside a transaction: batched likewise.
     pub fn plain_set(&self, a: &Args) -> bool {
         self.access == Some(Access::ReadWrite)
             && self.tx.is_none()
+            && a.len() <= HEAVY_ARGS
             && ((a.len() == 3 && a[0].eq_ignore_ascii_case(b"set"))
                 || (a.len() >= 3 && a.len() % 2 == 1 && a[0].eq_ignore_ascii_case(b"mset")))
     }

@@ -31,6 +31,8 @@ pub struct Shared {
     pub rounds: AtomicU64,
     pub round_ops: AtomicU64,
     pub round_store_us: AtomicU64,
+    /// Commands run on the offload pool (`INFO stats`: `offloaded_commands`).
+    pub offloaded: AtomicU64,
     stripes: Box<[Mutex<()>]>,
     /// One version per stripe (see [`Shared::version`]).
     versions: Box<[AtomicU64]>,
@@ -55,6 +57,7 @@ impl Shared {
             rounds: AtomicU64::new(0),
             round_ops: AtomicU64::new(0),
             round_store_us: AtomicU64::new(0),
+            offloaded: AtomicU64::new(0),
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             versions: (0..STRIPES).map(|_| AtomicU64::new(0)).collect(),
             stop: AtomicBool::new(false),

@@ -4,13 +4,15 @@
 //! their kin), runs all of them as one multi-get (one multi-put; one batched
 //! read-modify-write per key), and answers other commands one by one. So
 //! fifty clients each sending one `GET` cost one round trip per farcache server,
-//! not fifty; each connection's replies stay in its command order.
+//! not fifty; each connection's replies stay in its command order. Commands too
+//! big for a turn go to the offload pool ([`crate::offload`]) and their connection
+//! waits for them.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{ErrorKind, Read, Write};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::Receiver;
+use std::sync::mpsc::{Receiver, Sender};
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -20,6 +22,7 @@ use slab::Slab;
 
 use crate::cmd;
 use crate::error::store_error_line;
+use crate::offload::{Done, Job};
 use crate::parse::{Args, ProtocolError, next_command};
 use crate::reply::Out;
 use crate::session::Session;
@@ -49,6 +52,9 @@ struct Conn {
     protocol_error: Option<ProtocolError>,
     writable_interest: bool,
     read_paused: bool,
+    /// A command of this connection runs on the offload pool (the id of the session
+    /// it took along): nothing else of it runs, and it is not read, until it is back.
+    busy: Option<u64>,
 }
 
 /// A `GET` or `MGET` waiting in a round (the command itself, moved out of its
@@ -59,8 +65,9 @@ struct GetItem {
     multi: bool,
 }
 
-/// A counter being stepped in a round: value, time left, whether it changed.
-type Counter = (i64, Option<Duration>, bool);
+/// A counter being stepped in a round: value, when it expires (Unix ms), whether
+/// it changed.
+type Counter = (i64, Option<u64>, bool);
 
 /// The part of a round that runs as one multi-get or multi-put.
 #[derive(Default)]
@@ -80,15 +87,22 @@ pub struct Worker {
     scratch: Vec<u8>,
     /// Connections to read again without waiting for an event.
     again: Vec<usize>,
+    /// Where heavy commands go, and where they come back (with a wake-up).
+    offload: Sender<Job>,
+    done_tx: Sender<Done>,
+    done_rx: Receiver<Done>,
+    waker: Arc<Waker>,
 }
 
 impl Worker {
     pub fn new(
         shared: Arc<Shared>,
         incoming: Receiver<std::net::TcpStream>,
+        offload: Sender<Job>,
     ) -> std::io::Result<(Self, Arc<Waker>)> {
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
         Ok((
             Self {
                 shared,
@@ -97,6 +111,10 @@ impl Worker {
                 incoming,
                 scratch: vec![0; SCRATCH],
                 again: Vec::new(),
+                offload,
+                done_tx,
+                done_rx,
+                waker: waker.clone(),
             },
             waker,
         ))
@@ -123,6 +141,7 @@ impl Worker {
             for ev in events.iter() {
                 if ev.token() == WAKER {
                     self.adopt();
+                    self.take_back(&mut ready);
                 } else {
                     ready.push(ev.token().0);
                 }
@@ -165,9 +184,60 @@ impl Worker {
                 protocol_error: None,
                 writable_interest: false,
                 read_paused: false,
+                busy: None,
             });
             // Bytes may have arrived before registration (edge-triggered).
             self.read(id);
+        }
+    }
+
+    /// Takes back the commands the offload pool finished: their replies, and their
+    /// connections' sessions. Connections that closed meanwhile are forgotten.
+    fn take_back(&mut self, ready: &mut Vec<usize>) {
+        while let Ok(done) = self.done_rx.try_recv() {
+            let Some(c) = self.conns.get_mut(done.conn) else {
+                continue;
+            };
+            if c.busy != Some(done.s.id) {
+                // The slot holds a newer connection.
+                continue;
+            }
+            c.s = done.s;
+            c.out.extend_from_slice(&done.out);
+            c.busy = None;
+            if c.read_paused {
+                c.read_paused = false;
+                ready.push(done.conn);
+            }
+        }
+    }
+
+    /// Hands `a`, a command of connection `id`, to the offload pool with the
+    /// connection's session.
+    fn send_off(&mut self, id: usize, a: Args) {
+        let Some(c) = self.conns.get_mut(id) else {
+            return;
+        };
+        let stand_in = c.s.placeholder();
+        let s = std::mem::replace(&mut c.s, stand_in);
+        c.busy = Some(s.id);
+        let job = Job {
+            conn: id,
+            s,
+            args: a,
+            done: self.done_tx.clone(),
+            waker: self.waker.clone(),
+        };
+        if let Err(back) = self.offload.send(job) {
+            // No pool (stopping): run it here.
+            let Job { s, args, .. } = back.0;
+            c.s = s;
+            c.busy = None;
+            let mut out = Out {
+                buf: &mut c.out,
+                proto: c.s.proto,
+            };
+            cmd::dispatch(&mut c.s, &args, &mut out);
         }
     }
 
@@ -179,7 +249,7 @@ impl Worker {
         if c.closing {
             return;
         }
-        if c.out.len() - c.sent > OUT_HIGH {
+        if c.busy.is_some() || c.out.len() - c.sent > OUT_HIGH {
             // Read again once the replies drain.
             c.read_paused = true;
             return;
@@ -239,7 +309,7 @@ impl Worker {
             let ids: Vec<usize> = self
                 .conns
                 .iter()
-                .filter(|(_, c)| !c.queue.is_empty())
+                .filter(|(_, c)| !c.queue.is_empty() && c.busy.is_none())
                 .map(|(i, _)| i)
                 .collect();
             if ids.is_empty() {
@@ -316,6 +386,10 @@ impl Worker {
             let Some(a) = c.queue.pop_front() else {
                 return;
             };
+            if c.s.heavy(&a) {
+                self.send_off(id, a);
+                return;
+            }
             let mut out = Out {
                 buf: &mut c.out,
                 proto: c.s.proto,
@@ -466,7 +540,7 @@ impl Worker {
                 Ok(Some(e)) => std::str::from_utf8(&e.value)
                     .ok()
                     .and_then(|t| t.parse::<i64>().ok())
-                    .map(|n| (n, e.ttl().map(|d| d.max(Duration::from_millis(1))), false))
+                    .map(|n| (n, cmd::keep_expiry(&e), false))
                     .ok_or_else(|| "ERR value is not an integer or out of range".to_string()),
                 Err(e) => Err(store_error_line(&e)),
             })
@@ -488,7 +562,7 @@ impl Worker {
         }
         // Write each changed key once: those without expiry in one multi-put.
         let mut failed: HashMap<usize, String> = HashMap::new();
-        let texts: Vec<Option<(String, Option<Duration>)>> = state
+        let texts: Vec<Option<(String, Option<u64>)>> = state
             .iter()
             .map(|s| match s {
                 Ok((n, ttl, true)) => Some((n.to_string(), *ttl)),
@@ -508,8 +582,8 @@ impl Worker {
             }
         }
         for (k, t) in texts.iter().enumerate() {
-            if let Some((t, Some(ttl))) = t {
-                let opts = farcache_store::PutOptions::ttl(*ttl);
+            if let Some((t, Some(at))) = t {
+                let opts = farcache_store::PutOptions::expires_at(Some(*at));
                 if let Err(e) = shared.store.put_with(keys[k], t.as_bytes(), opts) {
                     failed.insert(k, store_error_line(&e));
                 }
@@ -540,7 +614,9 @@ impl Worker {
             let Some(c) = self.conns.get_mut(id) else {
                 continue;
             };
-            if let Some(e) = c.protocol_error.take() {
+            if c.busy.is_none()
+                && let Some(e) = c.protocol_error.take()
+            {
                 Out {
                     buf: &mut c.out,
                     proto: c.s.proto,
@@ -572,7 +648,8 @@ impl Worker {
                     self.again.push(id);
                 }
             }
-            let done = broken || (drained && c.queue.is_empty() && (c.closing || c.s.quit));
+            let done = broken
+                || (drained && c.busy.is_none() && c.queue.is_empty() && (c.closing || c.s.quit));
             if done {
                 self.close(id);
                 continue;

@@ -1,4 +1,4 @@
-//! The commands clients rely on beyond GET/SET: SCAN/KEYS/DBSIZE/FLUSHDB, TIME,
+//! The commands clients rely on beyond GET/SET: SCAN/KEYS/DBSIZE/FLUSHDB/RANDOMKEY, TIME,
 //! EXPIRE's NX/XX/GT/LT, EXPIRETIME, GETEX, INCRBYFLOAT, MSETNX, INFO's fields.
 
 mod common;
@@ -61,6 +61,19 @@ fn scan_keys_dbsize_and_flushdb_see_every_key() {
         panic!("KEYS")
     };
     assert_eq!(keys.len(), 11, "other:1 and other:10..19: {keys:?}");
+    // RANDOMKEY answers live keys, and more than one of them.
+    let mut picked = BTreeSet::new();
+    for _ in 0..50 {
+        let V::Bulk(k) = c.line("RANDOMKEY") else {
+            panic!("RANDOMKEY")
+        };
+        assert!(k.starts_with(b"user:") || k.starts_with(b"other:"), "{k:?}");
+        picked.insert(k);
+    }
+    assert!(
+        picked.len() > 5,
+        "RANDOMKEY keeps answering the same keys: {picked:?}"
+    );
     assert!(
         c.line("SCAN notanumber")
             .is_err_starting("ERR invalid cursor")
@@ -68,12 +81,30 @@ fn scan_keys_dbsize_and_flushdb_see_every_key() {
     assert_eq!(c.line("FLUSHDB"), V::ok());
     assert_eq!(int(c.line("DBSIZE")), 0);
     assert_eq!(c.line("GET user:1"), V::Nil);
+    assert_eq!(c.line("RANDOMKEY"), V::Nil);
 }
 
 #[test]
 fn expiry_options_getex_incrbyfloat_msetnx_time_and_info() {
     let s = setup(Some(AuthPolicy::Open));
     let mut c = s.conn();
+    // Absolute expiries are exact, and rewrites keep them to the millisecond
+    // (redis-py's test_pexpiretime caught a drift of a few ms).
+    let at = 33_177_117_420_123i64;
+    assert_eq!(c.line("SET n 1"), V::ok());
+    assert_eq!(c.line(&format!("PEXPIREAT n {at}")), V::Int(1));
+    assert_eq!(c.line("PEXPIRETIME n"), V::Int(at));
+    assert_eq!(c.line("INCR n"), V::Int(2));
+    assert_eq!(c.line("APPEND n 0"), V::Int(2));
+    assert_eq!(c.line("SETBIT n 0 0"), V::Int(0));
+    assert_eq!(c.line("RENAME n m"), V::ok());
+    assert_eq!(c.line("PEXPIRETIME m"), V::Int(at));
+    assert_eq!(c.line(&format!("SET p v PXAT {at}")), V::ok());
+    assert_eq!(c.line("PEXPIRETIME p"), V::Int(at));
+    assert_eq!(c.line(&format!("GETEX p PXAT {}", at + 1)), V::bulk(b"v"));
+    assert_eq!(c.line("PEXPIRETIME p"), V::Int(at + 1));
+    assert_eq!(c.line("EXPIREAT p 33177117420"), V::Int(1));
+    assert_eq!(c.line("EXPIRETIME p"), V::Int(33_177_117_420));
     // TIME.
     let V::Arr(t) = c.line("TIME") else {
         panic!("TIME")
@@ -169,6 +200,7 @@ fn expiry_options_getex_incrbyfloat_msetnx_time_and_info() {
         "role:master",
         "used_memory:",
         "loading:0",
+        "cluster_enabled:0",
     ] {
         assert!(info.contains(field), "INFO lacks {field}: {info}");
     }

@@ -1,5 +1,5 @@
 //! Listing a store's keys a page at a time (Redis's `SCAN`, `KEYS`, `DBSIZE`,
-//! `FLUSHDB`): the `kv_scan` procedure walks one shard's index from a bucket and
+//! `FLUSHDB`, `RANDOMKEY`): the `kv_scan` procedure walks one shard's index from a bucket and
 //! returns the live keys it finds.
 //!
 //! Like Redis's `SCAN`, a full pass returns every key present for the whole pass;
@@ -62,6 +62,25 @@ impl Store {
             (u64::from(shard) << 32) | u64::from(from)
         };
         Ok((next, keys))
+    }
+
+    /// A live key picked at random (Redis's `RANDOMKEY`), or `None` when the store
+    /// holds none: the first key from a random bucket of a random shard on, wrapping
+    /// around once. Keys in crowded buckets are picked a little more often.
+    pub fn random_key(&self) -> Result<Option<Bytes>> {
+        use rand::Rng;
+        let d = self.inner.layout.0;
+        let mut rng = rand::thread_rng();
+        let shard = rng.gen_range(0..d.shards.max(1));
+        let bucket = rng.gen_range(0..d.buckets.max(1));
+        let start = (u64::from(shard) << 32) | u64::from(bucket);
+        for cursor in [start, 0] {
+            let (_, keys) = self.scan_keys(cursor, 1)?;
+            if let Some(k) = keys.into_iter().next() {
+                return Ok(Some(k));
+            }
+        }
+        Ok(None)
     }
 
     /// Every live key (a full pass).

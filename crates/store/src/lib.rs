@@ -34,6 +34,7 @@
 pub mod alloc;
 pub mod async_api;
 pub mod copies;
+pub mod delete;
 pub mod error;
 pub mod evict;
 pub mod hot;

@@ -57,12 +57,23 @@ pub struct PutOptions {
     /// The value expires this long after the put.
     pub ttl: Option<Duration>,
     pub condition: Condition,
+    /// The value expires at this time (milliseconds since the Unix epoch), exactly;
+    /// overrides `ttl` (Redis's `PXAT`, and a rewrite keeping a key's expiry).
+    pub expires_at_ms: Option<u64>,
 }
 
 impl PutOptions {
     pub fn ttl(ttl: Duration) -> Self {
         Self {
             ttl: Some(ttl),
+            ..Self::default()
+        }
+    }
+
+    /// Expiring at `ms` (since the Unix epoch), or never when `None`.
+    pub fn expires_at(ms: Option<u64>) -> Self {
+        Self {
+            expires_at_ms: ms,
             ..Self::default()
         }
     }

@@ -87,9 +87,11 @@ pub(crate) struct PutSpec {
 
 impl From<PutOptions> for PutSpec {
     fn from(opts: PutOptions) -> Self {
-        let expires = match opts.ttl {
-            Some(t) => now_ms().saturating_add(t.as_millis().max(1) as u64),
-            None => item::NO_EXPIRY,
+        let expires = match (opts.expires_at_ms, opts.ttl) {
+            // 0 means never; a time that far back has long passed anyway.
+            (Some(at), _) => at.max(1),
+            (None, Some(t)) => now_ms().saturating_add(t.as_millis().max(1) as u64),
+            (None, None) => item::NO_EXPIRY,
         };
         PutSpec {
             expires,
@@ -763,77 +765,6 @@ impl Store {
         FindReply::decode(&raw).map_err(|e| StoreError::Reply {
             proc: wire::KV_FIND,
             reason: e.to_string(),
-        })
-    }
-
-    /// Removes `key` (an erasure-coded value's chunks too); `Ok(true)` if it was
-    /// present.
-    pub fn delete(&self, key: &[u8]) -> Result<bool> {
-        Self::check_key(key)?;
-        self.delete_raw(key)
-    }
-
-    /// [`Store::delete`] of a key the caller checked.
-    pub(crate) fn delete_raw(&self, key: &[u8]) -> Result<bool> {
-        self.delete_if(key, None)
-    }
-
-    /// Deletes `key` if its slot still holds `word` (any word when `None`).
-    pub(crate) fn delete_if(&self, key: &[u8], word: Option<u64>) -> Result<bool> {
-        let h = self.locate(key);
-        let lay = self.inner.layout;
-        let started = std::time::Instant::now();
-        let mut attempt = 0;
-        while attempt < MAX_ATTEMPTS {
-            attempt += 1;
-            if attempt > 1 {
-                backoff(attempt);
-            }
-            let f = match self.find(key, h, now_ms()) {
-                Ok(f) => f,
-                Err(e) if e.is_transient() && started.elapsed() < TRANSIENT_BUDGET => {
-                    // Failing over: the transient budget bounds this, not the attempts.
-                    attempt = attempt.min(8);
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            let s = match (f.status, f.slot) {
-                (wire::BUSY, _) => continue,
-                (wire::HIT, Some(s)) => usize::from(s),
-                _ => return Ok(false),
-            };
-            let w = f.words[s];
-            if word.is_some_and(|x| SlotWord::with_hot(x) != SlotWord::with_hot(w)) {
-                return Ok(false);
-            }
-            let cas = self
-                .inner
-                .cache
-                .cas(lay.slot_addr(h.shard, f.bucket(h.bucket), s), w, TOMB)
-                .map_err(StoreError::from);
-            let seen = match cas {
-                Ok(seen) => seen,
-                // Failing over: ask again (if the swap happened the key reads absent;
-                // its item is not reused, as it may still be referenced).
-                Err(e) if e.is_transient() && started.elapsed() < TRANSIENT_BUDGET => {
-                    attempt = attempt.min(8);
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            if seen == w {
-                if SlotWord(w).is_hot() {
-                    let at = std::time::Instant::now();
-                    self.drop_copy(key, h.shard);
-                    crate::hot::wait_lease(at);
-                }
-                self.retire(h.shard, SlotWord(w), f.generation);
-                return Ok(!f.expired);
-            }
-        }
-        Err(StoreError::Contended {
-            attempts: MAX_ATTEMPTS,
         })
     }
 }

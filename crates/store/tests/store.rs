@@ -1,5 +1,5 @@
 //! The keyed store against a real 3-server cluster (in-process servers): the API and
-//! its refusals, a model check of random get/put/delete from several threads,
+//! its refusals, a model check of random get/put/delete (one and many) from several threads,
 //! concurrent puts to one key (last writer wins, never a torn value), and a store far
 //! smaller than what is written (CLOCK eviction, never another key's bytes).
 
@@ -213,9 +213,19 @@ fn random_ops_match_a_model(s: &Store, keys: u64) {
                             s.put(&key, &v).expect("put");
                             model.insert(key, v);
                         }
-                        4 => {
+                        4 if step % 2 == 0 => {
                             let was = s.delete(&key).expect("delete");
                             assert_eq!(was, model.remove(&key).is_some(), "delete {key:?}");
+                        }
+                        4 => {
+                            // Batched, sometimes naming a key twice: it counts once.
+                            let keys: Vec<Vec<u8>> = (0..rng.gen_range(1..30))
+                                .map(|_| format!("t{t}-k{}", rng.gen_range(0..keys)).into_bytes())
+                                .collect();
+                            for (k, r) in keys.iter().zip(s.delete_many(&keys)) {
+                                let was = r.expect("delete_many");
+                                assert_eq!(was, model.remove(k).is_some(), "delete_many {k:?}");
+                            }
                         }
                         5 => {
                             let keys: Vec<Vec<u8>> = (0..rng.gen_range(1..40))

@@ -261,12 +261,13 @@ pub fn info(s: &mut Session, a: &Args, out: &mut Out) {
     if want("stats") {
         let _ = write!(
             t,
-            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nbatched_rounds:{}\r\nbatched_ops:{}\r\nbatched_store_us:{}\r\n\r\n",
+            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nbatched_rounds:{}\r\nbatched_ops:{}\r\nbatched_store_us:{}\r\noffloaded_commands:{}\r\n\r\n",
             sh.connections_total.load(Ordering::Relaxed),
             sh.commands.load(Ordering::Relaxed),
             sh.rounds.load(Ordering::Relaxed),
             sh.round_ops.load(Ordering::Relaxed),
-            sh.round_store_us.load(Ordering::Relaxed)
+            sh.round_store_us.load(Ordering::Relaxed),
+            sh.offloaded.load(Ordering::Relaxed)
         );
     }
     if want("memory") {
@@ -283,6 +284,10 @@ pub fn info(s: &mut Session, a: &Args, out: &mut Out) {
     if want("replication") {
         // Copies are farcache's own (regions' backups), not Redis replicas.
         t.push_str("# Replication\r\nrole:master\r\nconnected_slaves:0\r\n\r\n");
+    }
+    if want("cluster") {
+        // One front end is one Redis node: clients must not go looking for slots.
+        t.push_str("# Cluster\r\ncluster_enabled:0\r\n\r\n");
     }
     if want("farcache") {
         let _ = write!(

@@ -88,14 +88,23 @@ pub fn flushdb(s: &mut Session, a: &Args, out: &mut Out) {
         Ok(k) => k,
         Err(e) => return out.error(&store_error_line(&e)),
     };
-    for k in &keys {
-        let r = {
-            let _held = s.shared.lock_keys([k]);
-            s.shared.store.delete(k)
+    // Batched deletes a chunk at a time, each under its keys' stripes only.
+    for chunk in keys.chunks(4096) {
+        let results = {
+            let _held = s.shared.lock_keys(chunk);
+            s.shared.store.delete_many(chunk)
         };
-        if let Err(e) = r {
+        if let Some(Err(e)) = results.into_iter().find(Result::is_err) {
             return out.error(&store_error_line(&e));
         }
     }
     out.ok();
+}
+
+/// `RANDOMKEY`: a live key, or a null reply when there is none.
+pub fn randomkey(s: &mut Session, _: &Args, out: &mut Out) {
+    match s.shared.store.random_key() {
+        Ok(k) => out.opt_bulk(k.as_deref()),
+        Err(e) => out.error(&store_error_line(&e)),
+    }
 }

@@ -1,11 +1,14 @@
 //! The command table: name, arity (Redis's convention: `n` exactly, `-n` at least),
 //! whether it writes, and the handler. Handlers live by family.
 
+mod bits;
 mod conn;
 mod fcall;
 mod keys;
 mod keyspace;
 mod rmw;
+
+pub(crate) use rmw::keep_expiry;
 mod strings;
 mod tx;
 
@@ -38,6 +41,11 @@ const ONE: Keys = Keys::Span {
 const ALL: Keys = Keys::Span {
     first: 1,
     last: -1,
+    step: 1,
+};
+const TWO: Keys = Keys::Span {
+    first: 1,
+    last: 2,
     step: 1,
 };
 const PAIRS: Keys = Keys::Span {
@@ -138,6 +146,10 @@ const COMMANDS: &[Command] = &[
     c("substr", 4, false, ONE, strings::getrange),
     c("setrange", 4, true, ONE, strings::setrange),
     c("strlen", 2, false, ONE, strings::strlen),
+    c("getbit", 3, false, ONE, bits::getbit),
+    c("setbit", 4, true, ONE, bits::setbit),
+    c("bitcount", -2, false, ONE, bits::bitcount),
+    c("bitpos", -3, false, ONE, bits::bitpos),
     // Keys.
     c("del", -2, true, ALL, keys::del),
     c("unlink", -2, true, ALL, keys::del),
@@ -152,10 +164,14 @@ const COMMANDS: &[Command] = &[
     c("ttl", 2, false, ONE, keys::ttl),
     c("pttl", 2, false, ONE, keys::pttl),
     c("type", 2, false, ONE, keys::type_of),
+    c("rename", 3, true, TWO, keys::rename),
+    c("renamenx", 3, true, TWO, keys::renamenx),
+    c("copy", -3, true, TWO, keys::copy),
     // The keyspace.
     c("dbsize", 1, false, NO, keyspace::dbsize),
     c("scan", -2, false, NO, keyspace::scan),
     c("keys", 2, false, NO, keyspace::keys),
+    c("randomkey", 1, false, NO, keyspace::randomkey),
     c("flushdb", -1, true, NO, keyspace::flushdb),
     c("flushall", -1, true, NO, keyspace::flushdb),
     // Procedures.
@@ -196,7 +212,18 @@ pub fn dispatch(s: &mut Session, args: &Args, out: &mut Out) {
         tx.queued.push(args.clone());
         return out.simple("QUEUED");
     }
-    (cmd.run)(s, args, out);
+    let run = cmd.run;
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(s, args, out)));
+    if ran.is_err() {
+        // A bug, not the client's fault: this connection ends (its reply may be half
+        // written), the event loop and its other connections go on.
+        tracing::error!(
+            command = cmd.name,
+            "command handler panicked; closing its connection"
+        );
+        out.error("ERR internal error in the farcache front end (see its log)");
+        s.quit = true;
+    }
 }
 
 /// Runs a command `EXEC` took from its queue (checked again: an `AUTH` queued

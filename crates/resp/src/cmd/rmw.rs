@@ -1,9 +1,6 @@
 //! Read-modify-write under the key's stripe lock: the command sees the value and its
 //! expiry, decides, and its write lands before any other command of this front end
 //! touches the key.
-
-use std::time::Duration;
-
 use farcache_store::{Entry, PutOptions};
 
 use crate::error::store_error_line;
@@ -11,11 +8,14 @@ use crate::session::Session;
 
 /// The expiry a rewrite gives its key.
 pub enum Ttl {
-    /// As the old value had it (`INCR`, `APPEND`, `SETRANGE`, `SET KEEPTTL`).
+    /// As the old value had it, to the millisecond (`INCR`, `APPEND`, `SETRANGE`,
+    /// `SET KEEPTTL`).
     Keep,
     /// None (`GETSET`, `PERSIST`).
     Clear,
-    Set(Duration),
+    /// At this Unix time in milliseconds (`PEXPIREAT`, and every expiry computed
+    /// once from the clock, so a slow write does not move it).
+    At(u64),
 }
 
 /// What a read-modify-write does to its key.
@@ -23,6 +23,13 @@ pub enum Change {
     None,
     Put(Vec<u8>, Ttl),
     Delete,
+}
+
+/// The expiry a rewrite keeps: the entry's own; one expiring right now is kept
+/// alive for the write, barely.
+pub fn keep_expiry(e: &Entry) -> Option<u64> {
+    let soon = u64::try_from(super::keys::now_ms()).unwrap_or(0) + 1;
+    e.expires_ms.map(|at| at.max(soon))
 }
 
 /// Runs `f` on `key`'s entry and applies its change; returns `f`'s answer or the
@@ -39,18 +46,10 @@ pub fn rmw<T>(
     match change {
         Change::None => {}
         Change::Put(value, ttl) => {
-            let ttl = match ttl {
-                Ttl::Keep => entry
-                    .as_ref()
-                    .and_then(Entry::ttl)
-                    // Expiring right now: keep it alive for the write, barely.
-                    .map(|d| d.max(Duration::from_millis(1))),
-                Ttl::Clear => None,
-                Ttl::Set(d) => Some(d),
-            };
-            let opts = PutOptions {
-                ttl,
-                ..PutOptions::default()
+            let opts = match ttl {
+                Ttl::Keep => PutOptions::expires_at(entry.as_ref().and_then(keep_expiry)),
+                Ttl::Clear => PutOptions::default(),
+                Ttl::At(ms) => PutOptions::expires_at(Some(ms)),
             };
             sh.store
                 .put_with(key, &value, opts)

@@ -30,7 +30,8 @@ pub fn get(s: &mut Session, a: &Args, out: &mut Out) {
 /// When a `SET` expires.
 enum Expiry {
     None,
-    In(Duration),
+    /// At this Unix time in milliseconds (computed once, from `EX`/`PX` too).
+    At(u64),
     /// An absolute time already past: the key is gone at once.
     Past,
     Keep,
@@ -73,17 +74,17 @@ fn parse_set(a: &Args) -> Result<SetArgs, String> {
                 if n <= 0 {
                     return Err("ERR invalid expire time in 'set' command".into());
                 }
-                let ms = match &opt[..] {
-                    b"ex" => n.checked_mul(1000),
-                    b"px" => Some(n),
-                    b"exat" => n.checked_mul(1000).map(|at| at - now_ms()),
-                    _ => Some(n - now_ms()),
+                let at = match &opt[..] {
+                    b"ex" => n.checked_mul(1000).and_then(|ms| ms.checked_add(now_ms())),
+                    b"px" => n.checked_add(now_ms()),
+                    b"exat" => n.checked_mul(1000),
+                    _ => Some(n),
                 }
                 .ok_or("ERR invalid expire time in 'set' command")?;
-                o.expiry = if ms <= 0 {
+                o.expiry = if at <= now_ms() {
                     Expiry::Past
                 } else {
-                    Expiry::In(Duration::from_millis(ms as u64))
+                    Expiry::At(at as u64)
                 };
                 i += 1;
             }
@@ -114,7 +115,7 @@ pub fn set(s: &mut Session, a: &Args, out: &mut Out) {
                 (false, _) => Change::None,
                 (true, Expiry::Past) => Change::Delete,
                 (true, Expiry::Keep) => Change::Put(value.to_vec(), Ttl::Keep),
-                (true, Expiry::In(d)) => Change::Put(value.to_vec(), Ttl::Set(*d)),
+                (true, Expiry::At(at)) => Change::Put(value.to_vec(), Ttl::At(*at)),
                 (true, Expiry::None) => Change::Put(value.to_vec(), Ttl::Clear),
             };
             Ok((change, (applies, prior)))
@@ -128,11 +129,12 @@ pub fn set(s: &mut Session, a: &Args, out: &mut Out) {
         return;
     }
     let opts = PutOptions {
-        ttl: match o.expiry {
-            Expiry::In(d) => Some(d),
+        expires_at_ms: match o.expiry {
+            Expiry::At(at) => Some(at),
             _ => None,
         },
         condition: o.cond,
+        ..PutOptions::default()
     };
     let r = {
         let _held = s.shared.lock_keys([key]);
@@ -147,8 +149,8 @@ pub fn set(s: &mut Session, a: &Args, out: &mut Out) {
 
 pub fn setnx(s: &mut Session, a: &Args, out: &mut Out) {
     let opts = PutOptions {
-        ttl: None,
         condition: Condition::IfAbsent,
+        ..PutOptions::default()
     };
     let r = {
         let _held = s.shared.lock_keys([&a[1]]);
@@ -387,7 +389,8 @@ pub fn msetnx(s: &mut Session, a: &Args, out: &mut Out) {
 pub fn getex(s: &mut Session, a: &Args, out: &mut Out) {
     enum To {
         Keep,
-        In(i64),
+        /// At this Unix time in milliseconds.
+        At(i64),
         Persist,
     }
     let bad = |out: &mut Out| out.error("ERR syntax error");
@@ -399,16 +402,16 @@ pub fn getex(s: &mut Session, a: &Args, out: &mut Out) {
                 Ok(n) => n,
                 Err(e) => return out.error(e),
             };
-            let ms = match &a[2].to_ascii_lowercase()[..] {
-                b"ex" => n.checked_mul(1000),
-                b"px" => Some(n),
-                b"exat" => n.checked_mul(1000).and_then(|t| t.checked_sub(now_ms())),
-                b"pxat" => n.checked_sub(now_ms()),
+            let at = match &a[2].to_ascii_lowercase()[..] {
+                b"ex" => n.checked_mul(1000).and_then(|ms| ms.checked_add(now_ms())),
+                b"px" => n.checked_add(now_ms()),
+                b"exat" => n.checked_mul(1000),
+                b"pxat" => Some(n),
                 _ => return bad(out),
             };
             let relative = a[2].len() == 2;
-            match ms {
-                Some(ms) if !(relative && n <= 0) => To::In(ms),
+            match at {
+                Some(at) if !(relative && n <= 0) => To::At(at),
                 _ => return out.error("ERR invalid expire time in 'getex' command"),
             }
         }
@@ -422,8 +425,8 @@ pub fn getex(s: &mut Session, a: &Args, out: &mut Out) {
             To::Keep => Change::None,
             To::Persist if e.expires_ms.is_none() => Change::None,
             To::Persist => Change::Put(e.value.to_vec(), Ttl::Clear),
-            To::In(ms) if ms <= 0 => Change::Delete,
-            To::In(ms) => Change::Put(e.value.to_vec(), Ttl::Set(Duration::from_millis(ms as u64))),
+            To::At(at) if at <= now_ms() => Change::Delete,
+            To::At(at) => Change::Put(e.value.to_vec(), Ttl::At(at as u64)),
         };
         Ok((change, Some(e.value.clone())))
     });
