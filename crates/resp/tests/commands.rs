@@ -533,6 +533,41 @@ fn bit_rename_and_copy_commands_answer_as_redis_does() {
     assert!(c.line("COPY dst x DB 1").is_err_starting("ERR DB index"));
     assert_eq!(c.line("RENAMENX dst fresh"), V::Int(1));
     assert_eq!(c.line("EXISTS dst fresh"), V::Int(1));
+    // LCS (the Redis docs' example).
+    assert_eq!(c.line("MSET key1 ohmytext key2 mynewtext"), V::ok());
+    assert_eq!(c.line("LCS key1 key2"), V::bulk(b"mytext"));
+    assert_eq!(c.line("LCS key1 key2 LEN"), V::Int(6));
+    let range = |a: i64, b: i64, c: i64, d: i64| {
+        V::Arr(vec![
+            V::Arr(vec![V::Int(a), V::Int(b)]),
+            V::Arr(vec![V::Int(c), V::Int(d)]),
+        ])
+    };
+    assert_eq!(
+        c.line("LCS key1 key2 IDX"),
+        V::Arr(vec![
+            V::bulk(b"matches"),
+            V::Arr(vec![range(4, 7, 5, 8), range(2, 3, 0, 1)]),
+            V::bulk(b"len"),
+            V::Int(6),
+        ])
+    );
+    let V::Arr(r) = c.line("LCS key1 key2 IDX MINMATCHLEN 4 WITHMATCHLEN") else {
+        panic!("LCS IDX")
+    };
+    assert_eq!(
+        r[1],
+        V::Arr(vec![V::Arr(vec![
+            V::Arr(vec![V::Int(4), V::Int(7)]),
+            V::Arr(vec![V::Int(5), V::Int(8)]),
+            V::Int(4)
+        ])])
+    );
+    assert!(
+        c.line("LCS key1 key2 LEN IDX")
+            .is_err_starting("ERR If you want both")
+    );
+    assert_eq!(c.line("LCS key1 nothere"), V::bulk(b""));
 }
 
 /// A big MSET, GET, DEL and EXISTS pipelined on one connection of a one-loop front

@@ -6,6 +6,7 @@ mod conn;
 mod fcall;
 mod keys;
 mod keyspace;
+mod lcs;
 mod rmw;
 
 pub(crate) use rmw::keep_expiry;
@@ -150,6 +151,7 @@ const COMMANDS: &[Command] = &[
     c("setbit", 4, true, ONE, bits::setbit),
     c("bitcount", -2, false, ONE, bits::bitcount),
     c("bitpos", -3, false, ONE, bits::bitpos),
+    c("lcs", -3, false, TWO, lcs::lcs),
     // Keys.
     c("del", -2, true, ALL, keys::del),
     c("unlink", -2, true, ALL, keys::del),
