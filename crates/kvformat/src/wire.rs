@@ -340,6 +340,10 @@ pub const LOOKUP_HEAD: usize = 1 + 2 + 8 + 8 + 8;
 /// `kv_get` modes.
 pub const MODE_VALUE: u8 = 0;
 pub const MODE_EXISTS: u8 = 1;
+/// The value preceded by the item's expiry (u64 LE, ms since the Unix epoch, 0 for
+/// none): a read-modify-write keeping the key's expiry in one round trip. A server
+/// that predates this mode answers as for `MODE_EXISTS` (no bytes after the head).
+pub const MODE_ENTRY: u8 = 2;
 
 /// A lookup of one key, invoked at its bucket's address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,14 +1,15 @@
 //! A key's value together with its expiry, for callers that must keep a TTL across a
 //! read-modify-write (Redis `INCR`, `SETRANGE`, `TTL`, and the store's own repair).
 //!
-//! Two round trips: `kv_find` for the key's slot, then a read of the item it names.
-//! The item's checksum and key are checked, so an item recycled in between is seen
-//! as such and the lookup runs again.
+//! One key ([`Store::entry`]): `kv_find` for the key's slot, then a read of the item
+//! it names, whose checksum and key are checked (an item recycled in between is seen
+//! as such and the lookup runs again). Many keys ([`Store::entries`]): one batched
+//! round trip of `kv_get` in its `MODE_ENTRY`, which answers value and expiry.
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use farcache_kvformat::wire::{self, FindReply};
+use farcache_kvformat::wire;
 use farcache_kvformat::{SlotWord, class, item};
 
 use crate::put::backoff;
@@ -60,70 +61,55 @@ impl Store {
         }))
     }
 
-    /// [`Store::entry`] of many keys in two round trips per server (their slots in
-    /// one batch, then their items in one), in `keys`' order. A key whose item
-    /// changed between the two, or that is erasure coded, is read alone.
+    /// [`Store::entry`] of many keys in one batched round trip (`kv_get` answering
+    /// each value with its expiry), in `keys`' order. A key that is erasure coded,
+    /// whose bucket was busy, or whose lookup failed is read alone.
     pub fn entries<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<Result<Option<Entry>>> {
-        let lay = self.inner.layout;
-        let cache = &self.inner.cache;
         let now = now_ms();
         let mut out: Vec<Option<Result<Option<Entry>>>> = keys.iter().map(|_| None).collect();
-        let mut b = cache.batch().with_capacity(keys.len());
+        let mut b = self.inner.cache.batch().with_capacity(keys.len());
         let mut args = Vec::new();
-        let mut finds = Vec::with_capacity(keys.len());
+        let mut ops = Vec::with_capacity(keys.len());
         for (i, k) in keys.iter().enumerate() {
             let k = k.as_ref();
             if let Err(e) = Self::check_key(k) {
                 out[i] = Some(Err(e));
-                finds.push(None);
+                ops.push(None);
                 continue;
             }
             let h = self.locate(k);
-            let op = self.push_lookup(&mut b, crate::store::Probe::Find, k, h, now, &mut args);
-            finds.push(Some((h, op)));
+            ops.push(Some(self.push_lookup(
+                &mut b,
+                crate::store::Probe::Entry,
+                k,
+                h,
+                now,
+                &mut args,
+            )));
         }
         let r = b.run();
-        let mut b = cache.batch().with_capacity(keys.len());
-        let mut reads = Vec::with_capacity(keys.len());
-        for (i, f) in finds.iter().enumerate() {
-            let Some((h, op)) = f else {
-                reads.push(None);
-                continue;
-            };
-            let found = r
-                .bytes(*op)
-                .ok()
-                .and_then(|raw| FindReply::decode(&raw).ok());
-            let read = match found {
-                Some(f) if f.status == wire::HIT && !f.expired => f.slot.and_then(|slot| {
-                    let word = SlotWord(f.words[usize::from(slot)]);
-                    let size = class::size(word.class())?;
-                    Some(b.read(lay.shard_base(h.shard) + word.offset(), u64::from(size)))
-                }),
-                Some(f) if f.status == wire::MISS || (f.status == wire::HIT && f.expired) => {
-                    out[i] = Some(Ok(None));
-                    None
-                }
-                // Busy, moved or failed: read alone below.
-                _ => None,
-            };
-            reads.push(read);
-        }
-        let r = b.run();
-        for (i, read) in reads.into_iter().enumerate() {
-            let Some(op) = read else { continue };
+        for (i, op) in ops.into_iter().enumerate() {
+            let Some(op) = op else { continue };
             let Ok(raw) = r.bytes(op) else { continue };
-            let Ok(it) = item::decode(&raw) else { continue };
-            if it.key != keys[i].as_ref()
-                || it.expired(now_ms())
-                || it.flags & item::FLAG_MANIFEST != 0
-            {
+            let Ok(g) = wire::GetReply::decode(&raw) else {
                 continue;
+            };
+            match g.status {
+                wire::MISS => out[i] = Some(Ok(None)),
+                wire::HIT
+                    if g.flags & item::FLAG_MANIFEST == 0 && raw.len() >= wire::GET_HEAD + 8 =>
+                {
+                    let mut at = [0u8; 8];
+                    at.copy_from_slice(&raw[wire::GET_HEAD..wire::GET_HEAD + 8]);
+                    let at = u64::from_le_bytes(at);
+                    out[i] = Some(Ok(Some(Entry {
+                        value: raw.slice(wire::GET_HEAD + 8..),
+                        expires_ms: (at != item::NO_EXPIRY).then_some(at),
+                    })));
+                }
+                // Erasure coded, busy, or a server without `MODE_ENTRY`: alone below.
+                _ => {}
             }
-            out[i] = Some(Ok(Some(Entry {
-                value: raw.slice_ref(it.value),
-                expires_ms: (it.expires_ms != item::NO_EXPIRY).then_some(it.expires_ms),
-            })));
         }
         out.into_iter()
             .zip(keys)

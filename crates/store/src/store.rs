@@ -92,6 +92,8 @@ pub(crate) enum Probe {
     Exists,
     /// The key's slot and its bucket (for a write).
     Find,
+    /// The value with its expiry, from the key's home (a read-modify-write).
+    Entry,
 }
 
 /// Opening and creating stores on a [`Client`].
@@ -320,6 +322,7 @@ impl Store {
             Probe::Value | Probe::Home => (wire::KV_GET, wire::MODE_VALUE),
             Probe::Exists => (wire::KV_GET, wire::MODE_EXISTS),
             Probe::Find => (wire::KV_FIND, wire::MODE_VALUE),
+            Probe::Entry => (wire::KV_GET, wire::MODE_ENTRY),
         };
         args.clear();
         Lookup {

@@ -283,7 +283,7 @@ impl Procedure for KvGet {
                         return missed(P, mem, m, ref_at, 1, addr, args).map(Some);
                     }
                     // `out` may already hold other replies: only this one counts.
-                    if wire::GET_HEAD + value.len() > crate::procedure::MAX_OUTPUT {
+                    if wire::GET_HEAD + 8 + value.len() > crate::procedure::MAX_OUTPUT {
                         return Err(SprocError::TooLarge {
                             proc: P,
                             limit: crate::procedure::MAX_OUTPUT,
@@ -301,8 +301,13 @@ impl Procedure for KvGet {
                             },
                         load,
                     ));
-                    if l.mode == wire::MODE_VALUE {
-                        out.extend_from_slice(value);
+                    match l.mode {
+                        wire::MODE_VALUE => out.extend_from_slice(value),
+                        wire::MODE_ENTRY => {
+                            out.extend_from_slice(&item.expires_ms.to_le_bytes());
+                            out.extend_from_slice(value);
+                        }
+                        _ => {}
                     }
                 }
                 Found::Miss => out.extend_from_slice(&wire::get_head(wire::MISS, 0, 0, 0, load)),
@@ -879,6 +884,18 @@ mod tests {
 
     /// Runs a one-key lookup procedure for `key`, whose home is bucket 0.
     fn run(p: &dyn Procedure, mem: &[u8], lay: &Layout, tag: u16, key: &[u8], now: u64) -> Vec<u8> {
+        run_mode(p, wire::MODE_VALUE, mem, lay, tag, key, now)
+    }
+
+    fn run_mode(
+        p: &dyn Procedure,
+        mode: u8,
+        mem: &[u8],
+        lay: &Layout,
+        tag: u16,
+        key: &[u8],
+        now: u64,
+    ) -> Vec<u8> {
         let m = VecMemory {
             bytes: mem,
             region_size: SHARD,
@@ -886,7 +903,7 @@ mod tests {
         };
         let mut args = Vec::new();
         Lookup {
-            mode: wire::MODE_VALUE,
+            mode,
             tag,
             now_ms: now,
             shard_base: 0,
@@ -987,6 +1004,11 @@ mod tests {
         let (mem, lay, tag) = image(b"key", b"value", 10);
         assert_eq!(get(&mem, &lay, tag, b"key", 9)[0], wire::HIT);
         assert_eq!(get(&mem, &lay, tag, b"key", 10)[0], MISS);
+        // MODE_ENTRY: the expiry, then the value.
+        let r = run_mode(&KvGet, wire::MODE_ENTRY, &mem, &lay, tag, b"key", 9);
+        assert_eq!(r[0], wire::HIT);
+        assert_eq!(&r[wire::GET_HEAD..wire::GET_HEAD + 8], &10u64.to_le_bytes());
+        assert_eq!(&r[wire::GET_HEAD + 8..], b"value");
     }
 
     #[test]
