@@ -19,6 +19,13 @@ const PIECE: u8 = b'P';
 const COPY: u8 = b'M';
 const HOT: u8 = b'H';
 
+/// Largest object a manifest may describe (Redis's value limit too). Readers size
+/// buffers from a manifest read out of the cache, which any read-write token holder
+/// can write: every size in it is bounded before anything is allocated.
+pub const MAX_LEN: u64 = 512 << 20;
+/// Most pieces one chunk may be cut into (real ones: a few hundred; one lookup each).
+pub const MAX_PIECES: u64 = 1 << 16;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Manifest {
     /// Distinguishes this put's pieces from any other put's of the same key.
@@ -104,9 +111,6 @@ impl Manifest {
         };
         let (data, parity) = (b[4], b[5]);
         let n = usize::from(data) + usize::from(parity);
-        if data == 0 {
-            return Err(bad("no data chunks".into()));
-        }
         let mut shards = Vec::with_capacity(n);
         let mut rest = &b[HEAD..];
         for c in 0..n {
@@ -142,10 +146,44 @@ impl Manifest {
             seq: u64_at(42),
             shards,
         };
-        if m.piece_len == 0 || m.chunk_len == 0 || m.chunk_len * u64::from(data) < m.len {
-            return Err(bad(format!("inconsistent sizes: {m:?}")));
-        }
+        m.check_sizes().map_err(bad)?;
         Ok(m)
+    }
+
+    /// Ok if the sizes are ones a writer produces: the value at most [`MAX_LEN`],
+    /// chunks just long enough for it (whole 64-byte words), at most [`MAX_PIECES`]
+    /// pieces per chunk.
+    pub fn check_sizes(&self) -> Result<(), String> {
+        let d = u64::from(self.data);
+        if d == 0 {
+            return Err("no data chunks".into());
+        }
+        if self.len > MAX_LEN {
+            return Err(format!(
+                "{} bytes: above the {MAX_LEN}-byte limit",
+                self.len
+            ));
+        }
+        let chunk = Self::chunk_len_for(self.len, self.data);
+        if self.chunk_len == 0 || self.chunk_len > chunk || self.chunk_len * d < self.len {
+            return Err(format!(
+                "chunk of {} bytes for {} bytes in {d} chunks (expected at most {chunk})",
+                self.chunk_len, self.len
+            ));
+        }
+        if self.piece_len == 0 || self.chunk_len.div_ceil(u64::from(self.piece_len)) > MAX_PIECES {
+            return Err(format!(
+                "pieces of {} bytes: more than {MAX_PIECES} per {}-byte chunk",
+                self.piece_len, self.chunk_len
+            ));
+        }
+        Ok(())
+    }
+
+    /// A chunk's length when `len` bytes are cut into `data` chunks: zero-padded to
+    /// whole 64-byte words (the erasure coder's unit), at least one word.
+    pub fn chunk_len_for(len: u64, data: u8) -> u64 {
+        len.div_ceil(u64::from(data.max(1))).div_ceil(64).max(1) * 64
     }
 }
 
@@ -236,5 +274,65 @@ mod tests {
             (Some(4), Some(&b"user"[..]))
         );
         assert_eq!(copy_owner(&k), None);
+    }
+
+    #[test]
+    fn sizes_a_reader_would_allocate_from_are_bounded() {
+        let ok = Manifest {
+            version: 1,
+            seq: 1,
+            len: MAX_LEN,
+            data: 4,
+            parity: 2,
+            chunk_len: Manifest::chunk_len_for(MAX_LEN, 4),
+            piece_len: 512 << 10,
+            checksum: 0,
+            shards: vec![vec![1]; 6],
+        };
+        assert_eq!(Manifest::decode(&ok.encode()), Ok(ok.clone()));
+        let forged = [
+            Manifest {
+                len: MAX_LEN + 1,
+                chunk_len: MAX_LEN,
+                ..ok.clone()
+            },
+            Manifest {
+                len: 10,
+                chunk_len: u64::MAX / 2,
+                ..ok.clone()
+            },
+            Manifest {
+                chunk_len: u64::MAX,
+                ..ok.clone()
+            },
+            Manifest {
+                len: u64::MAX,
+                chunk_len: u64::MAX / 3,
+                ..ok.clone()
+            },
+            Manifest {
+                piece_len: 1,
+                ..ok.clone()
+            },
+            Manifest {
+                piece_len: 0,
+                ..ok.clone()
+            },
+            Manifest {
+                chunk_len: 64,
+                ..ok.clone()
+            },
+            Manifest {
+                data: 0,
+                shards: vec![vec![1]; 2],
+                ..ok.clone()
+            },
+        ];
+        for m in forged {
+            assert!(Manifest::decode(&m.encode()).is_err(), "{m:?}");
+        }
+        assert_eq!(Manifest::chunk_len_for(0, 4), 64);
+        assert_eq!(Manifest::chunk_len_for(1000, 4), 256);
+        assert_eq!(Manifest::chunk_len_for(1 << 20, 0), 1 << 20);
     }
 }

@@ -21,7 +21,7 @@ use crate::{Result, StoreError};
 /// Bytes of pieces written per batch.
 const WRITE_GROUP: u64 = 8 << 20;
 /// Largest value a store takes (Redis's limit too).
-pub const MAX_VALUE: u64 = 512 << 20;
+pub const MAX_VALUE: u64 = manifest::MAX_LEN;
 /// Largest piece of a chunk.
 const MAX_PIECE: u64 = 512 << 10;
 /// Shards one chunk's pieces spread over (bounds the manifest's size).
@@ -159,7 +159,7 @@ impl Store {
                 limit: MAX_VALUE,
             });
         }
-        let chunk_len = len.div_ceil(d as u64).div_ceil(64).max(1) * 64;
+        let chunk_len = Manifest::chunk_len_for(len, d as u8);
         let piece_len = chunk_len.min(self.max_small_value().min(MAX_PIECE) / 64 * 64);
         if piece_len == 0 {
             return Err(StoreError::Options(
@@ -189,6 +189,10 @@ impl Store {
             checksum: manifest::checksum(value),
             shards,
         };
+        // Readers refuse a manifest with sizes out of bounds: never write one.
+        m.check_sizes().map_err(|e| {
+            StoreError::Options(format!("shards too small for a value this large: {e}"))
+        })?;
         let chunks = encode_stripes(&m, value)?;
         let pieces = PutSpec {
             guard: Guard::Cond(Condition::Always),

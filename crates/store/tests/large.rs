@@ -198,3 +198,83 @@ fn large_values_fit_clusters_smaller_than_their_coding() {
         }
     }
 }
+
+/// A read-write token holder can overwrite any bytes of the cache, a manifest
+/// included. A forged manifest announcing a huge object must come back as an error,
+/// not make the reader allocate without bound (and abort).
+#[test]
+fn a_forged_manifest_is_refused_before_anything_is_allocated() {
+    use farcache_kvformat::item;
+    use farcache_kvformat::manifest::Manifest;
+    let c = cluster();
+    let s = store(&c, "forged");
+    let key = b"victim";
+    s.put(key, &random(300 << 10, 9)).expect("put");
+    let m = s.manifest(key).expect("manifest").expect("coded");
+    let want = m.encode();
+    // Find the home item (key then manifest) by scanning the store's memory.
+    let cache = s.cache().clone();
+    let mut needle = key.to_vec();
+    needle.extend_from_slice(&want);
+    let step = 1u64 << 20;
+    let mut found = Vec::new();
+    let mut at = 0;
+    while at < cache.capacity() {
+        let len = step.min(cache.capacity() - at);
+        let b = cache.read(at, len).expect("read");
+        found.extend(
+            b.windows(needle.len())
+                .enumerate()
+                .filter(|(_, w)| *w == &needle[..])
+                .map(|(i, _)| at + i as u64 - item::HEADER as u64),
+        );
+        at += len;
+    }
+    assert!(!found.is_empty(), "the manifest item is in the cache");
+    let forged = [
+        Manifest {
+            len: u64::MAX,
+            chunk_len: u64::MAX / 2,
+            ..m.clone()
+        },
+        // Sizes the old check let through: a lookup batch of 2^45 pieces.
+        Manifest {
+            len: 1 << 62,
+            chunk_len: 1 << 61,
+            ..m.clone()
+        },
+        Manifest {
+            len: 8 << 30,
+            chunk_len: 4 << 30,
+            ..m.clone()
+        },
+        Manifest {
+            piece_len: 1,
+            ..m.clone()
+        },
+    ];
+    for f in forged {
+        let head = cache.read(found[0], item::HEADER as u64).expect("head");
+        let mut exp = [0u8; 8];
+        exp.copy_from_slice(&head[16..24]);
+        let mut it = Vec::new();
+        item::encode_into(
+            &mut it,
+            key,
+            &f.encode(),
+            u64::from_le_bytes(exp),
+            item::FLAG_MANIFEST,
+        );
+        for &a in &found {
+            cache.write(a, &it).expect("forge");
+        }
+        let got = s.get(key);
+        assert!(got.is_err(), "forged {f:?} gave {got:?}");
+    }
+    // The store goes on serving.
+    s.put(b"after", b"fine").expect("put after");
+    assert_eq!(&s.get(b"after").expect("get").expect("hit")[..], b"fine");
+    s.put(key, &random(200 << 10, 10))
+        .expect("overwrite the forged key");
+    assert_eq!(s.get(key).expect("get").expect("hit").len(), 200 << 10);
+}
