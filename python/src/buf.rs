@@ -2,6 +2,9 @@
 //! `memoryview`, numpy arrays and anything else exporting a C-contiguous buffer are
 //! used in place, with the GIL released while the network call runs.
 
+use std::borrow::Cow;
+
+use farcache_sharedmem::bytes as shared;
 use pyo3::buffer::PyUntypedBuffer;
 use pyo3::prelude::*;
 use pyo3::types::PyString;
@@ -15,6 +18,7 @@ pub struct Buf {
     _guard: PyUntypedBuffer,
     ptr: usize,
     len: usize,
+    readonly: bool,
 }
 
 impl Buf {
@@ -37,10 +41,12 @@ impl Buf {
         }
         let ptr = guard.buf_ptr() as usize;
         let len = guard.len_bytes();
+        let readonly = guard.readonly();
         Ok(Self {
             _guard: guard,
             ptr,
             len,
+            readonly,
         })
     }
 
@@ -61,42 +67,58 @@ impl Buf {
         View {
             ptr: self.ptr,
             len: self.len,
+            readonly: self.readonly,
         }
     }
 }
 
 /// The address and length of a [`Buf`]; valid while the `Buf` lives.
+///
+/// A writable buffer may be written by another thread while the GIL is released
+/// (numpy does), so it is never seen as a Rust slice: that would be a data race.
+/// Its bytes are copied with atomic word accesses instead (`farcache_sharedmem`),
+/// and what a racing writer leaves is unspecified, but never unsafe.
 #[derive(Clone, Copy)]
 pub struct View {
     ptr: usize,
     len: usize,
+    readonly: bool,
 }
 
 impl View {
+    /// The bytes: borrowed from a read-only export (nobody may write it while it
+    /// is exported), copied from a writable one.
+    ///
     /// # Safety
-    /// The `Buf` this came from must outlive the slice. Python code in another thread
-    /// may write the buffer meanwhile (as with any extension that releases the GIL
-    /// around a buffer, e.g. numpy); the bytes sent are then unspecified, not unsafe
-    /// for this process's memory.
-    pub unsafe fn bytes<'a>(self) -> &'a [u8] {
+    /// The `Buf` this came from must outlive the result.
+    pub unsafe fn bytes<'a>(self) -> Cow<'a, [u8]> {
         if self.len == 0 {
-            return &[];
+            return Cow::Borrowed(&[]);
         }
-        // SAFETY: the exporter guarantees `len` readable bytes at `ptr` while the
-        // export (the `Buf`) is held, and the caller keeps it.
-        unsafe { std::slice::from_raw_parts(self.ptr as *const u8, self.len) }
+        if self.readonly {
+            // SAFETY: the exporter guarantees `len` readable bytes at `ptr` while
+            // the export is held (the caller keeps it), and a read-only export is
+            // not written meanwhile.
+            return Cow::Borrowed(unsafe {
+                std::slice::from_raw_parts(self.ptr as *const u8, self.len)
+            });
+        }
+        // SAFETY: `len` readable bytes at `ptr`, held by the caller; racing writers
+        // are other threads' atomic or foreign (C) accesses.
+        Cow::Owned(unsafe { shared::to_vec(self.ptr as *const u8, self.len) })
     }
 
+    /// Copies `src` into the buffer at byte `at`; false if it does not fit.
+    ///
     /// # Safety
-    /// As [`View::bytes`], on a buffer checked writable, and no other slice of it
-    /// alive in this call.
-    #[allow(clippy::mut_from_ref)]
-    pub unsafe fn bytes_mut<'a>(self) -> &'a mut [u8] {
-        if self.len == 0 {
-            return &mut [];
+    /// The view must come from [`Buf::writable`], and its `Buf` still be alive.
+    pub unsafe fn fill(self, at: usize, src: &[u8]) -> bool {
+        if at > self.len || src.len() > self.len - at {
+            return false;
         }
-        // SAFETY: a writable export of `len` bytes, held by the caller.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr as *mut u8, self.len) }
+        // SAFETY: inside a writable export held by the caller (checked above).
+        unsafe { shared::store((self.ptr as *mut u8).add(at), src) };
+        true
     }
 }
 
@@ -114,7 +136,7 @@ pub fn key(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
     }
     let b = Buf::readable(obj)?;
     // SAFETY: `b` lives until the copy is made.
-    Ok(unsafe { b.view().bytes() }.to_vec())
+    Ok(unsafe { b.view().bytes() }.into_owned())
 }
 
 /// A value: `str` (as UTF-8) or any bytes-like object, copied.

@@ -124,15 +124,13 @@ impl Cache {
         let n = buf.len();
         py.detach(|| -> Result<(), Error> {
             let data = self.inner.read(addr, n as u64)?;
-            // SAFETY: `buf` outlives this closure; the only slice of it made here.
-            let dst = unsafe { view.bytes_mut() };
-            if data.len() != dst.len() {
+            // SAFETY: `buf` is writable and outlives this closure.
+            if data.len() != n || !unsafe { view.fill(0, &data) } {
                 return Err(Error::new(
                     "ProtocolError",
-                    format!("asked {} bytes, got {}", dst.len(), data.len()),
+                    format!("asked {n} bytes, got {}", data.len()),
                 ));
             }
-            dst.copy_from_slice(&data);
             Ok(())
         })?;
         Ok(n)
@@ -144,7 +142,7 @@ impl Cache {
         let view = buf.view();
         py.detach(|| {
             // SAFETY: `buf` outlives this closure.
-            self.inner.write(addr, unsafe { view.bytes() })
+            self.inner.write(addr, &unsafe { view.bytes() })
         })
         .map_err(Error::from)?;
         Ok(())
@@ -181,7 +179,7 @@ impl Cache {
             .detach(|| {
                 // SAFETY: `buf` outlives this closure.
                 let a = view.map(|v| unsafe { v.bytes() }).unwrap_or_default();
-                self.inner.execute(proc, addr, a)
+                self.inner.execute(proc, addr, &a)
             })
             .map_err(Error::from)?;
         Ok(PyBytes::new(py, &out))
@@ -193,7 +191,7 @@ impl Cache {
         let view = buf.view();
         py.detach(|| {
             // SAFETY: `buf` outlives this closure.
-            self.inner.register(name, unsafe { view.bytes() })
+            self.inner.register(name, &unsafe { view.bytes() })
         })
         .map_err(Error::from)?;
         Ok(())
@@ -242,14 +240,13 @@ impl Cache {
             if let Some(v) = view
                 && length > 0
             {
-                // SAFETY: `out` outlives this closure; the only slice of it made here.
-                let dst = unsafe { v.bytes_mut() };
-                for (i, chunk) in dst
-                    .chunks_exact_mut(length as usize)
-                    .take(addrs.len())
-                    .enumerate()
-                {
-                    chunk.copy_from_slice(r.data(i)?);
+                let length = length as usize;
+                for i in 0..addrs.len() {
+                    // SAFETY: `out` is writable (checked long enough above) and
+                    // outlives this closure.
+                    if !unsafe { v.fill(i * length, r.data(i)?) } {
+                        return Err(Error::new("ProtocolError", "reply longer than asked"));
+                    }
                 }
             }
             Ok(r)
@@ -339,7 +336,7 @@ impl Batch {
         let buf = Buf::readable(data)?;
         // SAFETY: `buf` lives until the batch has copied the bytes.
         let d = unsafe { buf.view().bytes() };
-        self.with(|b| b.write(addr, d))
+        self.with(|b| b.write(addr, &d))
     }
 
     fn cas(&self, addr: u64, expected: u64, new: u64) -> PyResult<usize> {
@@ -359,7 +356,7 @@ impl Batch {
             .as_ref()
             .map(|b| unsafe { b.view().bytes() })
             .unwrap_or_default();
-        self.with(|b| b.execute(proc, addr, a))
+        self.with(|b| b.execute(proc, addr, &a))
     }
 
     fn __len__(&self) -> usize {

@@ -106,11 +106,11 @@ impl Store {
             .detach(|| {
                 // SAFETY: `v` outlives this closure.
                 let val = match (&copied, view) {
-                    (Some(c), _) => c.as_slice(),
+                    (Some(c), _) => std::borrow::Cow::Borrowed(c.as_slice()),
                     (None, Some(view)) => unsafe { view.bytes() },
-                    (None, None) => &[],
+                    (None, None) => std::borrow::Cow::Borrowed(&[][..]),
                 };
-                self.inner.put_with(&k, val, opts)
+                self.inner.put_with(&k, &val, opts)
             })
             .map_err(Error::from)?)
     }

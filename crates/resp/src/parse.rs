@@ -10,6 +10,53 @@ pub const MAX_ARGS: usize = 1 << 20;
 /// Longest inline command or header line.
 pub const MAX_INLINE: usize = 64 << 10;
 
+/// What one connection may send, by whether it has authenticated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Most elements of a multibulk.
+    pub max_args: usize,
+    /// Longest bulk string.
+    pub max_bulk: usize,
+    /// Longest inline command or header line.
+    pub max_inline: usize,
+    /// Most unparsed bytes the connection may hold (enforced by the event loop).
+    pub max_query: usize,
+}
+
+impl Limits {
+    /// After `AUTH` (or when none is required): Redis's limits.
+    pub const AUTHENTICATED: Self = Self {
+        max_args: MAX_ARGS,
+        max_bulk: MAX_BULK,
+        max_inline: MAX_INLINE,
+        max_query: 1 << 30,
+    };
+
+    /// Before `AUTH`: Redis 7's 10 elements and 16 KiB bulks; the 16 KiB lines and
+    /// 512 KiB buffer are ours. A stranger cannot make a connection hold more.
+    pub const UNAUTHENTICATED: Self = Self {
+        max_args: 10,
+        max_bulk: 16 << 10,
+        max_inline: 16 << 10,
+        max_query: 512 << 10,
+    };
+
+    pub fn new(authenticated: bool) -> Self {
+        if authenticated {
+            Self::AUTHENTICATED
+        } else {
+            Self::UNAUTHENTICATED
+        }
+    }
+}
+
+// The query cap must hold the largest frame the pre-auth limits admit, or a valid
+// frame could never complete.
+const _: () = {
+    let u = Limits::UNAUTHENTICATED;
+    assert!(u.max_query > (u.max_args + 1) * (u.max_inline + 2 + u.max_bulk + 2));
+};
+
 /// A request that can never become valid: the connection is answered and closed,
 /// as Redis does.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -21,27 +68,34 @@ pub type Args = Vec<Bytes>;
 
 /// Takes the next complete command off `buf`; `Ok(None)` when more bytes are needed
 /// (nothing is consumed then). An empty inline line is skipped, as Redis does.
-pub fn next_command(buf: &mut BytesMut) -> Result<Option<Args>, ProtocolError> {
+/// Lengths are checked against `limits` as soon as their header line is in, before
+/// the bytes they announce.
+pub fn next_command(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Args>, ProtocolError> {
     loop {
         let Some(&first) = buf.first() else {
             return Ok(None);
         };
         if first == b'*' {
-            return multibulk(buf);
+            return multibulk(buf, limits);
         }
-        match inline(buf)? {
+        match inline(buf, limits)? {
             Some(args) if args.is_empty() => continue,
             other => return Ok(other),
         }
     }
 }
 
-/// Position of the `\r\n` ending the line starting at `from`, within the limit.
-fn line_end(buf: &[u8], from: usize, what: &str) -> Result<Option<usize>, ProtocolError> {
-    let window = &buf[from..buf.len().min(from + MAX_INLINE + 2)];
+/// Position of the `\r\n` ending the line starting at `from`, within `max`.
+fn line_end(
+    buf: &[u8],
+    from: usize,
+    max: usize,
+    what: &str,
+) -> Result<Option<usize>, ProtocolError> {
+    let window = &buf[from..buf.len().min(from + max + 2)];
     match window.windows(2).position(|w| w == b"\r\n") {
         Some(i) => Ok(Some(from + i)),
-        None if window.len() >= MAX_INLINE + 2 => Err(ProtocolError(format!("too big {what}"))),
+        None if window.len() >= max + 2 => Err(ProtocolError(format!("too big {what}"))),
         None => Ok(None),
     }
 }
@@ -53,22 +107,28 @@ fn number(line: &[u8], what: &str) -> Result<i64, ProtocolError> {
         .ok_or_else(|| ProtocolError(format!("invalid {what}")))
 }
 
-fn multibulk(buf: &mut BytesMut) -> Result<Option<Args>, ProtocolError> {
-    let Some(end) = line_end(buf, 0, "mbulk count string")? else {
+fn multibulk(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Args>, ProtocolError> {
+    let Some(end) = line_end(buf, 0, limits.max_inline, "mbulk count string")? else {
         return Ok(None);
     };
     let n = number(&buf[1..end], "multibulk length")?;
+    // Checked in Redis's order: the absolute limit, then the one before AUTH (the
+    // only limits stricter than Redis's own).
     if n > MAX_ARGS as i64 {
         return Err(ProtocolError("invalid multibulk length".into()));
+    }
+    if n > limits.max_args as i64 {
+        return Err(ProtocolError("unauthenticated multibulk length".into()));
     }
     if n <= 0 {
         // `*0` and `*-1` are no command at all.
         buf.advance(end + 2);
         return Ok(Some(Vec::new()));
     }
-    // Walk the elements without consuming until all are here.
+    // Walk the elements without consuming until all are here. The count is the
+    // peer's word: reserve for what a small frame needs, grow with what arrives.
     let mut at = end + 2;
-    let mut spans = Vec::with_capacity(n as usize);
+    let mut spans = Vec::with_capacity((n as usize).min(64));
     for _ in 0..n {
         if at >= buf.len() {
             return Ok(None);
@@ -79,12 +139,15 @@ fn multibulk(buf: &mut BytesMut) -> Result<Option<Args>, ProtocolError> {
                 char::from(buf[at]).escape_default()
             )));
         }
-        let Some(e) = line_end(buf, at, "bulk count string")? else {
+        let Some(e) = line_end(buf, at, limits.max_inline, "bulk count string")? else {
             return Ok(None);
         };
         let len = number(&buf[at + 1..e], "bulk length")?;
         if len < 0 || len as usize > MAX_BULK {
             return Err(ProtocolError("invalid bulk length".into()));
+        }
+        if len as usize > limits.max_bulk {
+            return Err(ProtocolError("unauthenticated bulk length".into()));
         }
         let start = e + 2;
         let stop = start + len as usize;
@@ -103,11 +166,11 @@ fn multibulk(buf: &mut BytesMut) -> Result<Option<Args>, ProtocolError> {
     ))
 }
 
-fn inline(buf: &mut BytesMut) -> Result<Option<Args>, ProtocolError> {
+fn inline(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Args>, ProtocolError> {
     // Inline commands may end with a bare `\n` (netcat, telnet in some modes).
-    let window = &buf[..buf.len().min(MAX_INLINE + 1)];
+    let window = &buf[..buf.len().min(limits.max_inline + 1)];
     let Some(nl) = window.iter().position(|&c| c == b'\n') else {
-        if window.len() > MAX_INLINE {
+        if window.len() > limits.max_inline {
             return Err(ProtocolError("too big inline request".into()));
         }
         return Ok(None);
@@ -205,7 +268,7 @@ mod tests {
     fn parse_all(input: &[u8]) -> Result<Vec<Args>, ProtocolError> {
         let mut buf = BytesMut::from(input);
         let mut out = Vec::new();
-        while let Some(a) = next_command(&mut buf)? {
+        while let Some(a) = next_command(&mut buf, &Limits::AUTHENTICATED)? {
             out.push(a);
         }
         Ok(out)
@@ -228,7 +291,11 @@ mod tests {
         let full = b"*2\r\n$3\r\nGET\r\n$5\r\nhello\r\n";
         for cut in 0..full.len() {
             let mut buf = BytesMut::from(&full[..cut]);
-            assert_eq!(next_command(&mut buf), Ok(None), "cut at {cut}");
+            assert_eq!(
+                next_command(&mut buf, &Limits::AUTHENTICATED),
+                Ok(None),
+                "cut at {cut}"
+            );
             assert_eq!(buf.len(), cut);
         }
     }
@@ -252,6 +319,45 @@ mod tests {
         ] {
             assert!(parse_all(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn unauthenticated_limits_refuse_at_the_header() {
+        let u = Limits::UNAUTHENTICATED;
+        let refuse = |input: &[u8], msg: &str| {
+            let mut buf = BytesMut::from(input);
+            assert_eq!(
+                next_command(&mut buf, &u),
+                Err(ProtocolError(msg.into())),
+                "{input:?}"
+            );
+        };
+        // No body needed: the header alone is refused.
+        refuse(b"*11\r\n", "unauthenticated multibulk length");
+        refuse(b"*1\r\n$16385\r\n", "unauthenticated bulk length");
+        refuse(b"*99999999999\r\n", "invalid multibulk length");
+        refuse(&[b'a'; (16 << 10) + 1], "too big inline request");
+        refuse(&[b'*'; (16 << 10) + 2], "too big mbulk count string");
+        // At the limits: accepted.
+        let mut ten = b"*10\r\n".to_vec();
+        for _ in 0..10 {
+            ten.extend_from_slice(b"$1\r\nx\r\n");
+        }
+        let mut buf = BytesMut::from(&ten[..]);
+        assert_eq!(
+            next_command(&mut buf, &u).map(|a| a.map(|a| a.len())),
+            Ok(Some(10))
+        );
+        let mut big = b"*1\r\n$16384\r\n".to_vec();
+        big.extend(std::iter::repeat_n(b'v', 16384));
+        big.extend_from_slice(b"\r\n");
+        let mut buf = BytesMut::from(&big[..]);
+        assert!(matches!(next_command(&mut buf, &u), Ok(Some(a)) if a[0].len() == 16384));
+        // The same frames pass once authenticated.
+        let mut buf = BytesMut::from(&b"*11\r\n"[..]);
+        assert_eq!(next_command(&mut buf, &Limits::AUTHENTICATED), Ok(None));
+        let mut buf = BytesMut::from(&b"*1\r\n$16385\r\n"[..]);
+        assert_eq!(next_command(&mut buf, &Limits::AUTHENTICATED), Ok(None));
     }
 
     #[test]

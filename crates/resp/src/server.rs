@@ -24,7 +24,14 @@ pub struct FrontendConfig {
     pub max_clients: usize,
     /// Event-loop threads (connections are spread over them).
     pub threads: usize,
+    /// A connection that has not authenticated this long after it was accepted is
+    /// closed (only when `auth` requires `AUTH`; `Duration::MAX`: never).
+    pub auth_timeout: Duration,
 }
+
+/// The core server's handshake timeout (`farcache_net::GuardConfig`), so a stranger
+/// holds a front end's connection no longer than a server's.
+pub const AUTH_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl FrontendConfig {
     pub fn new(listen: impl Into<String>, auth: AuthPolicy) -> Self {
@@ -33,6 +40,7 @@ impl FrontendConfig {
             auth,
             max_clients: 1024,
             threads: 1,
+            auth_timeout: AUTH_TIMEOUT,
         }
     }
 }
@@ -63,7 +71,7 @@ impl Frontend {
         let pool = crate::offload::start(cfg.threads.max(2), pending)?;
         for i in 0..cfg.threads.max(1) {
             let (tx, rx) = std::sync::mpsc::channel();
-            let (w, waker) = Worker::new(shared.clone(), rx, jobs.clone())?;
+            let (w, waker) = Worker::new(shared.clone(), rx, jobs.clone(), cfg.auth_timeout)?;
             workers.push(
                 std::thread::Builder::new()
                     .name(format!("resp-worker-{i}"))

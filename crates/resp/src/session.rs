@@ -50,14 +50,21 @@ impl Session {
         }
     }
 
+    /// Whether the connection may run commands: it authenticated, or the front end
+    /// needs no `AUTH` (then it starts so). Until then the parser's limits are small.
+    pub fn authenticated(&self) -> bool {
+        self.access.is_some()
+    }
+
     /// Stands in for this session while a command of its connection runs on the
-    /// offload pool (nothing reads it meanwhile: the connection is busy).
+    /// offload pool (nothing reads it meanwhile: the connection is busy). It keeps
+    /// the access, so the auth timeout does not take a busy connection for a stranger.
     pub fn placeholder(&self) -> Self {
         Self {
             shared: self.shared.clone(),
             id: 0,
             proto: self.proto,
-            access: None,
+            access: self.access,
             name: None,
             quit: false,
             tx: None,

@@ -33,6 +33,9 @@ pub struct Shared {
     pub round_store_us: AtomicU64,
     /// Commands run on the offload pool (`INFO stats`: `offloaded_commands`).
     pub offloaded: AtomicU64,
+    /// Connections closed before authenticating: a frame past the pre-auth limits
+    /// (or malformed), or no `AUTH` in time (`INFO stats`: `rejected_unauthenticated`).
+    pub rejected_unauthenticated: AtomicU64,
     stripes: Box<[Mutex<()>]>,
     /// One version per stripe (see [`Shared::version`]).
     versions: Box<[AtomicU64]>,
@@ -58,6 +61,7 @@ impl Shared {
             round_ops: AtomicU64::new(0),
             round_store_us: AtomicU64::new(0),
             offloaded: AtomicU64::new(0),
+            rejected_unauthenticated: AtomicU64::new(0),
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             versions: (0..STRIPES).map(|_| AtomicU64::new(0)).collect(),
             stop: AtomicBool::new(false),

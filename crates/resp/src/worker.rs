@@ -7,13 +7,18 @@
 //! not fifty; each connection's replies stay in its command order. Commands too
 //! big for a turn go to the offload pool ([`crate::offload`]) and their connection
 //! waits for them.
+//!
+//! Before a connection authenticates (when `AUTH` is required) it is parsed with
+//! [`Limits::UNAUTHENTICATED`], one command at a time (the next waits until that one
+//! ran, since it may be the `AUTH` that lifts them), and is closed if it has not
+//! authenticated within the front end's `auth_timeout`.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{ErrorKind, Read, Write};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, Sender};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use mio::net::TcpStream;
@@ -23,7 +28,7 @@ use slab::Slab;
 use crate::cmd;
 use crate::error::store_error_line;
 use crate::offload::{Done, Job};
-use crate::parse::{Args, ProtocolError, next_command};
+use crate::parse::{Args, Limits, ProtocolError, next_command};
 use crate::reply::Out;
 use crate::session::Session;
 use crate::shared::Shared;
@@ -34,15 +39,21 @@ const READ_BUDGET: usize = 1 << 20;
 /// Past this many unsent reply bytes a connection is not read until it drains.
 const OUT_HIGH: usize = 16 << 20;
 const SCRATCH: usize = 64 << 10;
-/// Unparsed bytes a connection may hold (Redis's `client-query-buffer-limit`):
-/// past it the connection is answered with a protocol error and closed.
-const MAX_QUERY: usize = 1 << 30;
+/// Longest the loop sleeps with nothing to do.
+const IDLE_WAIT: Duration = Duration::from_millis(500);
 
 struct Conn {
     stream: TcpStream,
     s: Session,
+    accepted: Instant,
+    /// Unparsed bytes. Reading stops at [`Limits::max_query`] (Redis's
+    /// `client-query-buffer-limit`); if no frame completes within it, a protocol
+    /// error and close.
     inbuf: BytesMut,
     queue: VecDeque<Args>,
+    /// Parsing stopped behind a command of an unauthenticated connection: the rest
+    /// of `inbuf` is parsed once it ran.
+    held: bool,
     out: Vec<u8>,
     /// Bytes of `out` already sent.
     sent: usize,
@@ -92,6 +103,10 @@ pub struct Worker {
     done_tx: Sender<Done>,
     done_rx: Receiver<Done>,
     waker: Arc<Waker>,
+    auth_timeout: Duration,
+    /// The earliest auth deadline of a connection not yet authenticated (when to
+    /// sweep next).
+    next_sweep: Option<Instant>,
 }
 
 impl Worker {
@@ -99,6 +114,7 @@ impl Worker {
         shared: Arc<Shared>,
         incoming: Receiver<std::net::TcpStream>,
         offload: Sender<Job>,
+        auth_timeout: Duration,
     ) -> std::io::Result<(Self, Arc<Waker>)> {
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
@@ -115,6 +131,8 @@ impl Worker {
                 done_tx,
                 done_rx,
                 waker: waker.clone(),
+                auth_timeout,
+                next_sweep: None,
             },
             waker,
         ))
@@ -127,7 +145,9 @@ impl Worker {
                 return;
             }
             let wait = if self.again.is_empty() {
-                Duration::from_millis(500)
+                self.next_sweep.map_or(IDLE_WAIT, |t| {
+                    t.saturating_duration_since(Instant::now()).min(IDLE_WAIT)
+                })
             } else {
                 Duration::ZERO
             };
@@ -151,6 +171,39 @@ impl Worker {
             }
             self.rounds();
             self.flush_all();
+            self.sweep(Instant::now());
+        }
+    }
+
+    /// Closes the connections whose auth deadline passed, if one may have.
+    fn sweep(&mut self, now: Instant) {
+        if self.next_sweep.is_none_or(|t| now < t) {
+            return;
+        }
+        self.next_sweep = None;
+        let mut expired = Vec::new();
+        for (id, c) in self.conns.iter() {
+            if c.s.authenticated() {
+                continue;
+            }
+            match c.accepted.checked_add(self.auth_timeout) {
+                Some(t) if t <= now => expired.push(id),
+                Some(t) => self.next_sweep = Some(self.next_sweep.map_or(t, |n| n.min(t))),
+                None => {}
+            }
+        }
+        for id in expired {
+            if let Some(c) = self.conns.get(id) {
+                tracing::debug!(
+                    peer = ?c.stream.peer_addr().ok(),
+                    timeout = ?self.auth_timeout,
+                    "RESP connection closed: no AUTH in time"
+                );
+            }
+            self.shared
+                .rejected_unauthenticated
+                .fetch_add(1, Ordering::Relaxed);
+            self.close(id);
         }
     }
 
@@ -173,11 +226,20 @@ impl Worker {
                 self.shared.connected.fetch_sub(1, Ordering::SeqCst);
                 continue;
             }
+            let s = Session::new(self.shared.clone());
+            let accepted = Instant::now();
+            if !s.authenticated()
+                && let Some(t) = accepted.checked_add(self.auth_timeout)
+            {
+                self.next_sweep = Some(self.next_sweep.map_or(t, |n| n.min(t)));
+            }
             entry.insert(Conn {
                 stream,
-                s: Session::new(self.shared.clone()),
+                s,
+                accepted,
                 inbuf: BytesMut::with_capacity(SCRATCH),
                 queue: VecDeque::new(),
+                held: false,
                 out: Vec::new(),
                 sent: 0,
                 closing: false,
@@ -246,16 +308,23 @@ impl Worker {
         let Some(c) = self.conns.get_mut(id) else {
             return;
         };
-        if c.closing {
-            return;
-        }
         if c.busy.is_some() || c.out.len() - c.sent > OUT_HIGH {
             // Read again once the replies drain.
             c.read_paused = true;
             return;
         }
+        let authenticated = c.s.authenticated();
+        let limits = Limits::new(authenticated);
         let mut got = 0;
-        while got < READ_BUDGET {
+        // The socket may hold more than was read (no `WouldBlock` seen).
+        let mut more = false;
+        while !c.closing {
+            // Stop at the query cap: the rest waits in the socket (before AUTH the
+            // cap is small, so a stranger is held to a few hundred KiB).
+            if got >= READ_BUDGET || c.inbuf.len() >= limits.max_query {
+                more = true;
+                break;
+            }
             match c.stream.read(&mut self.scratch) {
                 Ok(0) => {
                     c.closing = true;
@@ -273,8 +342,15 @@ impl Worker {
                 }
             }
         }
+        c.held = false;
+        let mut refused = None;
         loop {
-            match next_command(&mut c.inbuf) {
+            if !authenticated && !c.queue.is_empty() {
+                // The queued command may be the AUTH that lifts the limits.
+                c.held = !c.inbuf.is_empty();
+                break;
+            }
+            match next_command(&mut c.inbuf, &limits) {
                 Ok(Some(a)) if a.is_empty() => {}
                 Ok(Some(a)) => {
                     self.shared.commands.fetch_add(1, Ordering::Relaxed);
@@ -282,21 +358,39 @@ impl Worker {
                 }
                 Ok(None) => break,
                 Err(e) => {
-                    c.protocol_error = Some(e);
-                    c.closing = true;
+                    refused = Some(e);
                     break;
                 }
             }
         }
-        if c.inbuf.len() > MAX_QUERY && c.protocol_error.is_none() {
-            c.protocol_error = Some(ProtocolError(format!(
-                "client query buffer above {} MiB",
-                MAX_QUERY >> 20
-            )));
+        // Nothing held back and still at the cap: no frame can complete within it.
+        if refused.is_none() && !c.held && c.inbuf.len() >= limits.max_query {
+            refused = Some(ProtocolError(if authenticated {
+                format!("client query buffer above {} MiB", limits.max_query >> 20)
+            } else {
+                format!(
+                    "unauthenticated query buffer above {} KiB",
+                    limits.max_query >> 10
+                )
+            }));
+        }
+        if let Some(e) = refused {
+            if !authenticated {
+                tracing::debug!(
+                    peer = ?c.stream.peer_addr().ok(),
+                    error = %e,
+                    "RESP connection closed before AUTH"
+                );
+                self.shared
+                    .rejected_unauthenticated
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            c.protocol_error = Some(e);
             c.closing = true;
+            c.held = false;
             c.inbuf = BytesMut::new();
         }
-        if got >= READ_BUDGET && !c.closing {
+        if c.held || (more && !c.closing) {
             // More may be waiting; edge-triggered polling will not say so again.
             self.again.push(id);
         }
@@ -649,7 +743,10 @@ impl Worker {
                 }
             }
             let done = broken
-                || (drained && c.busy.is_none() && c.queue.is_empty() && (c.closing || c.s.quit));
+                || (drained
+                    && c.busy.is_none()
+                    && c.queue.is_empty()
+                    && (c.s.quit || (c.closing && !c.held)));
             if done {
                 self.close(id);
                 continue;

@@ -1,10 +1,12 @@
 //! One region of cache memory: a page-aligned anonymous mapping.
 //!
 //! Bytes are accessed through raw pointers by many worker threads at once. Concurrent
-//! overlapping plain writes from different clients have no defined interleaving (as
-//! with RDMA); 8-byte atomics are linearizable among themselves. Every access checks
-//! its own bounds (one compare next to a memcpy), so no caller can reach outside the
-//! mapping.
+//! overlapping writes from different clients have no defined interleaving (as with
+//! RDMA); 8-byte atomics are linearizable among themselves. Every access is atomic
+//! at the level of aligned 8-byte words (`farcache_sharedmem::words`), so racing
+//! copies, compare-and-swaps and fetch-adds are not data races in Rust's memory
+//! model. Every access checks its own bounds, so no caller can reach outside the
+//! mapping (rounded up to whole words, so a range's covering words are inside it).
 //!
 //! Memory is never reused between regions: a new region is a new anonymous mapping,
 //! which the kernel hands out zeroed, and a dropped region is unmapped. So bytes a
@@ -12,6 +14,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use farcache_sharedmem::words;
 use memmap2::MmapMut;
 
 use crate::error::StoreError;
@@ -27,8 +30,8 @@ pub struct Region {
     ack_last: AtomicU64,
 }
 
-// SAFETY: the mapping lives as long as the Region; access is through raw pointers with
-// the cache's documented (RDMA-like) semantics, and atomics use aligned AtomicU64.
+// SAFETY: the mapping lives as long as the Region; every access to it is an atomic
+// access to aligned 8-byte words (relaxed copies, or AcqRel read-modify-writes).
 unsafe impl Send for Region {}
 unsafe impl Sync for Region {}
 
@@ -37,7 +40,9 @@ const PAGE: usize = 4096;
 impl Region {
     pub fn new(len: u64) -> Result<Self, StoreError> {
         let len = usize::try_from(len).map_err(|_| StoreError::Map("region too large".into()))?;
-        let mut map = MmapMut::map_anon(len).map_err(|e| StoreError::Map(e.to_string()))?;
+        // Whole words: a copy touches every word its range overlaps.
+        let mut map = MmapMut::map_anon(len.next_multiple_of(8).max(8))
+            .map_err(|e| StoreError::Map(e.to_string()))?;
         // Cache lookups land anywhere in a region: 2 MiB pages spare most of the TLB
         // misses (a keyed store's GETs ran ~1.6x faster). Only a hint: kernels
         // without transparent huge pages keep 4 KiB pages.
@@ -86,15 +91,9 @@ impl Region {
         if !self.fits(off, dst.len()) {
             return false;
         }
-        if dst.len() == 8 {
-            // Records of one word are the common case: a load, not a memcpy call.
-            // SAFETY: in bounds (checked above); unaligned reads are allowed here.
-            let v = unsafe { std::ptr::read_unaligned(self.ptr.add(off).cast::<[u8; 8]>()) };
-            dst.copy_from_slice(&v);
-            return true;
-        }
-        // SAFETY: in bounds (checked above); src and dst never overlap.
-        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(off), dst.as_mut_ptr(), dst.len()) }
+        // SAFETY: in bounds (checked above), and the mapping holds every word the
+        // range overlaps; dst is a private buffer.
+        unsafe { words::load(self.ptr.add(off), dst) }
         true
     }
 
@@ -107,17 +106,9 @@ impl Region {
         if !self.fits(off, len) {
             return false;
         }
-        out.reserve(len);
-        let at = out.len();
-        // SAFETY: the source is inside the mapping (checked above) and the destination
-        // is `out`'s spare capacity, at least `len` bytes after `reserve`; the two never
-        // overlap (a heap buffer is not part of a mapping a Region owns). Every byte
-        // of `at..at + len` is written before the length covers it, and bytes of a
-        // mapping are always initialized (zeroed by the kernel or written since).
-        unsafe {
-            copy_bytes(self.ptr.add(off), out.as_mut_ptr().add(at), len);
-            out.set_len(at + len);
-        }
+        // SAFETY: in bounds (checked above), and the mapping holds every word the
+        // range overlaps.
+        unsafe { words::load_append(self.ptr.add(off), len, out) }
         true
     }
 
@@ -128,8 +119,9 @@ impl Region {
         if !self.fits(off, src.len()) {
             return false;
         }
-        // SAFETY: in bounds (checked above); a frame's bytes are never region memory.
-        unsafe { copy_bytes(src.as_ptr(), self.ptr.add(off), src.len()) }
+        // SAFETY: in bounds (checked above), and the mapping holds every word the
+        // range overlaps; a frame's bytes are never region memory.
+        unsafe { words::store(self.ptr.add(off), src) }
         true
     }
 
@@ -197,7 +189,7 @@ impl Region {
         }
         let page_start = off.next_multiple_of(PAGE).min(self.len);
         // SAFETY: [off, page_start) is inside the mapping.
-        unsafe { std::ptr::write_bytes(self.ptr.add(off), 0, page_start - off) };
+        unsafe { words::zero(self.ptr.add(off), page_start - off) };
         let rest = self.len - page_start;
         if rest == 0 {
             return;
@@ -210,44 +202,7 @@ impl Region {
         if r != 0 {
             // Not expected on Linux; fall back to clearing every byte.
             // SAFETY: inside the mapping.
-            unsafe { std::ptr::write_bytes(self.ptr.add(page_start), 0, rest) };
-        }
-    }
-}
-
-/// Copies `n` bytes from `src` to `dst`. Records of a few bytes are the common case:
-/// from 4 bytes up to 32 they move as two overlapping fixed-size loads and stores
-/// instead of a `memcpy` call.
-///
-/// # Safety
-///
-/// `src` must be valid for `n` bytes of reads and `dst` for `n` bytes of writes, and
-/// the two ranges must not overlap.
-#[inline(always)]
-unsafe fn copy_bytes(src: *const u8, dst: *mut u8, n: usize) {
-    use std::ptr::{copy_nonoverlapping, read_unaligned as rd, write_unaligned as wr};
-    // SAFETY (every arm): each access lies in `[0, n)` of its range, which the caller
-    // guarantees valid and non-overlapping.
-    unsafe {
-        match n {
-            8 => wr(dst.cast::<u64>(), rd(src.cast::<u64>())),
-            9..=16 => {
-                let (a, b) = (rd(src.cast::<u64>()), rd(src.add(n - 8).cast::<u64>()));
-                wr(dst.cast::<u64>(), a);
-                wr(dst.add(n - 8).cast::<u64>(), b);
-            }
-            17..=32 => {
-                let a = rd(src.cast::<u128>());
-                let b = rd(src.add(n - 16).cast::<u128>());
-                wr(dst.cast::<u128>(), a);
-                wr(dst.add(n - 16).cast::<u128>(), b);
-            }
-            4..=7 => {
-                let (a, b) = (rd(src.cast::<u32>()), rd(src.add(n - 4).cast::<u32>()));
-                wr(dst.cast::<u32>(), a);
-                wr(dst.add(n - 4).cast::<u32>(), b);
-            }
-            _ => copy_nonoverlapping(src, dst, n),
+            unsafe { words::zero(self.ptr.add(page_start), rest) };
         }
     }
 }
