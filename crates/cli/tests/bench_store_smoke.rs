@@ -81,7 +81,13 @@ fn bench_store_writes_rows_with_ratios() {
         );
     }
 
-    // Batched rows against Redis's best run of the same op, named in best_peer.
+    // Batched rows against Redis's best run of the same op, named in best_peer: any
+    // batch, redis-benchmark's MGET/MSET of 1,000 keys included.
+    assert!(
+        rows.iter()
+            .any(|x| x["name"] == "redis redis-benchmark MGET b=1000 P=4 c=4 64B"),
+        "Redis's own tool at its best batch is among the peers"
+    );
     for (name, op) in [
         ("farcache store GET (mget) 64B", "GET"),
         ("farcache store PUT (mput) 64B", "SET"),
@@ -97,7 +103,7 @@ fn bench_store_writes_rows_with_ratios() {
         );
         let fastest = rows
             .iter()
-            .filter(|x| x["system"] == "redis" && x["op"] == op && x["b"] == 64)
+            .filter(|x| x["system"] == "redis" && x["op"] == op && x["b"].as_u64() > Some(1))
             .map(|x| f(x, "mops"))
             .fold(0.0f64, f64::max);
         assert!(

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::driver::{LoadOpts, LoadOutcome, validate_keyspace};
 use super::memcached::{self, McMode, MemcachedServer};
 use super::redis::RedisServer;
+use super::redis_tool_batch;
 use super::resp::{self, RespMode};
 use crate::error::{BenchError, Result};
 use crate::histogram::LatencySummary;
@@ -285,6 +286,16 @@ fn redis_runs(opts: &PeerOpts, runs: &mut Vec<PeerRun>) -> Result<Option<Latency
                 &o,
             ));
         }
+    }
+    // Redis's own tool at its best batch: the better of it and our driver counts.
+    for op in [PeerOp::Get, PeerOp::Set] {
+        runs.push(redis_tool_batch::run(
+            port,
+            op,
+            opts.keys,
+            opts.value_size,
+            opts.duration,
+        )?);
     }
     Ok(lat)
 }

@@ -152,6 +152,7 @@ pub fn run_slo_bench(o: &SloBenchOptions) -> Result<SloReport> {
         search_ms_max: 0.0,
         search_ms_mean_local: 0.0,
         cost_equal_oracle: 0,
+        oracle_cost_levels: 0,
         manager_agrees: 0,
         model_error_latency_median: None,
         model_error_throughput_median: None,

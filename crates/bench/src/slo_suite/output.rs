@@ -77,6 +77,11 @@ pub struct SloReport {
     pub search_ms_max: f64,
     pub search_ms_mean_local: f64,
     pub cost_equal_oracle: usize,
+    /// Distinct costs among the oracle's choices: with one (a model measured at
+    /// `s = c = 1` only, say) every search trivially matches the oracle, so the
+    /// cost check was not exercised and is not counted as met.
+    #[serde(default)]
+    pub oracle_cost_levels: usize,
     pub manager_agrees: usize,
     /// Median relative error on the model's held-out configurations (calibration).
     pub model_error_latency_median: Option<f64>,
@@ -112,6 +117,13 @@ impl SloReport {
         self.met_latency = r.iter().filter(|x| x.met_latency).count();
         self.met_throughput = r.iter().filter(|x| x.met_throughput).count();
         self.cost_equal_oracle = r.iter().filter(|x| x.cost_equal_oracle).count();
+        let mut costs: Vec<u64> = r
+            .iter()
+            .map(|x| (x.oracle_core_cost * 1e9).round() as u64)
+            .collect();
+        costs.sort_unstable();
+        costs.dedup();
+        self.oracle_cost_levels = costs.len();
         self.manager_agrees = r.iter().filter(|x| x.manager_agrees).count();
         let ms: Vec<f64> = r.iter().map(|x| x.search_us / 1e3).collect();
         let n = ms.len().max(1) as f64;
@@ -155,8 +167,20 @@ impl SloReport {
             ),
             (
                 format!("cost equal to the oracle's >= {TARGET_COST_EQUAL} of 100"),
-                format!("{} of {}", self.cost_equal_oracle, self.slos),
-                self.cost_equal_oracle * 100 >= TARGET_COST_EQUAL * self.slos.max(1),
+                if self.oracle_cost_levels > 1 {
+                    format!(
+                        "{} of {} ({} distinct costs)",
+                        self.cost_equal_oracle, self.slos, self.oracle_cost_levels
+                    )
+                } else {
+                    format!(
+                        "{} of {}, NOT EXERCISED: every cheapest setting costs the same \
+                         (calibrate with more servers and threads)",
+                        self.cost_equal_oracle, self.slos
+                    )
+                },
+                self.oracle_cost_levels > 1
+                    && self.cost_equal_oracle * 100 >= TARGET_COST_EQUAL * self.slos.max(1),
             ),
             (
                 "held-out model error, latency, median <= 10 %".into(),

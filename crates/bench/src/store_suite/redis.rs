@@ -4,6 +4,7 @@
 use crate::baseline::driver::{self, LoadOpts};
 use crate::baseline::peers::{PeerBaseline, PeerOp, PeerRun};
 use crate::baseline::redis::RedisServer;
+use crate::baseline::redis_tool_batch;
 use crate::baseline::resp::{self, RespCodec, RespMode};
 use crate::error::{BenchError, Result};
 
@@ -69,6 +70,16 @@ pub(super) fn baseline(opts: &StoreBenchOptions, size: usize) -> Result<RedisSiz
                 errors: o.errors,
             });
         }
+    }
+    // Redis's own tool at its best batch (as `bench io`'s peers).
+    for op in [PeerOp::Get, PeerOp::Set] {
+        runs.push(redis_tool_batch::run(
+            port,
+            op,
+            opts.keys,
+            size,
+            opts.duration,
+        )?);
     }
     Ok(RedisSize {
         peers: PeerBaseline {
