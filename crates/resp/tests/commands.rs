@@ -156,6 +156,43 @@ fn resp3_hello_and_tokens() {
     assert!(ro.line("INCR k").is_err_starting("NOPERM"));
     assert_eq!(c.line("SET k v"), V::ok());
     assert_eq!(ro.line("GET k"), V::bulk(b"v"));
+    // Every command that writes is refused, and nothing it names changes.
+    assert_eq!(c.line("SET n 10"), V::ok());
+    for w in [
+        "SETNX k2 v",
+        "SETEX k 10 v",
+        "PSETEX k 10000 v",
+        "MSET k v2 k2 v",
+        "MSETNX k2 v",
+        "INCR n",
+        "INCRBY n 2",
+        "DECR n",
+        "DECRBY n 2",
+        "INCRBYFLOAT n 1.5",
+        "APPEND k x",
+        "SETRANGE k 0 x",
+        "SETBIT k 0 1",
+        "GETSET k x",
+        "GETDEL k",
+        "GETEX k EX 100",
+        "DEL k",
+        "UNLINK k",
+        "EXPIRE k 100",
+        "PEXPIRE k 100000",
+        "EXPIREAT k 1",
+        "PERSIST k",
+        "RENAME k k2",
+        "RENAMENX k k2",
+        "COPY k k2",
+        "FLUSHDB",
+        "FLUSHALL",
+    ] {
+        assert!(ro.line(w).is_err_starting("NOPERM"), "{w}");
+    }
+    assert_eq!(c.line("GET k"), V::bulk(b"v"));
+    assert_eq!(c.line("GET n"), V::bulk(b"10"));
+    assert_eq!(c.line("EXISTS k2"), V::Int(0));
+    assert_eq!(c.line("TTL k"), V::Int(-1));
     // Pipelined SETs from a read-only connection are refused one by one too.
     ro.send_raw(
         &[
