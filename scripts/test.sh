@@ -11,6 +11,8 @@ cargo test --workspace --locked "$@"
 if [ "$#" -eq 0 ]; then
   # The decoders' fuzz run (10^6 inputs) is a dedicated test outside the default run.
   cargo test -p farcache-proto --locked --test fuzz_decoders -- --ignored --nocapture
+  # Race windows reached with named failpoints: a build of the binary with them on.
+  cargo test -p farcache-cli --locked --features failpoints --test failpoints
   cargo build --release --locked -p farcache-cli
   bash python/ci.sh
 fi

@@ -336,6 +336,7 @@ impl Conn {
                 let (newest, owner) = (newest.clone(), peer.identity.clone());
                 // A newer stream of this owner took over: this one's frames are sent
                 // again there, and applying them here too could land them late.
+                fail::fail_point!("backup-before-stream-check");
                 let g = newest.read();
                 if stream < *g {
                     drop(g);

@@ -21,6 +21,7 @@ mod conn;
 mod control;
 pub mod error;
 mod exec;
+pub mod failpoints;
 mod flow;
 mod identity;
 pub mod inproc;

@@ -87,6 +87,7 @@ enum OnSigterm {
 }
 
 pub fn run(a: Args) -> Result<()> {
+    farcache_server::failpoints::from_env();
     let mut c = ServerConfig::new(a.listen, a.memory, a.net.secret()?);
     if let Some((at, t)) = a.net.tls()? {
         c.tls_listen = Some(at);
