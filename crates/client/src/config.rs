@@ -33,6 +33,7 @@ pub struct ClientConfig {
     /// an op keeps being sent again to a region paused for migration (then it fails
     /// with `Status::Paused`).
     pub op_timeout: Duration,
+    /// Longest a dial to a server may take (never longer than `op_timeout`).
     pub connect_timeout: Duration,
     /// Attempts for an op that keeps hitting `wrong server` after table refreshes.
     pub max_redirects: u32,

@@ -705,11 +705,10 @@ impl LaneInner {
         }
         let (tx, done) = std::sync::mpsc::channel();
         let (owned, tls) = (cred.clone(), self.cfg.tls.clone());
-        let (timeout, waker, at) = (
-            self.cfg.connect_timeout,
-            self.waker.clone(),
-            addr.to_string(),
-        );
+        // No op waits longer than its timeout, so neither does the dial it waits for:
+        // a host that vanished (no RST) is given up on in time to find its successor.
+        let dial_timeout = self.cfg.connect_timeout.min(self.cfg.op_timeout);
+        let (timeout, waker, at) = (dial_timeout, self.waker.clone(), addr.to_string());
         let spawned = std::thread::Builder::new()
             .name("farcache-dial".into())
             .spawn(move || {
@@ -730,7 +729,7 @@ impl LaneInner {
         let dial = Dial {
             cred,
             tls: self.cfg.tls.as_ref(),
-            timeout: self.cfg.connect_timeout,
+            timeout: dial_timeout,
         };
         let r = ServerConn::connect(
             server,

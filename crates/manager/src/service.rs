@@ -851,35 +851,50 @@ impl Service {
     /// Frees regions servers hold that no cache in the catalogue places there (left by
     /// a manager that died between placing regions and committing the cache, or by a
     /// free that never arrived), for every alive server whose heartbeat disagrees with
-    /// the catalogue. Runs under the change lock, so nothing is mid-placement.
+    /// the catalogue. Each suspect is asked what it holds with no lock held (a server
+    /// that went silent must not hold promotions up behind its connect timeout); the
+    /// decisions are then made under the change lock, against the catalogue as it is
+    /// by then.
     pub fn reconcile(&self) {
-        if self.state.lock().catalogue.disagreeing().is_empty() {
-            return;
-        }
-        // Not while a copy runs: its target holds a region the catalogue does not
-        // place there yet, which must not be freed as an orphan.
-        let _copies = self.copies.lock();
-        let _changes = self.changes.lock();
-        let suspects: Vec<(Target, Vec<HeldRegion>, Vec<CacheId>)> = {
+        let suspects: Vec<(Target, Vec<HeldRegion>)> = {
             let st = self.state.lock();
             st.catalogue
                 .disagreeing()
                 .into_iter()
                 .filter_map(|id| {
                     let t = self.targets(&st.catalogue, &[id]).pop()?;
-                    let placed = st.catalogue.placed_on(id);
-                    let known = st.catalogue.status().caches.iter().map(|c| c.id).collect();
-                    Some((t, placed, known))
+                    Some((t, st.catalogue.placed_on(id)))
                 })
                 .collect()
         };
-        for (t, placed, known) in suspects {
-            let held = match self.links.list_regions(t.server, &t.addr) {
-                Ok(h) => h,
+        if suspects.is_empty() {
+            return;
+        }
+        let answers: Vec<(Target, Vec<HeldRegion>, Vec<HeldRegion>)> = suspects
+            .into_iter()
+            .filter_map(|(t, placed_then)| match self.links.list_regions(t.server, &t.addr) {
+                Ok(held) => Some((t, placed_then, held)),
                 Err(e) => {
                     tracing::warn!(server = t.server, error = %e, "cannot list the regions a server holds");
+                    None
+                }
+            })
+            .collect();
+        // Not while a copy runs: its target holds a region the catalogue does not
+        // place there yet, which must not be freed as an orphan.
+        let _copies = self.copies.lock();
+        let _changes = self.changes.lock();
+        for (t, placed_then, held) in answers {
+            let (placed, known) = {
+                let st = self.state.lock();
+                // Died, or agrees again, since it answered: nothing to do here.
+                if !st.catalogue.disagreeing().contains(&t.server) {
                     continue;
                 }
+                let placed = st.catalogue.placed_on(t.server);
+                let known: Vec<CacheId> =
+                    st.catalogue.status().caches.iter().map(|c| c.id).collect();
+                (placed, known)
             };
             let mut dropped: Vec<CacheId> = Vec::new();
             for r in held.iter().filter(|r| !placed.contains(r)) {
@@ -912,9 +927,11 @@ impl Service {
                 };
                 self.best_effort(&t, &req, "free orphan region");
             }
+            // Missing only if placed there before it answered as well as now: a
+            // region placed since (a copy finished) may have arrived after the answer.
             let missing: Vec<HeldRegion> = placed
                 .iter()
-                .filter(|r| !held.contains(r))
+                .filter(|r| placed_then.contains(r) && !held.contains(r))
                 .copied()
                 .collect();
             if !missing.is_empty() {
