@@ -10,6 +10,7 @@ pub mod rawtcp;
 pub mod rdb;
 pub mod redis;
 pub mod redis_eval;
+pub mod redis_eval_spin;
 pub mod redis_tool_batch;
 pub mod resp;
 pub mod sockperf;

@@ -399,12 +399,17 @@ mod tests {
             ..PeerOpts::new(64, 1000, true)
         };
         let b = peer_baseline(&opts).expect("peer baseline");
-        // 4 Redis modes + 2 memcached modes, each for c = 1 and 2.
-        assert_eq!(b.runs.len(), 12, "{b:#?}");
+        // 4 Redis modes + 2 memcached modes, each for c = 1 and 2, and
+        // redis-benchmark's own MGET and MSET of 1,000 keys.
+        assert_eq!(b.runs.len(), 14, "{b:#?}");
         for r in &b.runs {
             assert!(r.mops > 0.0 && r.errors == 0, "{r:?}");
         }
         assert!(b.runs.iter().any(|r| r.peer == "redis MGET b=32 q=4 c=2"));
+        for cmd in ["MGET", "MSET"] {
+            let name = format!("redis redis-benchmark {cmd} b=1000 P=4 c=4");
+            assert!(b.runs.iter().any(|r| r.peer == name), "{name}");
+        }
         assert!(
             b.runs
                 .iter()
@@ -417,7 +422,7 @@ mod tests {
         let lat = b.redis_unpipelined_spin.expect("redis latency");
         assert!(lat.p50_us > 0.0);
         assert!(b.memcached_unpipelined_spin.is_some());
-        assert_eq!(b.rows().len(), 14);
+        assert_eq!(b.rows().len(), 16);
     }
 
     /// Manual numbers for the report: `cargo test -p farcache-bench --release

@@ -1,12 +1,18 @@
 //! Redis baseline for `bench sproc`: the stored procedures' logic as Lua scripts.
 //!
-//! Each script is loaded once with `SCRIPT LOAD` and then driven by
-//! `redis-benchmark [opts] EVALSHA <sha> <numkeys> key:__rand_int__ … <args>`
-//! (redis-benchmark runs any command given after its options and replaces every
-//! `__rand_int__` with its own random 12-digit number below `-r`). `EVALSHA` rather
-//! than `EVAL` keeps the script text (which contains commas) out of redis-benchmark's
-//! CSV output and spares Redis hashing the script on every call: it is the faster of
-//! the two, so the baseline is Redis's best case.
+//! Each script is loaded once with `SCRIPT LOAD` and then driven two ways, and the
+//! faster counts (named in [`RedisEvalBaseline::best_peer`]):
+//! - by `redis-benchmark [opts] EVALSHA <sha> <numkeys> key:__rand_int__ … <args>`
+//!   (redis-benchmark runs any command given after its options and replaces every
+//!   `__rand_int__` with its own random 12-digit number below `-r`), swept over
+//!   pipeline depths and client counts;
+//! - by `bench io`'s spinning closed-loop driver with the batch shape of its best GET
+//!   form ([`super::redis_eval_spin`]: `b` calls pipelined per batch, `q` batches in
+//!   flight, `c` connections).
+//!
+//! `EVALSHA` rather than `EVAL` keeps the script text (which contains commas) out of
+//! redis-benchmark's CSV output and spares Redis hashing the script on every call: it
+//! is the faster of the two, so the baseline is Redis's best case.
 
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::net::TcpStream;
@@ -16,6 +22,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::redis::{RedisBaselineOpts, RedisOpts, RedisResult, RedisServer, parse_redis_csv};
+use super::redis_eval_spin::{EvalSpinOpts, EvalSpinRun, run_spin};
 use super::run_checked;
 use crate::error::{BenchError, Result, parse_err};
 use crate::report::BenchRow;
@@ -80,11 +87,14 @@ pub struct RedisEvalOpts {
     pub unpipelined_requests: u64,
     /// Keys `key:000000000000 ..` populated, all holding [`KEY_VALUE`].
     pub keyspace: u64,
+    /// The spinning driver's runs (the shape of `bench io`'s peers).
+    pub spin: EvalSpinOpts,
 }
 
 impl RedisEvalOpts {
     /// P in [1, 16, 64, 128] × c in [1, 4]; request counts and keyspace of
-    /// [`RedisBaselineOpts::new`] (halved with `quick`).
+    /// [`RedisBaselineOpts::new`] (halved with `quick`); spinning runs of
+    /// [`EvalSpinOpts::new`].
     pub fn new(quick: bool) -> Self {
         let b = RedisBaselineOpts::new(8, quick);
         Self {
@@ -93,6 +103,7 @@ impl RedisEvalOpts {
             pipelined_requests: b.pipelined_requests,
             unpipelined_requests: b.unpipelined_requests,
             keyspace: b.keyspace,
+            spin: EvalSpinOpts::new(quick),
         }
     }
 
@@ -113,37 +124,141 @@ impl RedisEvalOpts {
     }
 }
 
-/// Results of one script's sweep.
+/// Which load generator produced a figure.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EvalDriver {
+    /// `redis-benchmark` (one client thread, pipelined).
+    #[default]
+    RedisBenchmark,
+    /// `bench io`'s spinning closed-loop driver.
+    Spinning,
+}
+
+/// Results of one script's runs with both drivers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RedisEvalBaseline {
     pub script: EvalScript,
     /// SHA1 returned by `SCRIPT LOAD`.
     pub sha: String,
-    /// Highest throughput over the sweep.
-    pub best: RedisResult,
-    /// One connection, no pipelining.
+    /// Highest throughput over the redis-benchmark sweep (`best` in reports
+    /// written before the spinning driver ran too).
+    #[serde(alias = "best")]
+    pub tool_best: RedisResult,
+    /// redis-benchmark, one connection, no pipelining.
     pub unpipelined: RedisResult,
+    /// The redis-benchmark sweep.
     pub runs: Vec<RedisResult>,
+    /// The spinning driver's runs, in calls.
+    #[serde(default)]
+    pub spin_runs: Vec<EvalSpinRun>,
+    /// The driver of the fastest error-free run of either kind.
+    #[serde(default)]
+    pub best_driver: EvalDriver,
+    /// That run, e.g. `redis spinning EVALSHA P=1024 q=4 c=1` or
+    /// `redis-benchmark redis EVALSHA P=128 c=1`.
+    #[serde(default)]
+    pub best_peer: String,
+    /// Its million calls per second: what procedures are compared with.
+    #[serde(default)]
+    pub best_mops: f64,
 }
 
 impl RedisEvalBaseline {
-    pub fn best_mops(&self) -> f64 {
-        self.best.mops()
+    fn new(
+        script: EvalScript,
+        sha: String,
+        runs: Vec<RedisResult>,
+        spin_runs: Vec<EvalSpinRun>,
+    ) -> Result<Self> {
+        let tool_best = runs
+            .iter()
+            .max_by(|a, b| a.ops_per_sec.total_cmp(&b.ops_per_sec))
+            .cloned()
+            .ok_or_else(|| parse_err("redis-benchmark", "empty EVALSHA sweep"))?;
+        let unpipelined = runs
+            .iter()
+            .find(|r| r.pipeline == 1 && r.clients == 1)
+            .cloned()
+            .ok_or_else(|| parse_err("redis-benchmark", "no unpipelined EVALSHA run"))?;
+        let mut b = RedisEvalBaseline {
+            script,
+            sha,
+            tool_best,
+            unpipelined,
+            runs,
+            spin_runs,
+            best_driver: EvalDriver::RedisBenchmark,
+            best_peer: String::new(),
+            best_mops: f64::NAN,
+        };
+        (b.best_driver, b.best_peer, b.best_mops) = b.pick_best();
+        Ok(b)
     }
 
-    /// Report rows: best and unpipelined.
+    /// The faster of redis-benchmark's best and the spinning driver's best
+    /// error-free run (driver, label, M calls/s).
+    fn pick_best(&self) -> (EvalDriver, String, f64) {
+        let tool = (
+            EvalDriver::RedisBenchmark,
+            format!("redis-benchmark {}", self.tool_best.label()),
+            self.tool_best.mops(),
+        );
+        self.spin_best()
+            .map(|r| (EvalDriver::Spinning, r.label.clone(), r.mops))
+            .into_iter()
+            .chain(std::iter::once(tool))
+            .max_by(|a, b| a.2.total_cmp(&b.2))
+            .unwrap_or_default()
+    }
+
+    /// The spinning driver's fastest error-free run.
+    pub fn spin_best(&self) -> Option<&EvalSpinRun> {
+        self.spin_runs
+            .iter()
+            .filter(|r| r.ok())
+            .max_by(|a, b| a.mops.total_cmp(&b.mops))
+    }
+
+    /// M calls/s of the best run of either driver.
+    pub fn best_mops(&self) -> f64 {
+        self.best_mops
+    }
+
+    /// Report rows: the best of both drivers (naming its run in `best_peer`), each
+    /// driver's best, and redis-benchmark unpipelined.
     pub fn rows(&self) -> Vec<BenchRow> {
         let l = &self.script.label;
-        vec![
-            self.best.to_row(format!("redis best EVALSHA {l}")),
+        let name = format!("redis best EVALSHA {l}");
+        let best = match (self.best_driver, self.spin_best()) {
+            (EvalDriver::Spinning, Some(s)) => s.to_row(name),
+            _ => self.tool_best.to_row(name),
+        };
+        let mut rows = vec![best.with_best_peer(self.best_peer.clone(), self.best_mops)];
+        if let Some(s) = self.spin_best() {
+            rows.push(s.to_row(format!("redis spinning EVALSHA {l}")));
+        } else if let Some(s) = self
+            .spin_runs
+            .iter()
+            .max_by(|a, b| a.mops.total_cmp(&b.mops))
+        {
+            rows.push(s.to_row(format!("redis spinning EVALSHA {l} ({} errors)", s.errors)));
+        }
+        rows.push(
+            self.tool_best
+                .to_row(format!("redis-benchmark EVALSHA {l}")),
+        );
+        rows.push(
             self.unpipelined
                 .to_row(format!("redis unpipelined EVALSHA {l}")),
-        ]
+        );
+        rows
     }
 }
 
 /// Starts a private redis-server, stores [`KEY_VALUE`] under every key of the
-/// keyspace, loads each script and sweeps it.
+/// keyspace, loads each script, sweeps it with redis-benchmark and runs it with the
+/// spinning driver.
 pub fn redis_eval_baselines(
     opts: &RedisEvalOpts,
     scripts: &[EvalScript],
@@ -202,25 +317,19 @@ pub fn redis_eval_baselines(
         for &(p, c) in &combos {
             runs.push(run_evalsha(server.port(), &opts.run_opts(p, c), &sha, s)?);
         }
-        let best = runs
-            .iter()
-            .max_by(|a, b| a.ops_per_sec.total_cmp(&b.ops_per_sec))
-            .cloned()
-            .ok_or_else(|| parse_err("redis-benchmark", "empty EVALSHA sweep"))?;
-        let unpipelined = runs
-            .iter()
-            .find(|r| r.pipeline == 1 && r.clients == 1)
-            .cloned()
-            .ok_or_else(|| parse_err("redis-benchmark", "no unpipelined EVALSHA run"))?;
-        out.push(RedisEvalBaseline {
-            script: s.clone(),
-            sha,
-            best,
-            unpipelined,
-            runs,
-        });
+        let spin_runs = run_spin(server.port(), &sha, s, opts.keyspace, &opts.spin)?;
+        let b = RedisEvalBaseline::new(s.clone(), sha, runs, spin_runs)?;
+        eprintln!(
+            "[farcache-bench] redis EVALSHA {}: best {:.3} M calls/s ({}); redis-benchmark best {:.3} ({})",
+            s.label,
+            b.best_mops,
+            b.best_peer,
+            b.tool_best.mops(),
+            b.tool_best.label()
+        );
+        out.push(b);
     }
-    // Every call of the sweep must have run the script without an error.
+    // Every call of both drivers must have run the script without an error.
     let stats = conn.command_stats("evalsha")?;
     if stats.failed > 0 {
         return Err(parse_err(
@@ -423,6 +532,104 @@ mod tests {
         assert_eq!(o.run_opts(64, 1).requests, o.pipelined_requests);
     }
 
+    fn tool_run(pipeline: usize, clients: usize, ops_per_sec: f64) -> RedisResult {
+        RedisResult {
+            test: "EVALSHA".into(),
+            value_size: 8,
+            pipeline,
+            clients,
+            threads: 1,
+            ops_per_sec,
+            p50_us: 10.0,
+            p99_us: 20.0,
+            avg_us: 12.0,
+        }
+    }
+
+    fn spin_run(c: usize, mops: f64, errors: u64) -> EvalSpinRun {
+        EvalSpinRun {
+            label: format!("redis spinning EVALSHA P=1024 q=4 c={c}"),
+            connections: c,
+            batch: 1024,
+            depth: 4,
+            calls: 1000,
+            mops,
+            p50_us: 100.0,
+            p99_us: 200.0,
+            errors,
+            first_error: None,
+        }
+    }
+
+    #[test]
+    fn best_of_both_drivers_is_named() {
+        let tool = vec![tool_run(1, 1, 50_000.0), tool_run(128, 1, 400_000.0)];
+        // The spinning driver wins; its run with errors does not count.
+        let b = RedisEvalBaseline::new(
+            EvalScript::verify(),
+            "ab".into(),
+            tool.clone(),
+            vec![spin_run(1, 0.5, 0), spin_run(2, 0.9, 3)],
+        )
+        .expect("baseline");
+        assert_eq!(b.best_driver, EvalDriver::Spinning);
+        assert_eq!(b.best_peer, "redis spinning EVALSHA P=1024 q=4 c=1");
+        assert_eq!(b.best_mops(), 0.5);
+        assert_eq!(b.tool_best.pipeline, 128);
+        assert_eq!(b.unpipelined.pipeline, 1);
+        let rows = b.rows();
+        let names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "redis best EVALSHA verify 1 key",
+                "redis spinning EVALSHA verify 1 key",
+                "redis-benchmark EVALSHA verify 1 key",
+                "redis unpipelined EVALSHA verify 1 key",
+            ]
+        );
+        assert_eq!((rows[0].mops, rows[0].b), (0.5, Some(1024)));
+        assert_eq!(rows[0].best_peer.as_deref(), Some(b.best_peer.as_str()));
+        assert_eq!(rows[2].mops, 0.4);
+        // redis-benchmark wins.
+        let b = RedisEvalBaseline::new(
+            EvalScript::sum(2),
+            "ab".into(),
+            tool.clone(),
+            vec![spin_run(1, 0.3, 0)],
+        )
+        .expect("baseline");
+        assert_eq!(b.best_driver, EvalDriver::RedisBenchmark);
+        assert_eq!(b.best_peer, "redis-benchmark redis EVALSHA P=128 c=1");
+        assert_eq!(b.best_mops(), 0.4);
+        assert_eq!(b.rows()[0].q, Some(128));
+        // No error-free spinning run: redis-benchmark, and the row says so.
+        let b = RedisEvalBaseline::new(
+            EvalScript::sum(2),
+            "ab".into(),
+            tool,
+            vec![spin_run(1, 0.9, 1)],
+        )
+        .expect("baseline");
+        assert_eq!(b.best_driver, EvalDriver::RedisBenchmark);
+        assert_eq!(
+            b.rows()[1].name,
+            "redis spinning EVALSHA sum 2 keys (1 errors)"
+        );
+        // JSON: the driver spelled out; reports from before both drivers still load.
+        let mut v = serde_json::to_value(&b).expect("json");
+        assert_eq!(v["best_driver"], "redis-benchmark");
+        let o = v.as_object_mut().expect("object");
+        let tool_best = o.remove("tool_best").expect("tool_best");
+        for k in ["spin_runs", "best_driver", "best_peer", "best_mops"] {
+            o.remove(k);
+        }
+        o.insert("best".into(), tool_best);
+        let old: RedisEvalBaseline = serde_json::from_value(v).expect("old format");
+        assert_eq!(old.tool_best, b.tool_best);
+        assert!(old.spin_runs.is_empty());
+    }
+
     #[test]
     #[ignore = "runs redis-server and redis-benchmark (several seconds)"]
     fn live_eval_baseline() {
@@ -432,11 +639,32 @@ mod tests {
             pipelined_requests: 5000,
             unpipelined_requests: 2000,
             keyspace: 1000,
+            spin: EvalSpinOpts {
+                batch: 64,
+                depth: 4,
+                connections: vec![1, 2],
+                duration: Duration::from_millis(200),
+            },
         };
         let b = redis_eval_baselines(&o, &[EvalScript::verify(), EvalScript::sum(2)])
             .expect("eval baseline");
         assert_eq!(b.len(), 2);
-        assert!(b[0].best.ops_per_sec >= b[0].unpipelined.ops_per_sec);
-        assert_eq!(b[1].best.test, "EVALSHA");
+        assert!(b[0].tool_best.ops_per_sec >= b[0].unpipelined.ops_per_sec);
+        assert_eq!(b[1].tool_best.test, "EVALSHA");
+        for e in &b {
+            assert_eq!(e.spin_runs.len(), 2, "{e:?}");
+            for r in &e.spin_runs {
+                assert!(r.ok() && r.calls > 0, "{r:?}");
+                assert_eq!(r.calls % 64, 0, "whole batches of calls: {r:?}");
+            }
+            let spin = e.spin_best().map_or(0.0, |r| r.mops);
+            assert_eq!(e.best_mops, spin.max(e.tool_best.mops()), "{e:?}");
+            eprintln!(
+                "{}: spinning {spin:.3} M calls/s, redis-benchmark {:.3}; best {}",
+                e.script.label,
+                e.tool_best.mops(),
+                e.best_peer
+            );
+        }
     }
 }

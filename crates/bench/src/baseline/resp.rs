@@ -170,7 +170,8 @@ impl RespCodec {
         }
     }
 
-    fn push_key(out: &mut Vec<u8>, k: &KeyDigits) {
+    /// Appends `k` as the bulk string `$16\r\nkey:%012d\r\n`.
+    pub(crate) fn push_key(out: &mut Vec<u8>, k: &KeyDigits) {
         let mut arg = KEY_ARG;
         arg[KEY_ARG_DIGITS..KEY_ARG_DIGITS + k.len()].copy_from_slice(k);
         out.extend_from_slice(&arg);

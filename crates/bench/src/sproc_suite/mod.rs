@@ -3,7 +3,8 @@
 //!
 //! Rows (see docs/benchmarks.md):
 //! 1. read one record and verify: the built-in `aggregate` over one record, batched,
-//!    vs Redis `EVALSHA` of a GET-and-compare script at its best pipelining;
+//!    vs Redis `EVALSHA` of a GET-and-compare script at its best (the faster of our
+//!    spinning driver and redis-benchmark);
 //! 2. aggregate 2 / 3 records: `aggregate` vs reading the records and adding them at
 //!    the client, and vs a Redis script that GETs and sums the keys;
 //! 3. a 64-node pointer chase over 3 servers: one `chase` invocation (FFlow, DFlow) vs
@@ -181,14 +182,16 @@ pub fn run_sproc_bench(opts: &SprocBenchOptions) -> Result<BenchReport> {
         }
         let pb = progress(1);
         pb.set_prefix("baselines");
-        pb.set_message("redis-benchmark EVALSHA (verify, sum 2, sum 3)");
+        pb.set_message("redis EVALSHA, spinning driver and redis-benchmark (verify, sum 2, sum 3)");
         let scripts = [EvalScript::verify(), EvalScript::sum(2), EvalScript::sum(3)];
         report.baselines.redis_eval = redis_eval_baselines(&opts.redis_opts(), &scripts)?;
         pb.finish_and_clear();
         report.rows.extend(report.baselines.rows());
         report.notes.push(
-            "Redis runs each script with EVALSHA after one SCRIPT LOAD (its fastest form); \
-             every key holds the same 8-byte value"
+            "Redis runs each script with EVALSHA after one SCRIPT LOAD (its fastest form), \
+             driven by bench io's spinning driver (b calls pipelined per batch, q in flight, \
+             c connections) and by redis-benchmark; rows are compared with the faster \
+             (best_peer names the run); every key holds the same 8-byte value"
                 .into(),
         );
     }
