@@ -107,3 +107,95 @@ fn a_frame_held_past_a_reconnect_never_lands_over_newer_writes() {
         "the batch's last write is what the rest of the region holds"
     );
 }
+
+/// Exactly once across a failover: an owner applies 64 tagged FETCH_ADDs, its backup
+/// holds them, and the owner dies before answering any (its replies wait at
+/// `owner-before-release`). The client sends them again to the promoted backup, which
+/// answers each from its completion record instead of adding again: every op
+/// succeeds, each counter's old values are 0..8 exactly once, and the counters read
+/// 8. Without the records each counter would read 16.
+#[test]
+fn fetch_adds_sent_again_after_a_failover_add_once() {
+    const COUNTERS: u64 = 8;
+    const ADDS: u64 = 8;
+    let opts = ClusterOptions::default()
+        .servers(2)
+        .server_threads(2)
+        .region_size(REGION)
+        .server_memory(16 << 20)
+        .server_env("FAILPOINTS", "owner-before-release=1*sleep(6000)");
+    let mut c = ProcessCluster::start(bin(), &opts).expect("start cluster");
+    let client = client(&c);
+    let cache = client
+        .create_with(
+            "once",
+            REGION,
+            &CreateOptions {
+                replicas: 2,
+                ..CreateOptions::default()
+            },
+        )
+        .expect("create");
+    let st = client.status().expect("status");
+    let info = st.caches.iter().find(|c| c.name == "once").expect("cache");
+    let owner = info.regions[0];
+    let backup = info.backups[0][0];
+
+    let adder = {
+        let cache = cache.clone();
+        std::thread::spawn(move || {
+            let mut b = cache.batch();
+            for _ in 0..ADDS {
+                for k in 0..COUNTERS {
+                    b.fetch_add(k * 64, 1);
+                }
+            }
+            let t0 = Instant::now();
+            let r = b.run();
+            (r, t0.elapsed())
+        })
+    };
+    // The owner applied the batch and its backup holds it; the answers wait.
+    let (i, j) = (
+        server_index(&c, &client, owner),
+        server_index(&c, &client, backup),
+    );
+    eventually(
+        "the owner's backup holds the adds",
+        Duration::from_secs(5),
+        Duration::from_millis(10),
+        || (common::server_stats(&c, j).completions.records >= COUNTERS * ADDS).then_some(()),
+    );
+    c.kill_server(i).expect("SIGKILL the owner");
+    let (r, waited) = adder.join().expect("adder thread");
+    assert!(
+        r.first_error().is_none(),
+        "an op in flight at the failover failed: {:?}",
+        r.first_error()
+    );
+    assert!(
+        waited < Duration::from_secs(6),
+        "answered only after {waited:?}"
+    );
+    let mut olds = vec![Vec::new(); COUNTERS as usize];
+    for n in 0..(COUNTERS * ADDS) as usize {
+        let old = r.value(n).expect("an old value");
+        olds[n % COUNTERS as usize].push(old);
+    }
+    for (k, mut o) in olds.into_iter().enumerate() {
+        o.sort_unstable();
+        assert_eq!(o, (0..ADDS).collect::<Vec<_>>(), "counter {k}'s old values");
+        let now = cache.read(k as u64 * 64, 8).expect("read a counter");
+        assert_eq!(
+            u64::from_le_bytes(now[..8].try_into().expect("8 bytes")),
+            ADDS,
+            "counter {k} counts each add once"
+        );
+    }
+    let repeats = common::server_stats(&c, j).completions.repeats;
+    assert_eq!(
+        repeats,
+        COUNTERS * ADDS,
+        "every add came again and was answered from its record"
+    );
+}

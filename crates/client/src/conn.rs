@@ -202,6 +202,36 @@ impl ServerConn {
         Append::Queued
     }
 
+    /// [`append`](Self::append), preceded by `tag` if there is one (not counted as an
+    /// op: it has no reply).
+    pub fn append_tagged(
+        &mut self,
+        part: Entry,
+        tag: Option<farcache_proto::Tag>,
+        op: &Op<'_>,
+        reply_len: usize,
+        b: usize,
+        q: usize,
+    ) -> Append {
+        let Some(tag) = tag else {
+            return self.append(part, op, reply_len, b, q);
+        };
+        if !self.open_for(op.encoded_len() + farcache_proto::Tag::LEN, reply_len, b, q) {
+            return Append::Full;
+        }
+        if let Self {
+            open: Some(open),
+            out,
+            ..
+        } = self
+        {
+            open.enc.push(out, &Op::Tag(tag));
+            open.enc.push(out, op);
+            open.parts.add(part);
+        }
+        Append::Queued
+    }
+
     /// [`append`](Self::append) of an EXECUTE, without building an [`Op`] (the batched
     /// call path).
     #[allow(clippy::too_many_arguments)]

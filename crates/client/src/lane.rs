@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use farcache_proto::control::CacheInfo;
 use farcache_proto::op::MAX_OP_BYTES;
 use farcache_proto::request::READ_LEN;
-use farcache_proto::{Op, ServerId, Status};
+use farcache_proto::{Op, ServerId, Status, Tag};
 use mio::{Events, Poll, Token};
 use parking_lot::Mutex;
 use slab::Slab;
@@ -146,6 +146,9 @@ pub(crate) struct TicketState {
     remaining: usize,
     waker: Option<Waker>,
     abandoned: bool,
+    /// Writes and atomics to a cache with backups carry a tag, so that one sent again
+    /// after a failover is applied once: this is op 0's (`seq` + op index is op i's).
+    tag: Option<Tag>,
 }
 
 pub(crate) struct Lane {
@@ -182,6 +185,23 @@ pub(crate) struct LaneInner {
     spins: u32,
     /// The connections a round reads (kept to reuse its allocation).
     ready: Vec<ServerId>,
+    /// This lane's tag session (random) and the number of its next tagged op.
+    session: u64,
+    next_seq: u64,
+}
+
+/// A random session id for a lane's tags (std's hasher keys are random per process;
+/// the time and a counter set lanes of one process apart).
+fn new_session() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    static LANES: AtomicUsize = AtomicUsize::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_usize(LANES.fetch_add(1, Ordering::Relaxed));
+    h.write_u32(std::process::id());
+    if let Ok(t) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        h.write_u128(t.as_nanos());
+    }
+    h.finish()
 }
 
 impl Lane {
@@ -209,6 +229,8 @@ impl Lane {
                 scratch: Vec::new(),
                 spins: 0,
                 ready: Vec::new(),
+                session: new_session(),
+                next_seq: 1,
             }),
             async_pending: AtomicUsize::new(0),
             background: std::sync::atomic::AtomicBool::new(false),
@@ -248,6 +270,30 @@ impl LaneInner {
         let n = ops.len();
         let id = self.next_id;
         self.next_id += 1;
+        let tag = (info.replicas > 1
+            && ops
+                .iter()
+                .any(|o| matches!(o.kind, Kind::Write | Kind::Cas | Kind::FetchAdd)))
+        .then(|| {
+            let seq = self.next_seq;
+            self.next_seq += n as u64;
+            // Every op numbered below the oldest unanswered tagged ticket's has its
+            // answer: the servers may drop their records.
+            let done_below = self
+                .tickets
+                .iter()
+                .filter(|(_, t)| t.remaining > 0)
+                .filter_map(|(_, t)| t.tag.map(|g| g.seq))
+                .min()
+                .unwrap_or(seq)
+                .min(seq);
+            Tag {
+                session: self.session,
+                seq,
+                done_below,
+                result: 0,
+            }
+        });
         let key = self.tickets.insert(TicketState {
             id,
             cache,
@@ -263,6 +309,7 @@ impl LaneInner {
             remaining: n,
             waker: None,
             abandoned: false,
+            tag,
         });
         let mut next = 0;
         while next < n {
@@ -364,6 +411,7 @@ impl LaneInner {
         } = self;
         let t = &mut tickets[key];
         let (b, q, cache) = (cfg.batch_size, cfg.queue_depth, info.id);
+        let tagged = t.tag.is_some();
         // A one-region op's owner, or None for ops the general road must take.
         let owner = |op: &BatchOp| {
             if op.kind == Kind::Execute {
@@ -374,6 +422,7 @@ impl LaneInner {
                     .flatten();
             }
             if !matches!(op.kind, Kind::Read | Kind::Write)
+                || (tagged && op.kind == Kind::Write)
                 || op.len == 0
                 || op.len > u64::from(MAX_OP_BYTES)
                 || op
@@ -526,6 +575,7 @@ impl LaneInner {
                     q,
                 )
             }
+            Kind::Write if tickets[part.key as usize].tag.is_some() => return false,
             Kind::Write => {
                 let at = op.data_off;
                 let Some(data) = tickets[part.key as usize]
@@ -1068,7 +1118,13 @@ impl LaneInner {
                         .as_ref()
                         .is_some_and(|(s, _)| *s == owner_now(&info)) =>
                 {
-                    // Still that server's region: the failure stands.
+                    // Still that server's region. With backups, the manager promotes
+                    // one once the server's lease has run out: wait for that (a tagged
+                    // write is applied once however often it is sent). Else the
+                    // failure stands.
+                    if info.replicas > 1 && self.park_for_failover(part) {
+                        continue;
+                    }
                     if let Some((_, e)) = unreachable {
                         self.fail_part(part, e);
                     }
@@ -1088,6 +1144,28 @@ impl LaneInner {
                 },
             }
         }
+    }
+
+    /// Parks `part` to be routed again by a fresh table after a backoff, unless its op
+    /// has waited the op timeout already.
+    fn park_for_failover(&mut self, part: PartRef) -> bool {
+        let Some(t) = self.tickets.get_mut(part.key as usize) else {
+            return false;
+        };
+        let now = Instant::now();
+        let since = *t.paused_since.entry(part.op).or_insert(now);
+        if now.duration_since(since) >= self.parking.limit {
+            return false;
+        }
+        let mut next = part;
+        next.pauses = next.pauses.saturating_add(1);
+        self.parking.parked.push(Parked {
+            part: next,
+            ticket: t.id,
+            due: now + unleased_backoff(next.pauses),
+            refresh: true,
+        });
+        true
     }
 
     /// A part could not reach `server`: ask the manager once whether its region lives
@@ -1291,7 +1369,8 @@ fn append_part(
             let at = op.data_off + part.op_off as usize;
             let data = &t.data[at..at + part.len as usize];
             let addr = part.addr;
-            conn.append(Entry::One(part), &Op::Write { cache, addr, data }, 2, b, q)
+            let wire = Op::Write { cache, addr, data };
+            conn.append_tagged(Entry::One(part), op_tag(t, part), &wire, 2, b, q)
         }
         Kind::Cas => {
             let (addr, expected, new) = (part.addr, op.a(), op.b());
@@ -1301,14 +1380,22 @@ fn append_part(
                 expected,
                 new,
             };
-            conn.append(Entry::One(part), &wire, 10, b, q)
+            conn.append_tagged(Entry::One(part), op_tag(t, part), &wire, 10, b, q)
         }
         Kind::FetchAdd => {
             let (addr, delta) = (part.addr, op.a());
             let wire = Op::FetchAdd { cache, addr, delta };
-            conn.append(Entry::One(part), &wire, 10, b, q)
+            conn.append_tagged(Entry::One(part), op_tag(t, part), &wire, 10, b, q)
         }
     }
+}
+
+/// The tag of `part`'s op, if its ticket's ops are tagged.
+fn op_tag(t: &TicketState, part: PartRef) -> Option<Tag> {
+    t.tag.map(|g| Tag {
+        seq: g.seq + u64::from(part.op),
+        ..g
+    })
 }
 
 /// Moves parts from `conn`'s backlog into frames while there is room. Reads of

@@ -195,6 +195,19 @@ pub struct ServerStats {
     pub lost_bytes: u64,
     #[serde(default)]
     pub replication: ReplicationStats,
+    #[serde(default)]
+    pub completions: CompletionStats,
+}
+
+/// Answers of tagged ops kept for clients' retries (see [`crate::op::Tag`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CompletionStats {
+    /// Records held now.
+    pub records: u64,
+    /// Ops sent again that were answered from their record instead of run twice.
+    pub repeats: u64,
+    /// Records dropped to bound a session's memory.
+    pub evicted: u64,
 }
 
 /// Writes this server (as a region's owner) applied on the region's backups.

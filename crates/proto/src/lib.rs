@@ -30,7 +30,7 @@ pub use auth::{Access, Authority, CacheToken, ClusterSecret, Credential, Rights}
 pub use error::DecodeError;
 pub use frame::{FrameHeader, FrameKind, HEADER_LEN, MAX_FRAME_DEFAULT};
 pub use hello::{Challenge, Claim, Hello, HelloAck, PROTOCOL_VERSION, Role};
-pub use op::{MAX_OP_BYTES, Op, OpCode};
+pub use op::{MAX_OP_BYTES, Op, OpCode, Tag};
 pub use request::{RequestDecoder, RequestEncoder};
 pub use response::{DoneOutputs, Reply, ReplyBody, ResponseDecoder, ResponseEncoder};
 pub use status::Status;

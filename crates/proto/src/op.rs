@@ -62,6 +62,9 @@ pub enum OpCode {
     FetchAdd = 4,
     /// Reserved for stored procedures; servers without them answer `Unsupported`.
     Execute = 5,
+    /// Names the next WRITE, CAS or FETCH_ADD for exactly-once retries ([`Tag`]); not
+    /// counted in the batch and never answered.
+    Tag = 7,
     Ping = 0x10,
 }
 
@@ -73,6 +76,7 @@ impl OpCode {
             3 => Self::Cas,
             4 => Self::FetchAdd,
             5 => Self::Execute,
+            7 => Self::Tag,
             0x10 => Self::Ping,
             other => return Err(DecodeError::UnknownOp(other)),
         })
@@ -85,16 +89,18 @@ impl OpCode {
             Self::Cas => "cas",
             Self::FetchAdd => "fetch_add",
             Self::Execute => "execute",
+            Self::Tag => "tag",
             Self::Ping => "ping",
         }
     }
 
-    pub const ALL: [OpCode; 6] = [
+    pub const ALL: [OpCode; 7] = [
         Self::Read,
         Self::Write,
         Self::Cas,
         Self::FetchAdd,
         Self::Execute,
+        Self::Tag,
         Self::Ping,
     ];
 }
@@ -131,7 +137,35 @@ pub enum Op<'a> {
         proc_name: &'a str,
         args: &'a [u8],
     },
+    /// Applies to the op after it (see [`Tag`]).
+    Tag(Tag),
     Ping,
+}
+
+/// A request id on a WRITE, CAS or FETCH_ADD to a region with backups, so that an op
+/// sent again after its owner failed is applied once (the completion records of
+/// RIFL, Lee et al., SOSP 2015): the owner and its backups remember each tagged op's
+/// result by `(session, seq, addr)`, and answer a repeat with it instead of running
+/// the op again.
+///
+/// Wire: `TAG session u64, seq u64, done_below u64, result u64` before the op.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Tag {
+    /// Picked at random by each client lane.
+    pub session: u64,
+    /// The op's number in its session; the parts of a split op share it (their
+    /// addresses differ).
+    pub seq: u64,
+    /// Every op of the session numbered below this has its answer: its record can go.
+    pub done_below: u64,
+    /// From an owner to its backups: the op's answer (the old value of a CAS or
+    /// FETCH_ADD). Clients send 0.
+    pub result: u64,
+}
+
+impl Tag {
+    /// Bytes of an encoded TAG, opcode included.
+    pub const LEN: usize = 1 + 8 * 4;
 }
 
 impl Op<'_> {
@@ -142,6 +176,7 @@ impl Op<'_> {
             Op::Cas { .. } => OpCode::Cas,
             Op::FetchAdd { .. } => OpCode::FetchAdd,
             Op::Execute { .. } => OpCode::Execute,
+            Op::Tag(_) => OpCode::Tag,
             Op::Ping => OpCode::Ping,
         }
     }
@@ -159,6 +194,7 @@ impl Op<'_> {
             Op::Execute {
                 proc_name, args, ..
             } => Self::EXECUTE_HEAD + proc_name.len() + args.len(),
+            Op::Tag(_) => Tag::LEN,
             Op::Ping => 1,
         }
     }

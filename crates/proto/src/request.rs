@@ -8,6 +8,7 @@
 //! | FETCH_ADD | cache u32, addr u64, delta u64                                |
 //! | EXECUTE   | cache u32, addr u64, name_len u8, name, args_len u32, args    |
 //! | PING      | —                                                             |
+//! | TAG       | session u64, seq u64, done_below u64, result u64 (see [`Tag`]) |
 //! | EXECUTE_RUN | cache u32, name_len u8, name, args_len u32, calls u32, then `calls` × (addr u64, args[args_len]) |
 //!
 //! An EXECUTE with `name_len` 0 calls the procedure the batch's previous EXECUTE named
@@ -20,9 +21,12 @@
 //! check and decode as the rest of the call. A run of 0 calls, or of more calls than
 //! the batch has ops left, is malformed; its `name_len` 0 repeats the previous name
 //! like an EXECUTE's, and a named run names it for the EXECUTEs after it.
+//!
+//! A TAG belongs to the op after it: it is not counted in `count` and gets no reply
+//! (decoded, it is an [`Op::Tag`] before that op). A frame cannot end in one.
 
 use crate::frame::{FrameHeader, FrameKind, HEADER_LEN};
-use crate::op::{Op, OpCode};
+use crate::op::{Op, OpCode, Tag};
 use crate::wire::{Cursor, le_u32, le_u64};
 use crate::{CacheId, DecodeError};
 
@@ -119,6 +123,13 @@ impl RequestEncoder {
         out.push(op.code() as u8);
         match *op {
             Op::Read { .. } | Op::Write { .. } | Op::Execute { .. } => {}
+            Op::Tag(t) => {
+                for v in [t.session, t.seq, t.done_below, t.result] {
+                    out.extend_from_slice(&v.to_le_bytes());
+                }
+                // Not an op of the batch: not counted.
+                return;
+            }
             Op::Cas {
                 cache,
                 addr,
@@ -598,6 +609,12 @@ impl<'a> RequestDecoder<'a> {
                     args: c.bytes(args_len, "args")?,
                 }
             }
+            OpCode::Tag => Op::Tag(Tag {
+                session: c.u64("tag session")?,
+                seq: c.u64("tag seq")?,
+                done_below: c.u64("tag done below")?,
+                result: c.u64("tag result")?,
+            }),
             OpCode::Ping => Op::Ping,
         })
     }
@@ -619,6 +636,10 @@ impl<'a> Iterator for RequestDecoder<'a> {
             return Some(Ok(op));
         }
         let r = self.decode_one();
+        if let Ok(Op::Tag(_)) = r {
+            // A tag is part of the op after it.
+            self.seen -= 1;
+        }
         if r.is_err() {
             // Stop at the first error: nothing after it can be trusted.
             self.declared = self.seen;
@@ -630,6 +651,55 @@ impl<'a> Iterator for RequestDecoder<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tag_travels_with_the_op_after_it_and_is_not_counted() {
+        let tag = Tag {
+            session: 0xABCD,
+            seq: 7,
+            done_below: 3,
+            result: 99,
+        };
+        let add = Op::FetchAdd {
+            cache: 1,
+            addr: 64,
+            delta: 2,
+        };
+        let mut buf = Vec::new();
+        let mut e = RequestEncoder::begin(&mut buf, 1);
+        e.push(&mut buf, &Op::Tag(tag));
+        e.push(&mut buf, &add);
+        e.push(&mut buf, &Op::Ping);
+        assert_eq!(e.count(), 2, "the tag is no op of the batch");
+        e.finish(&mut buf);
+        let payload = &buf[HEADER_LEN..];
+        assert_eq!(payload.len(), 4 + Tag::LEN + add.encoded_len() + 1);
+        assert_eq!(RequestDecoder::validate(payload), Ok(2));
+        let ops: Vec<_> = RequestDecoder::new(payload)
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(ops, vec![Op::Tag(tag), add, Op::Ping]);
+
+        // A frame cannot end in a tag: it names no op.
+        let mut buf = Vec::new();
+        let mut e = RequestEncoder::begin(&mut buf, 2);
+        e.push(&mut buf, &Op::Ping);
+        e.push(&mut buf, &Op::Tag(tag));
+        e.finish(&mut buf);
+        assert!(matches!(
+            RequestDecoder::validate(&buf[HEADER_LEN..]),
+            Err(DecodeError::TrailingBytes(n)) if n == Tag::LEN
+        ));
+        // Nor is a cut tag anything but malformed.
+        let mut buf = Vec::new();
+        let mut e = RequestEncoder::begin(&mut buf, 3);
+        e.push(&mut buf, &Op::Tag(tag));
+        e.push(&mut buf, &Op::Ping);
+        e.finish(&mut buf);
+        let cut = &buf[HEADER_LEN..buf.len() - 10];
+        assert!(RequestDecoder::validate(cut).is_err());
+    }
 
     #[test]
     fn write_filled_in_place_encodes_like_a_write() {

@@ -543,6 +543,7 @@ impl Conn {
             me: &sh.advertise,
             from_server,
             replica_of: server.filter(|o| !o.is_empty()),
+            completions: &sh.completions,
             max_frame: sh.config.max_frame as usize,
         };
         let mut tally = Tally::default();

@@ -419,5 +419,10 @@ pub fn stats(sh: &Shared) -> ServerStats {
         migrations: sh.migrations.busy() as u64,
         lost_bytes: sh.store.lost_bytes(),
         replication: sh.replicator.stats(),
+        completions: farcache_proto::control::CompletionStats {
+            records: sh.completions.len() as u64,
+            repeats: sh.completions.repeats.load(Relaxed),
+            evicted: sh.completions.evicted.load(Relaxed),
+        },
     }
 }

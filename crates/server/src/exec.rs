@@ -7,8 +7,10 @@ use farcache_proto::op::MAX_OP_BYTES;
 use farcache_proto::reply;
 use farcache_proto::response::DONE_RUN_HEAD;
 use farcache_proto::{
-    Access, CacheId, DecodeError, Op, OpCode, RequestDecoder, ResponseEncoder, Status,
+    Access, CacheId, DecodeError, Op, OpCode, RequestDecoder, ResponseEncoder, Status, Tag,
 };
+
+use crate::completions::Completions;
 
 use crate::flow::memory::FlowMemory;
 use crate::flow::{Spawned, Step};
@@ -33,7 +35,51 @@ pub struct BatchCtx<'a> {
     /// An owner's replication stream: the owner's address. Its writes land only on
     /// regions whose table names it the owner (see [`Lookup::fenced`]).
     pub replica_of: Option<&'a str>,
+    /// Answers of tagged ops (see [`crate::completions`]).
+    pub completions: &'a Completions,
     pub max_frame: usize,
+}
+
+/// A tagged client op that already ran here (or reached here from its owner): its
+/// recorded answer. A replication stream's ops always apply: they are the owner's.
+#[inline]
+fn repeated(cx: &BatchCtx<'_>, tag: Option<Tag>, addr: u64) -> Option<u64> {
+    let t = tag?;
+    if cx.replica_of.is_some() {
+        return None;
+    }
+    let r = cx.completions.get(t.session, t.seq, addr);
+    if r.is_some() {
+        cx.completions
+            .repeats
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    r
+}
+
+/// After a tagged op ran (or was answered from its record): records its answer and
+/// hands the record to the backups with the range the op wrote, if it has backups
+/// (`written[from..]`: what `Lookup::wrote` added for this op).
+#[inline(never)]
+fn remember(
+    cx: &BatchCtx<'_>,
+    tag: Tag,
+    addr: u64,
+    result: u64,
+    written: &mut [Written],
+    from: usize,
+) {
+    // A backup records what its owner answered.
+    let result = if cx.replica_of.is_some() {
+        tag.result
+    } else {
+        result
+    };
+    cx.completions
+        .record(tag.session, tag.seq, addr, tag.done_below, result);
+    if let Some(w) = written.get_mut(from) {
+        w.tag = Some(Tag { result, ..tag });
+    }
 }
 
 enum Miss<'m> {
@@ -141,6 +187,7 @@ impl<'m> Lookup<'m> {
                     cache,
                     addr,
                     len: len as u32,
+                    tag: None,
                 });
             }
         }
@@ -192,7 +239,7 @@ impl<'m> Prefetcher<'m> {
             Op::Write { cache, addr, .. }
             | Op::Cas { cache, addr, .. }
             | Op::FetchAdd { cache, addr, .. } => (cache, addr, true),
-            Op::Execute { .. } | Op::Ping => return,
+            Op::Execute { .. } | Op::Tag(_) | Op::Ping => return,
         };
         let c = match self.last {
             Some((id, c)) if id == cache => c,
@@ -294,7 +341,7 @@ fn permitted(access: &Access, op: &Op<'_>) -> bool {
         Op::Write { cache, .. } | Op::Cas { cache, .. } | Op::FetchAdd { cache, .. } => {
             access.may_write(cache)
         }
-        Op::Ping => true,
+        Op::Tag(_) | Op::Ping => true,
     }
 }
 
@@ -337,10 +384,17 @@ pub fn execute_batch<'m>(
     let [mut a, mut b] = [Chunk::new(), Chunk::new()];
     // The two chunks trade roles by reference: moving one would copy 6 KiB.
     let (mut this, mut next) = (&mut a, &mut b);
+    // A TAG names the op after it.
+    let mut pending_tag: Option<Tag> = None;
     this.decode(&mut decoder, &mut pf)?;
     while !this.ops().is_empty() {
         next.decode(&mut decoder, &mut pf)?;
         for &op in this.ops() {
+            if let Op::Tag(t) = op {
+                pending_tag = Some(t);
+                continue;
+            }
+            let tag = pending_tag.take();
             let code = op.code();
             let before = out.len();
             if scoped && !permitted(&cx.access, &op) {
@@ -385,9 +439,14 @@ pub fn execute_batch<'m>(
                             Ok(_) if let Some(s) = look.fenced(addr) => enc.status(out, code, s),
                             Ok(_) if look.paused(addr) => enc.status(out, code, Status::Paused),
                             Ok((r, off)) => {
-                                let s = if r.write_from(off, data) {
-                                    look.wrote(addr, data.len() as u64, true, written);
+                                let from = written.len();
+                                let again = repeated(cx, tag, addr).is_some();
+                                let s = if again || r.write_from(off, data) {
+                                    look.wrote(addr, data.len() as u64, !again, written);
                                     touch(touched, r);
+                                    if let Some(t) = tag {
+                                        remember(cx, t, addr, 0, written, from);
+                                    }
                                     Status::Ok
                                 } else {
                                     Status::Internal
@@ -411,14 +470,20 @@ pub fn execute_batch<'m>(
                     Ok(_) if look.read_only() => enc.status(out, code, Status::ReadOnly),
                     Ok(_) if let Some(s) = look.fenced(addr) => enc.status(out, code, s),
                     Ok(_) if look.paused(addr) => enc.status(out, code, Status::Paused),
-                    Ok((r, off)) => match r.cas(off, expected, new) {
-                        Some(v) => {
-                            look.wrote(addr, 8, false, written);
-                            touch(touched, r);
-                            enc.value(out, code, v)
+                    Ok((r, off)) => {
+                        match repeated(cx, tag, addr).or_else(|| r.cas(off, expected, new)) {
+                            Some(v) => {
+                                let from = written.len();
+                                look.wrote(addr, 8, false, written);
+                                touch(touched, r);
+                                if let Some(t) = tag {
+                                    remember(cx, t, addr, v, written, from);
+                                }
+                                enc.value(out, code, v)
+                            }
+                            None => enc.status(out, code, Status::Internal),
                         }
-                        None => enc.status(out, code, Status::Internal),
-                    },
+                    }
                     Err(m) => miss(out, &mut enc, code, m),
                 },
                 Op::FetchAdd { cache, addr, delta } => match look.find(cache, addr, 8) {
@@ -426,14 +491,20 @@ pub fn execute_batch<'m>(
                     Ok(_) if look.read_only() => enc.status(out, code, Status::ReadOnly),
                     Ok(_) if let Some(s) = look.fenced(addr) => enc.status(out, code, s),
                     Ok(_) if look.paused(addr) => enc.status(out, code, Status::Paused),
-                    Ok((r, off)) => match r.fetch_add(off, delta) {
-                        Some(v) => {
-                            look.wrote(addr, 8, false, written);
-                            touch(touched, r);
-                            enc.value(out, code, v)
+                    Ok((r, off)) => {
+                        match repeated(cx, tag, addr).or_else(|| r.fetch_add(off, delta)) {
+                            Some(v) => {
+                                let from = written.len();
+                                look.wrote(addr, 8, false, written);
+                                touch(touched, r);
+                                if let Some(t) = tag {
+                                    remember(cx, t, addr, v, written, from);
+                                }
+                                enc.value(out, code, v)
+                            }
+                            None => enc.status(out, code, Status::Internal),
                         }
-                        None => enc.status(out, code, Status::Internal),
-                    },
+                    }
                     Err(m) => miss(out, &mut enc, code, m),
                 },
                 Op::Execute {
@@ -470,6 +541,8 @@ pub fn execute_batch<'m>(
                     },
                 },
                 Op::Ping => enc.status(out, code, Status::Ok),
+                // Taken before the match.
+                Op::Tag(_) => {}
             }
             let ok = out.len() == before || enc.last_ok();
             let bytes = match op {
@@ -644,6 +717,7 @@ mod tests {
             me: "127.0.0.1:1",
             from_server: false,
             replica_of: None,
+            completions: &Completions::default(),
             max_frame: 1 << 20,
         };
         execute_batch(

@@ -7,6 +7,7 @@
 //! | name | where |
 //! |---|---|
 //! | `backup-before-stream-check` | a backup has read a replication frame and is about to check that its stream is still the owner's newest |
+//! | `owner-before-release` | an owner's backups acknowledged writes; the responses waiting for them are about to go out |
 
 /// Applies `FAILPOINTS` for the life of the process (a no-op without the feature).
 pub fn from_env() {

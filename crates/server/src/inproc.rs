@@ -28,6 +28,7 @@ const ME: &str = "in-process";
 pub struct InProcess {
     store: RegionStore,
     procs: ProcTable,
+    completions: crate::completions::Completions,
     metrics: Metrics,
     cache: CacheId,
     max_frame: usize,
@@ -71,6 +72,7 @@ impl InProcess {
         Ok(Self {
             store,
             procs: ProcTable::default(),
+            completions: crate::completions::Completions::default(),
             metrics: Metrics::default(),
             cache,
             max_frame: MAX_FRAME_DEFAULT as usize,
@@ -116,6 +118,7 @@ impl InProcess {
             me: ME,
             from_server: false,
             replica_of: None,
+            completions: &self.completions,
             max_frame: self.max_frame,
         };
         let mut tally = Tally::default();

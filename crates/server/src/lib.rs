@@ -16,6 +16,7 @@
 //! `farcache_proto::auth`); a cache token reaches its own cache only.
 
 mod acceptor;
+pub mod completions;
 pub mod config;
 mod conn;
 mod control;

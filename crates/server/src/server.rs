@@ -55,6 +55,8 @@ pub struct Shared {
     pub lease: crate::lease::Lease,
     /// Each owner's newest replication stream (this server as a backup).
     pub streams: crate::replication::Streams,
+    /// Answers of tagged ops, for clients' retries after a failover.
+    pub completions: crate::completions::Completions,
     server_id: AtomicU32,
     nap: (Mutex<()>, Condvar),
 }
@@ -146,6 +148,7 @@ impl Server {
                 crate::lease::Lease::unbounded()
             },
             streams: crate::replication::Streams::default(),
+            completions: crate::completions::Completions::default(),
             nap: (Mutex::new(()), Condvar::new()),
             authority: Authority::new(config.secret.clone()),
             advertise,
@@ -363,6 +366,13 @@ pub fn prometheus_text(sh: &Shared) -> String {
     ] {
         s += &format!("farcache_replication_{name} {v}\n");
     }
+    let c = &sh.completions;
+    s += &format!(
+        "farcache_completion_records {}\nfarcache_completion_repeats_total {}\nfarcache_completion_evicted_total {}\n",
+        c.len(),
+        c.repeats.load(Ordering::Relaxed),
+        c.evicted.load(Ordering::Relaxed)
+    );
     s
 }
 

@@ -39,6 +39,7 @@ commands (hosts: manager, s0, s1, ..., client):
   vanish H               H goes silent: nothing in, nothing out, no RST
   heal [H]               lift every fault (or those involving H)
   shape H MBIT           limit H's link to MBIT Mbit/s each way
+  delay H US [JITTER]    hold every frame to and from H US µs (+ up to JITTER µs)
   rtt A B                the lab's round trip from A to B
   kill sN | restart sN   SIGKILL server N | start it again
   sleep MS               wait (for scripts)
@@ -128,6 +129,11 @@ fn session(
                 ("heal", []) => lab.heal()?,
                 ("heal", [h]) => lab.heal_host(h)?,
                 ("shape", [h, mbit]) => lab.shape(h, mbit.parse()?)?,
+                ("delay", [h, us, rest @ ..]) if rest.len() <= 1 => {
+                    let jitter = rest.first().map(|j| j.parse()).transpose()?.unwrap_or(0);
+                    let us = Duration::from_micros(us.parse()?);
+                    lab.delay(h, us, Duration::from_micros(jitter))?
+                }
                 ("rtt", [a, b]) => outln!("  {:?}", lab.rtt(a, b, 100)?)?,
                 ("kill", [s]) => cluster.kill_server(server_index(s)?)?,
                 ("restart", [s]) => cluster.restart_server(server_index(s)?)?,

@@ -213,6 +213,9 @@ impl Link {
             let Some((r, off)) = locate(map, w) else {
                 continue;
             };
+            if let Some(t) = w.tag {
+                e.push(open, &farcache_proto::Op::Tag(t));
+            }
             e.push_write_with(open, w.cache, w.addr, w.len, |d| {
                 // The op that wrote the range checked it lies in the region.
                 let _ = r.read_into(off, d);
@@ -462,6 +465,8 @@ fn connect(sh: &Shared, addr: &str) -> Result<TcpStream, String> {
 
 /// Tells each worker which of its held responses have one more acknowledgement.
 fn notify(sh: &Shared, waiters: Vec<Waiter>) {
+    // Backups hold the writes; the clients have no answer yet.
+    fail::fail_point!("owner-before-release");
     send_to_workers(sh, waiters, WorkerMsg::Replicated);
 }
 

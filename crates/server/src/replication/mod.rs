@@ -41,6 +41,8 @@ pub struct Written {
     pub cache: CacheId,
     pub addr: u64,
     pub len: u32,
+    /// The op's tag and answer, for the backups' completion records.
+    pub tag: Option<farcache_proto::Tag>,
 }
 
 /// A response held on a worker's connection until backups acknowledge its writes.

@@ -7,18 +7,20 @@
 //! Faults are made in the switch, where neither end sees them as anything but
 //! silence: [`Lab::cut`] drops one direction between two hosts (an nftables bridge
 //! filter), [`Lab::vanish`] drops everything to and from a host (no RST, no FIN), and
-//! [`Lab::heal`] lifts them. [`Lab::shape`] limits a host's link with `tbf`. Delay
-//! needs `netem`, which these kernels lack; the lab reports its own round trip
-//! ([`Lab::rtt`]) so results can be stated as ratios on the same lab.
+//! [`Lab::heal`] lifts them. [`Lab::shape`] limits a host's link with `tbf`.
+//! [`Lab::delay`] delays every frame to and from a host with a delay line of the
+//! lab's own ([`delay`]: `netem` is missing on these kernels); the lab reports its
+//! own round trip ([`Lab::rtt`]) so results can be stated as ratios on the same lab.
 //!
 //! It needs root, `ip` (iproute2) and `nft` (nftables); [`Lab::check`] says which is
 //! missing. Namespaces are named `fclab-<pid>-<n>-<host>`: a lab removes its own
 //! when dropped, and [`Lab::create`] first removes those of processes that no longer
 //! run (a crashed test).
 
+pub mod delay;
 mod netns;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::net::Ipv4Addr;
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -62,6 +64,8 @@ pub struct Lab {
     switch: String,
     hosts: Mutex<Vec<Host>>,
     faults: Mutex<BTreeSet<Fault>>,
+    /// Delay lines, by host name.
+    lines: Mutex<HashMap<String, delay::Line>>,
 }
 
 impl Lab {
@@ -103,6 +107,7 @@ impl Lab {
             switch,
             hosts: Mutex::new(Vec::new()),
             faults: Mutex::new(BTreeSet::new()),
+            lines: Mutex::new(HashMap::new()),
         };
         sh(&["ip", "netns", "add", &lab.switch])?;
         lab.ip_in(&lab.switch, &["link", "set", "lo", "up"])?;
@@ -252,14 +257,22 @@ impl Lab {
 
     /// Faults in force, as text (for logs and reports).
     pub fn faults(&self) -> Vec<String> {
-        self.faults
+        let mut v: Vec<String> = self
+            .faults
             .lock()
             .iter()
             .map(|f| match f {
                 Fault::Cut(a, b) => format!("{a} -/-> {b}"),
                 Fault::Vanish(h) => format!("{h} vanished"),
             })
-            .collect()
+            .collect();
+        for (h, l) in self.lines.lock().iter() {
+            let d = l.settings.delay();
+            if !d.is_zero() {
+                v.push(format!("{h} delayed {d:?} each way"));
+            }
+        }
+        v
     }
 
     /// Limits host `name`'s link to `mbit` Mbit/s each way (`tbf` on both veth ends).
@@ -278,6 +291,53 @@ impl Lab {
             )?;
         }
         Ok(())
+    }
+
+    /// Holds every frame to and from host `name` for `each_way` plus up to `jitter`
+    /// (uniform, never reordering), in both directions: a round trip between it and an
+    /// undelayed host grows by at least `2 × each_way`, between two delayed hosts by
+    /// the sum of both. The first call puts a delay line between the host's port and
+    /// the bridge (see [`delay`]); later calls change it in place; 0 leaves the line
+    /// in, costing only its own relaying (measure it with [`rtt`](Self::rtt)).
+    pub fn delay(
+        &self,
+        name: &str,
+        each_way: Duration,
+        jitter: Duration,
+    ) -> Result<(), TestkitError> {
+        let h = self.host(name)?;
+        let mut lines = self.lines.lock();
+        if !lines.contains_key(name) {
+            let (relay, bridged) = (format!("{}r", h.port), format!("{}b", h.port));
+            let sw = self.switch.as_str();
+            self.ip_in(sw, &["link", "set", &h.port, "nomaster"])?;
+            self.ip_in(
+                sw,
+                &[
+                    "link", "add", &relay, "type", "veth", "peer", "name", &bridged,
+                ],
+            )?;
+            self.ip_in(sw, &["link", "set", &bridged, "master", "br0"])?;
+            for dev in [&relay, &bridged] {
+                self.ip_in(sw, &["link", "set", dev, "up"])?;
+            }
+            let line = delay::Line::start(sw, &h.port, &relay)?;
+            lines.insert(name.to_owned(), line);
+        }
+        if let Some(l) = lines.get(name) {
+            l.settings.set(each_way, jitter);
+        }
+        Ok(())
+    }
+
+    /// Frames relayed and dropped (line full) by host `name`'s delay line.
+    pub fn delay_counts(&self, name: &str) -> Option<(u64, u64)> {
+        let lines = self.lines.lock();
+        let s = &lines.get(name)?.settings;
+        Some((
+            s.frames.load(Ordering::Relaxed),
+            s.dropped.load(Ordering::Relaxed),
+        ))
     }
 
     /// Round trip between two hosts over the switch: the median of `n` TCP echo
@@ -348,6 +408,8 @@ impl Lab {
 
 impl Drop for Lab {
     fn drop(&mut self) {
+        // Lines first: their threads hold sockets on the switch's interfaces.
+        self.lines.lock().clear();
         for h in self.hosts.lock().iter() {
             let _ = sh(&["ip", "netns", "del", &h.netns]);
         }
