@@ -94,6 +94,17 @@ fn a_short_chaos_run_with_two_copies_loses_nothing() {
     );
     assert!(n("promotions") > 0, "backups took over: {text}");
     assert!(n("heartbeat_interval_ms") > 0);
+    let c = &r["counters"];
+    assert!(c["adds"].as_u64().unwrap_or(0) > 0, "{text}");
+    assert_eq!(
+        (
+            c["double_adds"].as_u64(),
+            c["lost_adds"].as_u64(),
+            c["unreadable"].as_u64()
+        ),
+        (Some(0), Some(0), Some(0)),
+        "every fetch-add counted once: {text}"
+    );
     let chart = json.with_extension("png");
     assert!(
         std::fs::metadata(&chart).is_ok_and(|m| m.len() > 0),

@@ -7,6 +7,7 @@
 //!   [`Lab`], each process runs on a host of its own behind a switch that can cut
 //!   links one way or both, make hosts vanish and shape bandwidth.
 
+pub mod counters;
 mod error;
 pub mod history;
 pub mod lab;

@@ -136,6 +136,10 @@ struct Report {
     split_brain_ms: f64,
     /// Acknowledgement windows compared (server, region, ownership period).
     ack_windows: usize,
+    /// With two copies or more: fetch-adds on counters in a cache of their own,
+    /// each checked to count once (no add applied twice, none acknowledged lost).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    counters: Option<farcache_testkit::counters::CounterReport>,
     events: Vec<Event>,
     /// Ops per 100 ms.
     timeline: Vec<u64>,
@@ -167,8 +171,10 @@ fn run_in(a: Args, lab: Option<Arc<Lab>>) -> Result<()> {
         bail!("--servers must be at least 2 (regions need somewhere to go)");
     }
     let bin = std::env::current_exe().context("locating the farcache binary")?;
-    let per_server =
-        (a.cache_size * u64::from(a.replicas) / a.servers as u64 * 3).max(a.region_size * 4);
+    // Room for the cache thrice over (moves, new copies), and the counters' cache.
+    let per_server = (a.cache_size * u64::from(a.replicas) / a.servers as u64 * 3)
+        .max(a.region_size * 4)
+        + a.region_size * u64::from(a.replicas) * 2;
     let mut opts = ClusterOptions::default()
         .servers(a.servers)
         .region_size(a.region_size)
@@ -196,6 +202,14 @@ fn run_in(a: Args, lab: Option<Arc<Lab>>) -> Result<()> {
     let mut acks = Acks::new(cluster.secret().clone());
     let history = Arc::new(History::default());
     let verifier = Verifier::start_recording(&cache, a.cache_size / 8, history.clone());
+    // With backups, a fetch-add in flight at a failover is sent again: it must count
+    // once. (With one copy a dead owner's counters are lost, as `DataLost`.)
+    let counters = if a.replicas > 1 {
+        let c = client.create_with("chaos-counters", a.region_size * a.servers as u64, &create)?;
+        Some(farcache_testkit::counters::Counters::start(&c))
+    } else {
+        None
+    };
     let started = Instant::now();
     let mut rng = StdRng::seed_from_u64(a.seed);
     let mut plan: Vec<&'static str> = std::iter::repeat_n("reclaim", a.reclaims as usize)
@@ -303,6 +317,7 @@ fn run_in(a: Args, lab: Option<Arc<Lab>>) -> Result<()> {
     let lost_slots: std::collections::BTreeSet<u64> =
         verifier.lost_slots().into_iter().map(|s| s * 8).collect();
     let v = verifier.stop();
+    let counted = counters.map(|c| c.stop());
     acks.poll_now(&mut cluster);
     let st = client.status()?;
     let events_checked: Vec<history::Event> = history
@@ -322,6 +337,7 @@ fn run_in(a: Args, lab: Option<Arc<Lab>>) -> Result<()> {
     report.samples.extend(verdict.samples.iter().cloned());
     report.heartbeat_interval_ms = heartbeat_interval_ms;
     report.max_rereplication_wait_ms = max_wait.as_millis() as u64;
+    report.counters = counted;
     print(&report)?;
     std::fs::write(&a.json, serde_json::to_vec_pretty(&report)?)
         .with_context(|| format!("writing {}", a.json.display()))?;
@@ -575,6 +591,7 @@ fn build(
         max_unavailable_ms_by_kind: unavailable_by_kind(v, &events),
         split_brain_ms: 0.0,
         ack_windows: 0,
+        counters: None,
         added,
         ops: v.reads + v.writes,
         wrong_reads: v.wrong_reads,
@@ -669,6 +686,17 @@ fn print(r: &Report) -> Result<()> {
         r.migration_gib_per_s,
         r.max_write_pause_ms
     )?;
+    if let Some(c) = &r.counters {
+        outln!(
+            "  fetch-adds  {} acknowledged, {} of unknown outcome on {} counters: {} applied              twice, {} acknowledged and lost, {} counters unreadable",
+            c.adds,
+            c.adds_unknown,
+            c.counters,
+            c.double_adds,
+            c.lost_adds,
+            c.unreadable
+        )?;
+    }
     for s in r.samples.iter().take(5) {
         outln!("  sample: {s}")?;
     }
