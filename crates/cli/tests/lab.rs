@@ -329,10 +329,10 @@ fn an_owner_cut_off_from_the_manager_stops_before_its_backup_takes_over() {
 /// A host that vanishes (no RST, no FIN: silence) is found by its lease and
 /// heartbeats running out, not by a refused connection; its regions are served by
 /// their backups within the lease plus detection, and when it comes back it is
-/// fenced.
+/// fenced. (1 MiB regions, as the target states it.)
 #[test]
 fn a_vanished_owner_is_replaced_within_the_lease_and_fenced_on_return() {
-    vanish_and_return(REGION, REGIONS);
+    vanish_and_return(1 << 20, REGIONS);
 }
 
 /// The same with 256 MiB regions, every byte written: failover does not wait behind

@@ -376,6 +376,29 @@ impl ServerConn {
         }
     }
 
+    /// [`push_writes`](Self::push_writes), each write tagged (`tag` is the first's).
+    pub fn push_tagged_writes<'d>(
+        &mut self,
+        (key, first): (u32, u32),
+        cache: CacheId,
+        len: u32,
+        tag: farcache_proto::Tag,
+        ops: impl ExactSizeIterator<Item = (u64, &'d [u8])>,
+    ) {
+        let n = ops.len();
+        if let Self {
+            open: Some(open),
+            out,
+            ..
+        } = self
+        {
+            open.enc.push_tagged_writes(out, cache, len, tag, ops);
+            open.parts
+                .push_whole_n(key, first, n as u32, len, Kind::Write);
+            open.reply_bytes += n * WRITE_REPLY;
+        }
+    }
+
     fn open_batch(&mut self) -> &mut OpenBatch {
         self.open.get_or_insert_with(|| {
             let seq = self.next_seq;

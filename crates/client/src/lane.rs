@@ -188,6 +188,9 @@ pub(crate) struct LaneInner {
     /// This lane's tag session (random) and the number of its next tagged op.
     session: u64,
     next_seq: u64,
+    /// Tagged tickets by their first op's number, with their slab key and id; the
+    /// front ones that are answered are dropped lazily at the next tagged submit.
+    live_tags: std::collections::BTreeMap<u64, (usize, u64)>,
 }
 
 /// A random session id for a lane's tags (std's hasher keys are random per process;
@@ -231,6 +234,7 @@ impl Lane {
                 ready: Vec::new(),
                 session: new_session(),
                 next_seq: 1,
+                live_tags: std::collections::BTreeMap::new(),
             }),
             async_pending: AtomicUsize::new(0),
             background: std::sync::atomic::AtomicBool::new(false),
@@ -279,14 +283,17 @@ impl LaneInner {
             self.next_seq += n as u64;
             // Every op numbered below the oldest unanswered tagged ticket's has its
             // answer: the servers may drop their records.
-            let done_below = self
-                .tickets
-                .iter()
-                .filter(|(_, t)| t.remaining > 0)
-                .filter_map(|(_, t)| t.tag.map(|g| g.seq))
-                .min()
-                .unwrap_or(seq)
-                .min(seq);
+            while let Some((_, &(key, tid))) = self.live_tags.first_key_value() {
+                let live = self
+                    .tickets
+                    .get(key)
+                    .is_some_and(|t| t.id == tid && t.remaining > 0);
+                if live {
+                    break;
+                }
+                self.live_tags.pop_first();
+            }
+            let done_below = self.live_tags.keys().next().copied().unwrap_or(seq);
             Tag {
                 session: self.session,
                 seq,
@@ -311,6 +318,9 @@ impl LaneInner {
             abandoned: false,
             tag,
         });
+        if let Some(t) = tag {
+            self.live_tags.insert(t.seq, (key, id));
+        }
         let mut next = 0;
         while next < n {
             // Runs of plain ops to one server take the short road; the rest, one op
@@ -411,7 +421,6 @@ impl LaneInner {
         } = self;
         let t = &mut tickets[key];
         let (b, q, cache) = (cfg.batch_size, cfg.queue_depth, info.id);
-        let tagged = t.tag.is_some();
         // A one-region op's owner, or None for ops the general road must take.
         let owner = |op: &BatchOp| {
             if op.kind == Kind::Execute {
@@ -422,7 +431,6 @@ impl LaneInner {
                     .flatten();
             }
             if !matches!(op.kind, Kind::Read | Kind::Write)
-                || (tagged && op.kind == Kind::Write)
                 || op.len == 0
                 || op.len > u64::from(MAX_OP_BYTES)
                 || op
@@ -461,10 +469,10 @@ impl LaneInner {
                 if !read && data_of(&op).is_none() {
                     break;
                 }
-                let (op_len, reply_len) = if read {
-                    (READ_LEN, len as usize + REPLY_HEAD)
-                } else {
-                    (READ_LEN + len as usize, WRITE_REPLY)
+                let (op_len, reply_len) = match (read, t.tag) {
+                    (true, _) => (READ_LEN, len as usize + REPLY_HEAD),
+                    (false, None) => (READ_LEN + len as usize, WRITE_REPLY),
+                    (false, Some(_)) => (Tag::LEN + READ_LEN + len as usize, WRITE_REPLY),
                 };
                 let room = c.room(op_len, reply_len, b, q);
                 if room == 0 {
@@ -487,7 +495,16 @@ impl LaneInner {
                     c.push_reads(at, cache, len, run.iter().map(|o| o.addr));
                 } else {
                     let writes = run.iter().map(|o| (o.addr, data_of(o).unwrap_or_default()));
-                    c.push_writes(at, cache, len, writes);
+                    match t.tag {
+                        None => c.push_writes(at, cache, len, writes),
+                        Some(g) => {
+                            let first = Tag {
+                                seq: g.seq + i as u64,
+                                ..g
+                            };
+                            c.push_tagged_writes(at, cache, len, first, writes);
+                        }
+                    }
                 }
                 i += n;
                 continue;
@@ -575,16 +592,14 @@ impl LaneInner {
                     q,
                 )
             }
-            Kind::Write if tickets[part.key as usize].tag.is_some() => return false,
             Kind::Write => {
+                let t = &tickets[part.key as usize];
                 let at = op.data_off;
-                let Some(data) = tickets[part.key as usize]
-                    .data
-                    .get(at..at + part.len as usize)
-                else {
+                let Some(data) = t.data.get(at..at + part.len as usize) else {
                     return false;
                 };
-                conn.append(whole, &Op::Write { cache, addr, data }, 2, b, q)
+                let wire = Op::Write { cache, addr, data };
+                conn.append_tagged(whole, op_tag(t, part), &wire, 2, b, q)
             }
             _ => return false,
         };

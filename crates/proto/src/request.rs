@@ -312,6 +312,38 @@ impl RequestEncoder {
         self.count += n as u32;
     }
 
+    /// [`push_writes`](Self::push_writes) with a TAG before each WRITE: the `k`-th
+    /// write's tag is `tag` with `seq + k`.
+    #[inline]
+    pub fn push_tagged_writes<'d>(
+        &mut self,
+        out: &mut Vec<u8>,
+        cache: CacheId,
+        len: u32,
+        tag: Tag,
+        ops: impl ExactSizeIterator<Item = (u64, &'d [u8])>,
+    ) {
+        let n = ops.len();
+        let each = Tag::LEN + READ_LEN + len as usize;
+        let at = out.len();
+        out.resize(at + each * n, 0);
+        for (k, (h, (addr, data))) in out[at..].chunks_exact_mut(each).zip(ops).enumerate() {
+            h[0] = OpCode::Tag as u8;
+            h[1..9].copy_from_slice(&tag.session.to_le_bytes());
+            h[9..17].copy_from_slice(&(tag.seq + k as u64).to_le_bytes());
+            h[17..25].copy_from_slice(&tag.done_below.to_le_bytes());
+            h[25..33].copy_from_slice(&tag.result.to_le_bytes());
+            let w = &mut h[Tag::LEN..];
+            w[0] = OpCode::Write as u8;
+            w[1..5].copy_from_slice(&cache.to_le_bytes());
+            w[5..13].copy_from_slice(&addr.to_le_bytes());
+            w[13..17].copy_from_slice(&len.to_le_bytes());
+            let k = data.len().min(len as usize);
+            w[READ_LEN..READ_LEN + k].copy_from_slice(&data[..k]);
+        }
+        self.count += n as u32;
+    }
+
     /// Appends a WRITE of `len` bytes that `fill` writes in place, for senders whose
     /// bytes live elsewhere (no staging copy).
     pub fn push_write_with(
@@ -453,6 +485,16 @@ impl<'a> RequestDecoder<'a> {
                 let data = &r[HEAD..HEAD + len as usize];
                 self.cur.advance(HEAD + len as usize);
                 Some(Op::Write { cache, addr, data })
+            }
+            x if x == OpCode::Tag as u8 && r.len() >= Tag::LEN => {
+                let t = Tag {
+                    session: le_u64(r, 1),
+                    seq: le_u64(r, 9),
+                    done_below: le_u64(r, 17),
+                    result: le_u64(r, 25),
+                };
+                self.cur.advance(Tag::LEN);
+                Some(Op::Tag(t))
             }
             _ => None,
         }
@@ -633,6 +675,10 @@ impl<'a> Iterator for RequestDecoder<'a> {
             return Some(Ok(op));
         }
         if let Some(op) = self.decode_fast() {
+            if let Op::Tag(_) = op {
+                // A tag is part of the op after it.
+                self.seen -= 1;
+            }
             return Some(Ok(op));
         }
         let r = self.decode_one();
@@ -680,6 +726,39 @@ mod tests {
             .collect::<Result<_, _>>()
             .unwrap();
         assert_eq!(ops, vec![Op::Tag(tag), add, Op::Ping]);
+
+        // Tagged writes in one go encode as a tag and a write each.
+        let tag0 = Tag { seq: 20, ..tag };
+        let (mut one, mut each) = (Vec::new(), Vec::new());
+        let mut e1 = RequestEncoder::begin(&mut one, 4);
+        e1.push_tagged_writes(
+            &mut one,
+            3,
+            2,
+            tag0,
+            [(8u64, &b"ab"[..]), (16, b"c")].into_iter(),
+        );
+        e1.finish(&mut one);
+        let mut e2 = RequestEncoder::begin(&mut each, 4);
+        for (k, (addr, data)) in [(8u64, &b"ab"[..]), (16, b"c\0")].into_iter().enumerate() {
+            e2.push(
+                &mut each,
+                &Op::Tag(Tag {
+                    seq: 20 + k as u64,
+                    ..tag
+                }),
+            );
+            e2.push(
+                &mut each,
+                &Op::Write {
+                    cache: 3,
+                    addr,
+                    data,
+                },
+            );
+        }
+        e2.finish(&mut each);
+        assert_eq!(one, each);
 
         // A frame cannot end in a tag: it names no op.
         let mut buf = Vec::new();

@@ -8,10 +8,11 @@
 //! session not heard from for [`IDLE`] is dropped whole (its client is gone: its
 //! retries would have timed out long before).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
+use farcache_proto::Tag;
 use parking_lot::Mutex;
 
 /// A session silent this long is forgotten (well above any client's op timeout).
@@ -22,12 +23,87 @@ const PER_SESSION: usize = 1 << 20;
 /// Sessions are hashed over this many locks.
 const SHARDS: usize = 16;
 
+/// One tagged op's answer, as a batch hands it over.
+#[derive(Debug, Clone, Copy)]
+pub struct Record {
+    pub tag: Tag,
+    pub addr: u64,
+    pub result: u64,
+}
+
+/// Hashes an op's `(seq, addr)` with one multiply: keys are not chosen by an
+/// adversary (a client only names its own session's ops).
+#[derive(Default)]
+struct MixHasher(u64);
+
+impl std::hash::Hasher for MixHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(u64::from(*b));
+        }
+    }
+
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(29) ^ v).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type Records = HashMap<(u64, u64), u64, std::hash::BuildHasherDefault<MixHasher>>;
+
+/// Records start being pruned (below `done_below`) from this many.
+const PRUNE_FROM: usize = 1024;
+
 #[derive(Default)]
 struct Session {
     done_below: u64,
-    /// `(seq, addr)` → the op's answer.
-    records: BTreeMap<(u64, u64), u64>,
+    /// The highest `seq` recorded: a client numbers its ops upwards, so an op above
+    /// it is new and needs no lookup.
+    max_seq: u64,
+    /// `(seq, addr)` → answer. Ops arrive out of order (a backup may hear of an op
+    /// from its owner before the client's next frame reaches it), hence a map.
+    records: Records,
+    /// Records left after the last pruning: the next waits until there are twice as
+    /// many, so pruning costs O(1) per record.
+    pruned_to: usize,
     heard: Option<Instant>,
+}
+
+impl Session {
+    fn insert(&mut self, seq: u64, addr: u64, result: u64) {
+        if seq < self.done_below {
+            return;
+        }
+        self.max_seq = self.max_seq.max(seq);
+        self.records.insert((seq, addr), result);
+    }
+
+    fn forget_below(&mut self, done_below: u64) {
+        if done_below <= self.done_below {
+            return;
+        }
+        self.done_below = done_below;
+        if self.records.len() >= PRUNE_FROM.max(2 * self.pruned_to) {
+            self.records.retain(|k, _| k.0 >= done_below);
+            self.pruned_to = self.records.len();
+        }
+    }
+
+    /// Bounds the session's memory: drops the oldest half when over [`PER_SESSION`].
+    fn bound(&mut self) -> u64 {
+        if self.records.len() <= PER_SESSION {
+            return 0;
+        }
+        let before = self.records.len();
+        let cut = self.max_seq.saturating_sub(PER_SESSION as u64 / 2);
+        self.done_below = self.done_below.max(cut);
+        self.records.retain(|k, _| k.0 >= cut);
+        self.pruned_to = self.records.len();
+        (before - self.records.len()) as u64
+    }
 }
 
 #[derive(Default)]
@@ -52,38 +128,74 @@ impl Completions {
         &self.shards[(session as usize) % SHARDS]
     }
 
+    /// The highest op number recorded for `session` (0 for none): ops above it
+    /// cannot be repeats.
+    pub fn max_seq(&self, session: u64) -> u64 {
+        let sh = self.shard(session).lock();
+        sh.sessions.get(&session).map_or(0, |s| s.max_seq)
+    }
+
     /// The answer recorded for `(session, seq, addr)`, if this op already ran here
     /// or reached here from its owner.
     pub fn get(&self, session: u64, seq: u64, addr: u64) -> Option<u64> {
         let sh = self.shard(session).lock();
-        sh.sessions
-            .get(&session)?
-            .records
-            .get(&(seq, addr))
-            .copied()
+        let s = sh.sessions.get(&session)?;
+        // Below `done_below` the client has the answer: it never asks again.
+        if seq < s.done_below {
+            return None;
+        }
+        s.records.get(&(seq, addr)).copied()
     }
 
-    /// Records an op's answer; drops what the session says it no longer needs.
+    /// Records one op's answer (see [`record_many`](Self::record_many)).
     pub fn record(&self, session: u64, seq: u64, addr: u64, done_below: u64, result: u64) {
+        let tag = Tag {
+            session,
+            seq,
+            done_below,
+            result,
+        };
+        self.record_many(&[Record { tag, addr, result }]);
+    }
+
+    /// Records a batch's answers, taking each session's lock once per run of its
+    /// records; drops what the sessions say they no longer need.
+    pub fn record_many(&self, recs: &[Record]) {
+        let Some(first) = recs.first() else {
+            return;
+        };
         let now = Instant::now();
-        let mut sh = self.shard(session).lock();
-        let s = sh.sessions.entry(session).or_default();
-        s.heard = Some(now);
-        if done_below > s.done_below {
-            s.done_below = done_below;
-            s.records = s.records.split_off(&(done_below, 0));
-        }
-        if seq >= s.done_below {
-            s.records.insert((seq, addr), result);
-        }
-        while s.records.len() > PER_SESSION {
-            s.records.pop_first();
-            self.evicted.fetch_add(1, Relaxed);
-        }
-        if sh.swept.is_none_or(|t| now.duration_since(t) > IDLE / 4) {
-            sh.swept = Some(now);
-            sh.sessions
-                .retain(|_, s| s.heard.is_some_and(|h| now.duration_since(h) < IDLE));
+        let mut rest = recs;
+        let mut session = first.tag.session;
+        while !rest.is_empty() {
+            let n = rest
+                .iter()
+                .position(|r| r.tag.session != session)
+                .unwrap_or(rest.len());
+            let (run, after) = rest.split_at(n);
+            let mut sh = self.shard(session).lock();
+            let s = sh.sessions.entry(session).or_default();
+            s.heard = Some(now);
+            if let Some(d) = run.iter().map(|r| r.tag.done_below).max() {
+                s.forget_below(d);
+            }
+            for r in run {
+                s.insert(r.tag.seq, r.addr, r.result);
+            }
+            let evicted = s.bound();
+            if evicted > 0 {
+                self.evicted.fetch_add(evicted, Relaxed);
+            }
+            if sh.swept.is_none_or(|t| now.duration_since(t) > IDLE / 4) {
+                sh.swept = Some(now);
+                sh.sessions
+                    .retain(|_, s| s.heard.is_some_and(|h| now.duration_since(h) < IDLE));
+            }
+            drop(sh);
+            rest = after;
+            if let Some(r) = rest.first() {
+                session = r.tag.session;
+            }
         }
     }
 
@@ -124,9 +236,46 @@ mod tests {
         c.record(7, 12, 64, 11, 43);
         assert_eq!(c.get(7, 10, 64), None);
         assert_eq!(c.get(7, 11, 64), Some(42));
-        assert_eq!(c.len(), 2);
         // A late record below the mark is not kept.
         c.record(7, 5, 64, 0, 1);
         assert_eq!(c.get(7, 5, 64), None);
+        assert_eq!(c.max_seq(7), 12);
+        assert_eq!(c.max_seq(9), 0);
+        // Past PRUNE_FROM records, those below the mark go.
+        for seq in 13..13 + PRUNE_FROM as u64 {
+            c.record(7, seq, 0, 0, seq);
+        }
+        c.record(7, 5000, 0, 5000, 1);
+        assert_eq!(c.len(), 1);
+        assert_eq!(c.get(7, 5000, 0), Some(1));
+    }
+
+    #[test]
+    fn records_out_of_order_are_found_and_a_batch_spans_sessions() {
+        let c = Completions::default();
+        let rec = |session, seq, addr, result| Record {
+            tag: Tag {
+                session,
+                seq,
+                done_below: 0,
+                result,
+            },
+            addr,
+            result,
+        };
+        c.record_many(&[
+            rec(1, 5, 0, 50),
+            rec(1, 3, 8, 30),
+            rec(2, 9, 0, 90),
+            rec(1, 4, 0, 40),
+        ]);
+        assert_eq!(c.get(1, 3, 8), Some(30));
+        assert_eq!(c.get(1, 4, 0), Some(40));
+        assert_eq!(c.get(1, 5, 0), Some(50));
+        assert_eq!(c.get(2, 9, 0), Some(90));
+        assert_eq!(c.max_seq(1), 5);
+        // The same op recorded again keeps one record.
+        c.record_many(&[rec(1, 4, 0, 41)]);
+        assert_eq!((c.get(1, 4, 0), c.len()), (Some(41), 4));
     }
 }

@@ -10,7 +10,7 @@ use farcache_proto::{
     Access, CacheId, DecodeError, Op, OpCode, RequestDecoder, ResponseEncoder, Status, Tag,
 };
 
-use crate::completions::Completions;
+use crate::completions::{Completions, Record};
 
 use crate::flow::memory::FlowMemory;
 use crate::flow::{Spawned, Step};
@@ -40,45 +40,73 @@ pub struct BatchCtx<'a> {
     pub max_frame: usize,
 }
 
-/// A tagged client op that already ran here (or reached here from its owner): its
-/// recorded answer. A replication stream's ops always apply: they are the owner's.
-#[inline]
-fn repeated(cx: &BatchCtx<'_>, tag: Option<Tag>, addr: u64) -> Option<u64> {
-    let t = tag?;
-    if cx.replica_of.is_some() {
-        return None;
-    }
-    let r = cx.completions.get(t.session, t.seq, addr);
-    if r.is_some() {
-        cx.completions
-            .repeats
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    }
-    r
+/// The tagged ops of one batch: repeats answered from their records, new answers
+/// recorded together when the batch ends (one lock per session, not per op).
+struct BatchTags<'a> {
+    completions: &'a Completions,
+    /// The batch is an owner's replication stream: its ops always apply (they are
+    /// the owner's), and record the answer the owner gave.
+    replica: bool,
+    /// The session last asked about, and the highest op number recorded for it
+    /// when asked: ops above it are new (a client numbers upwards).
+    known: Option<(u64, u64)>,
+    records: Vec<Record>,
 }
 
-/// After a tagged op ran (or was answered from its record): records its answer and
-/// hands the record to the backups with the range the op wrote, if it has backups
-/// (`written[from..]`: what `Lookup::wrote` added for this op).
-#[inline(never)]
-fn remember(
-    cx: &BatchCtx<'_>,
-    tag: Tag,
-    addr: u64,
-    result: u64,
-    written: &mut [Written],
-    from: usize,
-) {
-    // A backup records what its owner answered.
-    let result = if cx.replica_of.is_some() {
-        tag.result
-    } else {
-        result
-    };
-    cx.completions
-        .record(tag.session, tag.seq, addr, tag.done_below, result);
-    if let Some(w) = written.get_mut(from) {
-        w.tag = Some(Tag { result, ..tag });
+impl<'a> BatchTags<'a> {
+    fn new(cx: &BatchCtx<'a>) -> Self {
+        Self {
+            completions: cx.completions,
+            replica: cx.replica_of.is_some(),
+            known: None,
+            records: Vec::new(),
+        }
+    }
+
+    /// A tagged client op that already ran here (or reached here from its owner):
+    /// its recorded answer.
+    #[inline]
+    fn repeated(&mut self, tag: Option<Tag>, addr: u64) -> Option<u64> {
+        let t = tag?;
+        if self.replica {
+            return None;
+        }
+        let max = match self.known {
+            Some((s, m)) if s == t.session => m,
+            _ => {
+                let m = self.completions.max_seq(t.session);
+                self.known = Some((t.session, m));
+                m
+            }
+        };
+        if t.seq > max {
+            return None;
+        }
+        let r = self.completions.get(t.session, t.seq, addr);
+        if r.is_some() {
+            self.completions
+                .repeats
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        r
+    }
+
+    /// After a tagged op ran (or was answered from its record): keeps its answer for
+    /// the batch's end, and hands it to the backups with the range the op wrote, if
+    /// it has backups (`written[from..]`: what `Lookup::wrote` added for this op).
+    #[inline(never)]
+    fn remember(&mut self, tag: Tag, addr: u64, result: u64, written: &mut [Written], from: usize) {
+        // A backup records what its owner answered.
+        let result = if self.replica { tag.result } else { result };
+        let tag = Tag { result, ..tag };
+        self.records.push(Record { tag, addr, result });
+        if let Some(w) = written.get_mut(from) {
+            w.tag = Some(tag);
+        }
+    }
+
+    fn finish(self) {
+        self.completions.record_many(&self.records);
     }
 }
 
@@ -386,6 +414,7 @@ pub fn execute_batch<'m>(
     let (mut this, mut next) = (&mut a, &mut b);
     // A TAG names the op after it.
     let mut pending_tag: Option<Tag> = None;
+    let mut tags = BatchTags::new(cx);
     this.decode(&mut decoder, &mut pf)?;
     while !this.ops().is_empty() {
         next.decode(&mut decoder, &mut pf)?;
@@ -440,12 +469,12 @@ pub fn execute_batch<'m>(
                             Ok(_) if look.paused(addr) => enc.status(out, code, Status::Paused),
                             Ok((r, off)) => {
                                 let from = written.len();
-                                let again = repeated(cx, tag, addr).is_some();
+                                let again = tags.repeated(tag, addr).is_some();
                                 let s = if again || r.write_from(off, data) {
                                     look.wrote(addr, data.len() as u64, !again, written);
                                     touch(touched, r);
                                     if let Some(t) = tag {
-                                        remember(cx, t, addr, 0, written, from);
+                                        tags.remember(t, addr, 0, written, from);
                                     }
                                     Status::Ok
                                 } else {
@@ -471,13 +500,16 @@ pub fn execute_batch<'m>(
                     Ok(_) if let Some(s) = look.fenced(addr) => enc.status(out, code, s),
                     Ok(_) if look.paused(addr) => enc.status(out, code, Status::Paused),
                     Ok((r, off)) => {
-                        match repeated(cx, tag, addr).or_else(|| r.cas(off, expected, new)) {
+                        match tags
+                            .repeated(tag, addr)
+                            .or_else(|| r.cas(off, expected, new))
+                        {
                             Some(v) => {
                                 let from = written.len();
                                 look.wrote(addr, 8, false, written);
                                 touch(touched, r);
                                 if let Some(t) = tag {
-                                    remember(cx, t, addr, v, written, from);
+                                    tags.remember(t, addr, v, written, from);
                                 }
                                 enc.value(out, code, v)
                             }
@@ -492,13 +524,13 @@ pub fn execute_batch<'m>(
                     Ok(_) if let Some(s) = look.fenced(addr) => enc.status(out, code, s),
                     Ok(_) if look.paused(addr) => enc.status(out, code, Status::Paused),
                     Ok((r, off)) => {
-                        match repeated(cx, tag, addr).or_else(|| r.fetch_add(off, delta)) {
+                        match tags.repeated(tag, addr).or_else(|| r.fetch_add(off, delta)) {
                             Some(v) => {
                                 let from = written.len();
                                 look.wrote(addr, 8, false, written);
                                 touch(touched, r);
                                 if let Some(t) = tag {
-                                    remember(cx, t, addr, v, written, from);
+                                    tags.remember(t, addr, v, written, from);
                                 }
                                 enc.value(out, code, v)
                             }
@@ -554,6 +586,7 @@ pub fn execute_batch<'m>(
         }
         (this, next) = (next, this);
     }
+    tags.finish();
     enc.finish(out);
     Ok(())
 }
