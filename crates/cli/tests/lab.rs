@@ -376,6 +376,29 @@ fn vanish_and_return(region: u64, regions: u64) {
         cache.write(0, &7u64.to_le_bytes()).expect("write");
         let (i, owner) = owner_of(&cluster, &cache, 0);
         let host = ProcessCluster::server_host(i);
+        // Fetch-adds back to back on the owner (10 s op timeout), so one is in flight
+        // when it vanishes: it must neither fail nor wait out the op timeout (the
+        // client notices the silence and sends it to the new owner) nor add twice.
+        let start_count = u64::from_le_bytes(
+            cache.read(8, 8).expect("read")[..8].try_into().expect("8 bytes"),
+        );
+        let stop = Arc::new(AtomicBool::new(false));
+        let adder = {
+            let (cache, stop) = (cache.clone(), stop.clone());
+            thread::spawn(move || {
+                let (mut acked, mut errors, mut slowest) = (0u64, 0u64, Duration::ZERO);
+                while !stop.load(Ordering::Relaxed) {
+                    let t = Instant::now();
+                    match cache.fetch_add(8, 1) {
+                        Ok(_) => acked += 1,
+                        Err(_) => errors += 1,
+                    }
+                    slowest = slowest.max(t.elapsed());
+                }
+                (acked, errors, slowest)
+            })
+        };
+        thread::sleep(Duration::from_millis(200));
 
         let gone = Instant::now();
         l.vanish(&host).expect("vanish");
@@ -405,6 +428,17 @@ fn vanish_and_return(region: u64, regions: u64) {
             back.0 < LEASE + Duration::from_millis(2200),
             "a vanished owner's region took {:?} to come back",
             back.0
+        );
+        thread::sleep(Duration::from_millis(1500));
+        stop.store(true, Ordering::Relaxed);
+        let (acked, errors, slowest) = adder.join().expect("adder");
+        let now = u64::from_le_bytes(pc.read(8, 8).expect("read")[..8].try_into().expect("8"));
+        eprintln!("fetch-adds across the vanish: {acked} acknowledged, {errors} failed, slowest {slowest:?}");
+        assert_eq!(errors, 0, "an add in flight at the vanish failed");
+        assert_eq!(now - start_count, acked, "each acknowledged add counted once");
+        assert!(
+            slowest < LEASE + Duration::from_millis(2200),
+            "the add in flight waited {slowest:?} (op timeout 10 s)"
         );
         pc.write(0, &8u64.to_le_bytes()).expect("write to the new owner");
         assert_eq!(

@@ -35,6 +35,12 @@ pub struct ClientConfig {
     pub op_timeout: Duration,
     /// Longest a dial to a server may take (never longer than `op_timeout`).
     pub connect_timeout: Duration,
+    /// A connection with ops unanswered this long makes the client ask the manager
+    /// for the tables of the caches it has ops for; if the server owns none of their
+    /// regions any more (it vanished and was replaced), its ops go to the new owners
+    /// at once instead of waiting out `op_timeout` (writes to caches with backups are
+    /// tagged: sent twice, applied once). 0 turns this off.
+    pub suspect_after: Duration,
     /// Attempts for an op that keeps hitting `wrong server` after table refreshes.
     pub max_redirects: u32,
     /// A waiting thread polls its sockets without sleeping for this long before it
@@ -53,9 +59,16 @@ impl ClientConfig {
             queue_depth: 4,
             op_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(2),
+            suspect_after: Duration::from_secs(1),
             max_redirects: 4,
             spin: Duration::from_micros(50),
         }
+    }
+
+    /// See [`suspect_after`](Self::suspect_after) (the field).
+    pub fn suspect_after(mut self, d: Duration) -> Self {
+        self.suspect_after = d;
+        self
     }
 
     /// Proves the cluster secret: every cache, every client request.

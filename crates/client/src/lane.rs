@@ -191,6 +191,9 @@ pub(crate) struct LaneInner {
     /// Tagged tickets by their first op's number, with their slab key and id; the
     /// front ones that are answered are dropped lazily at the next tagged submit.
     live_tags: std::collections::BTreeMap<u64, (usize, u64)>,
+    /// When each silent connection's server was last checked against the tables
+    /// (see [`ClientConfig::suspect_after`]).
+    suspected: IdMap<Instant>,
 }
 
 /// A random session id for a lane's tags (std's hasher keys are random per process;
@@ -235,6 +238,7 @@ impl Lane {
                 session: new_session(),
                 next_seq: 1,
                 live_tags: std::collections::BTreeMap::new(),
+                suspected: IdMap::default(),
             }),
             async_pending: AtomicUsize::new(0),
             background: std::sync::atomic::AtomicBool::new(false),
@@ -976,6 +980,7 @@ impl LaneInner {
         for (id, e) in late {
             self.fail_conn(id, e);
         }
+        self.check_silent(now);
         if !self.in_retry && !self.hops.is_empty() {
             self.in_retry = true;
             self.process_hops();
@@ -990,6 +995,75 @@ impl LaneInner {
             self.in_retry = true;
             self.process_parked();
             self.in_retry = false;
+        }
+    }
+
+    /// Connections unanswered for `suspect_after`: if the manager gave every region
+    /// of their server away (in every cache this lane has ops for), the server is
+    /// gone (a vanished host sends no RST): its ops go to the new owners.
+    fn check_silent(&mut self, now: Instant) {
+        let after = self.cfg.suspect_after;
+        if after.is_zero() || after >= self.cfg.op_timeout {
+            return;
+        }
+        let silent: Vec<ServerId> = self
+            .conns
+            .iter()
+            .filter(|(id, c)| {
+                c.oldest_sent()
+                    .is_some_and(|s| now.duration_since(s) >= after)
+                    // Then asked again 5 times as often, until it answers or is
+                    // replaced (a failover takes the lease after the silence began).
+                    && self
+                        .suspected
+                        .get(id)
+                        .is_none_or(|t| now.duration_since(*t) >= after / 5)
+            })
+            .map(|(id, _)| id)
+            .collect();
+        if silent.is_empty() {
+            return;
+        }
+        for &id in &silent {
+            self.suspected.insert(id, now);
+        }
+        let mut caches: Vec<Arc<CacheShared>> = Vec::new();
+        for (_, t) in self.tickets.iter() {
+            if t.remaining > 0 && !caches.iter().any(|c| c.id() == t.cache.id()) {
+                caches.push(t.cache.clone());
+            }
+        }
+        if caches.is_empty() {
+            return;
+        }
+        let mut tables = Vec::with_capacity(caches.len());
+        for c in &caches {
+            match c.refresh() {
+                Ok(t) => tables.push(t),
+                // Without the manager's word, keep waiting.
+                Err(_) => return,
+            }
+        }
+        for id in silent {
+            // Its ops were routed to it by these tables: owning none of their regions
+            // now, it lost them all.
+            if tables.iter().any(|t| t.regions.contains(&id)) {
+                continue;
+            }
+            let addr = self
+                .conns
+                .get(&id)
+                .map(|c| c.addr.clone())
+                .unwrap_or_default();
+            let e = OpError::ServerUnavailable {
+                server: id,
+                addr,
+                reason: format!(
+                    "no answer for {after:?}, and the manager gave its regions to other servers"
+                ),
+            };
+            tracing::debug!(server = id, "silent server replaced: sending its ops on");
+            self.fail_conn(id, e);
         }
     }
 
