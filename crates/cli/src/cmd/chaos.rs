@@ -557,11 +557,28 @@ fn unavailable_by_kind(v: &VerifyReport, events: &[Event]) -> BTreeMap<String, u
             .iter()
             .rev()
             .find(|e| e.at_ms <= start + 50)
-            .map_or("none", |e| e.kind);
-        let m = by.entry(kind.to_string()).or_default();
+            .map_or("none".to_string(), partition_class);
+        let m = by.entry(kind).or_default();
         *m = (*m).max(len);
     }
     by
+}
+
+/// An event's kind, a partition's with the link it cut: only one from the manager
+/// can be failed over (the manager alone moves regions); one from the client or
+/// between servers lasts as long as the cut, plus TCP's retransmission backoff.
+fn partition_class(e: &Event) -> String {
+    if e.kind != "partition" {
+        return e.kind.to_string();
+    }
+    let class = if e.what.contains("manager") {
+        "manager"
+    } else if e.what.contains("client") {
+        "client"
+    } else {
+        "servers"
+    };
+    format!("partition:{class}")
 }
 
 fn build(
