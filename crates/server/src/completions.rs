@@ -22,6 +22,11 @@ pub const IDLE: Duration = Duration::from_secs(120);
 const PER_SESSION: usize = 1 << 20;
 /// Sessions are hashed over this many locks.
 const SHARDS: usize = 16;
+/// Records kept on a server at most (about 40 bytes each): a client that invents
+/// sessions cannot fill the server's memory. Past it, the sessions heard from
+/// longest ago are dropped whole (their ops lose the exactly-once promise; counted
+/// in `evicted`).
+const MAX_RECORDS: usize = 1 << 22;
 
 /// One tagged op's answer, as a batch hands it over.
 #[derive(Debug, Clone, Copy)]
@@ -110,6 +115,29 @@ impl Session {
 struct Shard {
     sessions: HashMap<u64, Session>,
     swept: Option<Instant>,
+    /// Records over all its sessions.
+    held: usize,
+}
+
+impl Shard {
+    /// Drops the sessions heard from longest ago while over its share of
+    /// [`MAX_RECORDS`]; returns the records dropped.
+    fn shed(&mut self) -> u64 {
+        let mut dropped = 0u64;
+        while self.held > MAX_RECORDS / SHARDS {
+            let oldest = self
+                .sessions
+                .iter()
+                .min_by_key(|(_, s)| s.heard)
+                .map(|(k, _)| *k);
+            let Some(k) = oldest.and_then(|k| self.sessions.remove(&k)) else {
+                break;
+            };
+            self.held -= k.records.len();
+            dropped += k.records.len() as u64;
+        }
+        dropped
+    }
 }
 
 /// Every session's records on this server.
@@ -173,8 +201,10 @@ impl Completions {
                 .position(|r| r.tag.session != session)
                 .unwrap_or(rest.len());
             let (run, after) = rest.split_at(n);
-            let mut sh = self.shard(session).lock();
+            let mut guard = self.shard(session).lock();
+            let sh = &mut *guard;
             let s = sh.sessions.entry(session).or_default();
+            let before = s.records.len();
             s.heard = Some(now);
             if let Some(d) = run.iter().map(|r| r.tag.done_below).max() {
                 s.forget_below(d);
@@ -182,16 +212,25 @@ impl Completions {
             for r in run {
                 s.insert(r.tag.seq, r.addr, r.result);
             }
-            let evicted = s.bound();
+            let mut evicted = s.bound();
+            sh.held = sh.held + s.records.len() - before;
+            if sh.swept.is_none_or(|t| now.duration_since(t) > IDLE / 4) {
+                sh.swept = Some(now);
+                let mut held = 0;
+                sh.sessions.retain(|_, s| {
+                    let keep = s.heard.is_some_and(|h| now.duration_since(h) < IDLE);
+                    if keep {
+                        held += s.records.len();
+                    }
+                    keep
+                });
+                sh.held = held;
+            }
+            evicted += sh.shed();
             if evicted > 0 {
                 self.evicted.fetch_add(evicted, Relaxed);
             }
-            if sh.swept.is_none_or(|t| now.duration_since(t) > IDLE / 4) {
-                sh.swept = Some(now);
-                sh.sessions
-                    .retain(|_, s| s.heard.is_some_and(|h| now.duration_since(h) < IDLE));
-            }
-            drop(sh);
+            drop(guard);
             rest = after;
             if let Some(r) = rest.first() {
                 session = r.tag.session;
@@ -248,6 +287,47 @@ mod tests {
         c.record(7, 5000, 0, 5000, 1);
         assert_eq!(c.len(), 1);
         assert_eq!(c.get(7, 5000, 0), Some(1));
+    }
+
+    #[test]
+    fn invented_sessions_cannot_fill_the_server() {
+        let c = Completions::default();
+        let share = MAX_RECORDS / SHARDS;
+        // Three sessions of one shard, each holding 40 % of the shard's share.
+        let per = (share * 2 / 5) as u64;
+        for k in 1..=3u64 {
+            let session = k * SHARDS as u64;
+            let recs: Vec<Record> = (1..=per)
+                .map(|seq| Record {
+                    tag: Tag {
+                        session,
+                        seq,
+                        done_below: 0,
+                        result: 0,
+                    },
+                    addr: 0,
+                    result: seq,
+                })
+                .collect();
+            c.record_many(&recs);
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        assert!(
+            c.len() <= share,
+            "{} records over the {share} share",
+            c.len()
+        );
+        assert_eq!(
+            c.get(SHARDS as u64, 1, 0),
+            None,
+            "the session heard from first went"
+        );
+        assert_eq!(
+            c.get(3 * SHARDS as u64, per, 0),
+            Some(per),
+            "the newest stays"
+        );
+        assert_eq!(c.evicted.load(Relaxed), per);
     }
 
     #[test]
