@@ -353,13 +353,15 @@ impl ServerConn {
     }
 
     /// Appends WRITEs of `len`-byte data: ops `first..` of ticket `key`, sent whole,
-    /// for which [`room`](Self::room) made room.
+    /// for which [`room`](Self::room) made room. With a `tag` (the first write's), each
+    /// write goes tagged.
     #[inline]
     pub fn push_writes<'d>(
         &mut self,
         (key, first): (u32, u32),
         cache: CacheId,
         len: u32,
+        tag: Option<farcache_proto::Tag>,
         ops: impl ExactSizeIterator<Item = (u64, &'d [u8])>,
     ) {
         let n = ops.len();
@@ -369,30 +371,10 @@ impl ServerConn {
             ..
         } = self
         {
-            open.enc.push_writes(out, cache, len, ops);
-            open.parts
-                .push_whole_n(key, first, n as u32, len, Kind::Write);
-            open.reply_bytes += n * WRITE_REPLY;
-        }
-    }
-
-    /// [`push_writes`](Self::push_writes), each write tagged (`tag` is the first's).
-    pub fn push_tagged_writes<'d>(
-        &mut self,
-        (key, first): (u32, u32),
-        cache: CacheId,
-        len: u32,
-        tag: farcache_proto::Tag,
-        ops: impl ExactSizeIterator<Item = (u64, &'d [u8])>,
-    ) {
-        let n = ops.len();
-        if let Self {
-            open: Some(open),
-            out,
-            ..
-        } = self
-        {
-            open.enc.push_tagged_writes(out, cache, len, tag, ops);
+            match tag {
+                None => open.enc.push_writes(out, cache, len, ops),
+                Some(t) => open.enc.push_tagged_writes(out, cache, len, t, ops),
+            }
             open.parts
                 .push_whole_n(key, first, n as u32, len, Kind::Write);
             open.reply_bytes += n * WRITE_REPLY;

@@ -499,16 +499,11 @@ impl LaneInner {
                     c.push_reads(at, cache, len, run.iter().map(|o| o.addr));
                 } else {
                     let writes = run.iter().map(|o| (o.addr, data_of(o).unwrap_or_default()));
-                    match t.tag {
-                        None => c.push_writes(at, cache, len, writes),
-                        Some(g) => {
-                            let first = Tag {
-                                seq: g.seq + i as u64,
-                                ..g
-                            };
-                            c.push_tagged_writes(at, cache, len, first, writes);
-                        }
-                    }
+                    let first = t.tag.map(|g| Tag {
+                        seq: g.seq + i as u64,
+                        ..g
+                    });
+                    c.push_writes(at, cache, len, first, writes);
                 }
                 i += n;
                 continue;

@@ -489,56 +489,35 @@ pub fn execute_batch<'m>(
                 Op::Cas { addr, .. } | Op::FetchAdd { addr, .. } if !addr.is_multiple_of(8) => {
                     enc.status(out, code, Status::Misaligned);
                 }
-                Op::Cas {
-                    cache,
-                    addr,
-                    expected,
-                    new,
-                } => match look.find(cache, addr, 8) {
-                    Ok(_) if look.lost(addr, 8) => enc.status(out, code, Status::DataLost),
-                    Ok(_) if look.read_only() => enc.status(out, code, Status::ReadOnly),
-                    Ok(_) if let Some(s) = look.fenced(addr) => enc.status(out, code, s),
-                    Ok(_) if look.paused(addr) => enc.status(out, code, Status::Paused),
-                    Ok((r, off)) => {
-                        match tags
-                            .repeated(tag, addr)
-                            .or_else(|| r.cas(off, expected, new))
-                        {
-                            Some(v) => {
-                                let from = written.len();
-                                look.wrote(addr, 8, false, written);
-                                touch(touched, r);
-                                if let Some(t) = tag {
-                                    tags.remember(t, addr, v, written, from);
+                Op::Cas { cache, addr, .. } | Op::FetchAdd { cache, addr, .. } => {
+                    match look.find(cache, addr, 8) {
+                        Ok(_) if look.lost(addr, 8) => enc.status(out, code, Status::DataLost),
+                        Ok(_) if look.read_only() => enc.status(out, code, Status::ReadOnly),
+                        Ok(_) if let Some(s) = look.fenced(addr) => enc.status(out, code, s),
+                        Ok(_) if look.paused(addr) => enc.status(out, code, Status::Paused),
+                        Ok((r, off)) => {
+                            // A repeat is answered from its record, not run again.
+                            let run = || match op {
+                                Op::Cas { expected, new, .. } => r.cas(off, expected, new),
+                                Op::FetchAdd { delta, .. } => r.fetch_add(off, delta),
+                                _ => None,
+                            };
+                            match tags.repeated(tag, addr).or_else(run) {
+                                Some(v) => {
+                                    let from = written.len();
+                                    look.wrote(addr, 8, false, written);
+                                    touch(touched, r);
+                                    if let Some(t) = tag {
+                                        tags.remember(t, addr, v, written, from);
+                                    }
+                                    enc.value(out, code, v)
                                 }
-                                enc.value(out, code, v)
+                                None => enc.status(out, code, Status::Internal),
                             }
-                            None => enc.status(out, code, Status::Internal),
                         }
+                        Err(m) => miss(out, &mut enc, code, m),
                     }
-                    Err(m) => miss(out, &mut enc, code, m),
-                },
-                Op::FetchAdd { cache, addr, delta } => match look.find(cache, addr, 8) {
-                    Ok(_) if look.lost(addr, 8) => enc.status(out, code, Status::DataLost),
-                    Ok(_) if look.read_only() => enc.status(out, code, Status::ReadOnly),
-                    Ok(_) if let Some(s) = look.fenced(addr) => enc.status(out, code, s),
-                    Ok(_) if look.paused(addr) => enc.status(out, code, Status::Paused),
-                    Ok((r, off)) => {
-                        match tags.repeated(tag, addr).or_else(|| r.fetch_add(off, delta)) {
-                            Some(v) => {
-                                let from = written.len();
-                                look.wrote(addr, 8, false, written);
-                                touch(touched, r);
-                                if let Some(t) = tag {
-                                    tags.remember(t, addr, v, written, from);
-                                }
-                                enc.value(out, code, v)
-                            }
-                            None => enc.status(out, code, Status::Internal),
-                        }
-                    }
-                    Err(m) => miss(out, &mut enc, code, m),
-                },
+                }
                 Op::Execute {
                     cache,
                     addr,
