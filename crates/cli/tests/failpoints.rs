@@ -18,6 +18,43 @@ const REGION: u64 = 1 << 20;
 /// everything again and have newer writes acknowledged.
 const HOLD_MS: u64 = 3000;
 
+/// Two servers with `FAILPOINTS` set to `points`, and a one-region cache with two
+/// copies on them.
+struct TwoCopies {
+    c: ProcessCluster,
+    client: farcache_client::Client,
+    cache: farcache_client::Cache,
+    owner: u32,
+    backup: u32,
+}
+
+fn two_copies(threads: usize, points: &str) -> TwoCopies {
+    let opts = ClusterOptions::default()
+        .servers(2)
+        .server_threads(threads)
+        .region_size(REGION)
+        .server_memory(16 << 20)
+        .server_env("FAILPOINTS", points);
+    let c = ProcessCluster::start(bin(), &opts).expect("start cluster");
+    let client = client(&c);
+    let two = CreateOptions {
+        replicas: 2,
+        ..CreateOptions::default()
+    };
+    let cache = client.create_with("fp", REGION, &two).expect("create");
+    let st = client.status().expect("status");
+    let info = st.caches.iter().find(|c| c.name == "fp").expect("cache");
+    assert_eq!(info.backups[0].len(), 1, "{info:?}");
+    let (owner, backup) = (info.regions[0], info.backups[0][0]);
+    TwoCopies {
+        c,
+        client,
+        cache,
+        owner,
+        backup,
+    }
+}
+
 /// The replication reconnect race: a frame of the old connection is still inside the
 /// backup when the owner's new connection sends it again and newer writes are
 /// acknowledged. Applied late, the old frame would put back bytes an acknowledged
@@ -27,31 +64,14 @@ const HOLD_MS: u64 = 3000;
 /// the first write back.
 #[test]
 fn a_frame_held_past_a_reconnect_never_lands_over_newer_writes() {
-    let opts = ClusterOptions::default()
-        .servers(2)
-        .server_threads(4)
-        .region_size(REGION)
-        .server_memory(16 << 20)
-        .server_env(
-            "FAILPOINTS",
-            &format!("backup-before-stream-check=1*sleep({HOLD_MS})"),
-        );
-    let mut c = ProcessCluster::start(bin(), &opts).expect("start cluster");
-    let client = client(&c);
-    let cache = client
-        .create_with(
-            "race",
-            REGION,
-            &CreateOptions {
-                replicas: 2,
-                ..CreateOptions::default()
-            },
-        )
-        .expect("create");
-    let st = client.status().expect("status");
-    let info = st.caches.iter().find(|c| c.name == "race").expect("cache");
-    let owner = info.regions[0];
-    assert_eq!(info.backups[0].len(), 1, "{info:?}");
+    let points = format!("backup-before-stream-check=1*sleep({HOLD_MS})");
+    let TwoCopies {
+        mut c,
+        client,
+        cache,
+        owner,
+        ..
+    } = two_copies(4, &points);
 
     // 24 writes of the whole region in one batch: the backup holds the first frame
     // and reads nothing more, the owner's sends fill both socket buffers and time out
@@ -118,28 +138,13 @@ fn a_frame_held_past_a_reconnect_never_lands_over_newer_writes() {
 fn fetch_adds_sent_again_after_a_failover_add_once() {
     const COUNTERS: u64 = 8;
     const ADDS: u64 = 8;
-    let opts = ClusterOptions::default()
-        .servers(2)
-        .server_threads(2)
-        .region_size(REGION)
-        .server_memory(16 << 20)
-        .server_env("FAILPOINTS", "owner-before-release=1*sleep(6000)");
-    let mut c = ProcessCluster::start(bin(), &opts).expect("start cluster");
-    let client = client(&c);
-    let cache = client
-        .create_with(
-            "once",
-            REGION,
-            &CreateOptions {
-                replicas: 2,
-                ..CreateOptions::default()
-            },
-        )
-        .expect("create");
-    let st = client.status().expect("status");
-    let info = st.caches.iter().find(|c| c.name == "once").expect("cache");
-    let owner = info.regions[0];
-    let backup = info.backups[0][0];
+    let TwoCopies {
+        mut c,
+        client,
+        cache,
+        owner,
+        backup,
+    } = two_copies(2, "owner-before-release=1*sleep(6000)");
 
     let adder = {
         let cache = cache.clone();
