@@ -550,7 +550,7 @@ impl Conn {
         let start = self.out.buf.len();
         let mut spawned = Vec::new();
         let mut written = Vec::new();
-        let mut touched = Vec::new();
+        let mut touched = crate::exec::Touched::default();
         let r = execute_batch(
             &cx,
             payload,
@@ -579,7 +579,7 @@ impl Conn {
         } else if !from_server && !touched.is_empty() {
             // The writes stand: note when, for the split-brain check.
             let now_us = wall_us();
-            for r in &touched {
+            for r in touched.regions() {
                 r.note_ack(now_us);
             }
         }

@@ -65,9 +65,7 @@ impl<'a> BatchTags<'a> {
 
     /// A tagged client op that already ran here (or reached here from its owner):
     /// its recorded answer.
-    #[inline]
-    fn repeated(&mut self, tag: Option<Tag>, addr: u64) -> Option<u64> {
-        let t = tag?;
+    fn repeated(&mut self, t: Tag, addr: u64) -> Option<u64> {
         if self.replica {
             return None;
         }
@@ -89,6 +87,30 @@ impl<'a> BatchTags<'a> {
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         r
+    }
+
+    /// A tagged WRITE: answered from its record if it ran before, else run.
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn write(
+        &mut self,
+        look: &Lookup<'a>,
+        t: Tag,
+        (r, off): (&'a Region, usize),
+        addr: u64,
+        data: &[u8],
+        written: &mut Vec<Written>,
+        touched: &mut Touched<'a>,
+    ) -> Status {
+        let from = written.len();
+        let again = self.repeated(t, addr).is_some();
+        if !again && !r.write_from(off, data) {
+            return Status::Internal;
+        }
+        look.wrote(addr, data.len() as u64, !again, written);
+        look.touch(touched, addr, r);
+        self.remember(t, addr, 0, written, from);
+        Status::Ok
     }
 
     /// After a tagged op ran (or was answered from its record): keeps its answer for
@@ -203,6 +225,14 @@ impl<'m> Lookup<'m> {
     fn wrote(&self, addr: u64, len: u64, overwrote: bool, written: &mut Vec<Written>) {
         if self.last.is_some_and(|(_, c)| c.guarded) {
             self.wrote_guarded(addr, len, overwrote, written);
+        }
+    }
+
+    /// Notes the region `addr` is in (of the cache `find` last resolved) as written.
+    #[inline(always)]
+    fn touch(&self, touched: &mut Touched<'m>, addr: u64, r: &'m Region) {
+        if let Some((cache, c)) = self.last {
+            touched.note(cache, region_split(addr, c.region_size).0, r);
         }
     }
 
@@ -386,7 +416,7 @@ pub fn execute_batch<'m>(
     tally: &mut Tally,
     spawned: &mut Vec<Spawned>,
     written: &mut Vec<Written>,
-    touched: &mut Vec<&'m Region>,
+    touched: &mut Touched<'m>,
 ) -> Result<(), DecodeError> {
     RequestDecoder::validate(payload)?;
     let frame_start = out.len();
@@ -468,14 +498,11 @@ pub fn execute_batch<'m>(
                             Ok(_) if let Some(s) = look.fenced(addr) => enc.status(out, code, s),
                             Ok(_) if look.paused(addr) => enc.status(out, code, Status::Paused),
                             Ok((r, off)) => {
-                                let from = written.len();
-                                let again = tags.repeated(tag, addr).is_some();
-                                let s = if again || r.write_from(off, data) {
-                                    look.wrote(addr, data.len() as u64, !again, written);
-                                    touch(touched, r);
-                                    if let Some(t) = tag {
-                                        tags.remember(t, addr, 0, written, from);
-                                    }
+                                let s = if let Some(t) = tag {
+                                    tags.write(&look, t, (r, off), addr, data, written, touched)
+                                } else if r.write_from(off, data) {
+                                    look.wrote(addr, data.len() as u64, true, written);
+                                    look.touch(touched, addr, r);
                                     Status::Ok
                                 } else {
                                     Status::Internal
@@ -502,11 +529,15 @@ pub fn execute_batch<'m>(
                                 Op::FetchAdd { delta, .. } => r.fetch_add(off, delta),
                                 _ => None,
                             };
-                            match tags.repeated(tag, addr).or_else(run) {
+                            let v = match tag {
+                                None => run(),
+                                Some(t) => tags.repeated(t, addr).or_else(run),
+                            };
+                            match v {
                                 Some(v) => {
                                     let from = written.len();
                                     look.wrote(addr, 8, false, written);
-                                    touch(touched, r);
+                                    look.touch(touched, addr, r);
                                     if let Some(t) = tag {
                                         tags.remember(t, addr, v, written, from);
                                     }
@@ -570,11 +601,50 @@ pub fn execute_batch<'m>(
     Ok(())
 }
 
-/// Notes a region a write landed in (once per run of writes to it).
-#[inline(always)]
-fn touch<'m>(touched: &mut Vec<&'m Region>, r: &'m Region) {
-    if touched.last().is_none_or(|l| !std::ptr::eq(*l, r)) {
-        touched.push(r);
+/// The regions a batch's writes landed in, each once (their acknowledgement windows
+/// feed the split-brain check). Random writes hop between regions on almost every op,
+/// so a bit per region index says "seen" in a few instructions.
+#[derive(Default)]
+pub struct Touched<'m> {
+    cache: CacheId,
+    seen: Vec<u64>,
+    regions: Vec<&'m Region>,
+}
+
+impl<'m> Touched<'m> {
+    #[inline(always)]
+    fn note(&mut self, cache: CacheId, idx: u64, r: &'m Region) {
+        if cache == self.cache
+            && let Some(w) = self.seen.get((idx / 64) as usize)
+            && w & (1 << (idx % 64)) != 0
+        {
+            return;
+        }
+        self.note_new(cache, idx, r);
+    }
+
+    #[inline(never)]
+    fn note_new(&mut self, cache: CacheId, idx: u64, r: &'m Region) {
+        if cache != self.cache {
+            // Another cache: its indices are its own (a region may be listed twice,
+            // which only notes the same time twice).
+            self.cache = cache;
+            self.seen.clear();
+        }
+        let w = (idx / 64) as usize;
+        if self.seen.len() <= w {
+            self.seen.resize(w + 1, 0);
+        }
+        self.seen[w] |= 1 << (idx % 64);
+        self.regions.push(r);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.regions.is_empty()
+    }
+
+    pub fn regions(&self) -> &[&'m Region] {
+        &self.regions
     }
 }
 
@@ -740,7 +810,7 @@ mod tests {
             &mut Tally::default(),
             &mut Vec::new(),
             &mut Vec::new(),
-            &mut Vec::new(),
+            &mut Touched::default(),
         )
         .unwrap();
         out

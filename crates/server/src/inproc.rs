@@ -131,7 +131,7 @@ impl InProcess {
             &mut tally,
             &mut self.spawned,
             &mut self.written,
-            &mut Vec::new(),
+            &mut crate::exec::Touched::default(),
         );
         self.metrics.publish(&tally);
         r?;

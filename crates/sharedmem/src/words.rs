@@ -191,6 +191,11 @@ pub unsafe fn store(dst: *mut u8, src: &[u8]) {
     // SAFETY (whole body): each word accessed overlaps `dst..dst + n`.
     unsafe {
         let (first, at) = word_of(dst);
+        if at == 0 && n == W {
+            // One aligned word (a slot, a counter): one store, no loop.
+            first.store(src.as_ptr().cast::<u64>().read_unaligned(), Relaxed);
+            return;
+        }
         let mut done = 0;
         if at != 0 || n < W {
             done = (W - at).min(n);
