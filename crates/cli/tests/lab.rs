@@ -45,7 +45,9 @@ fn options(servers: usize) -> ClusterOptions {
     let mut o = ClusterOptions::default()
         .servers(servers)
         .region_size(REGION)
-        .server_memory(16 << 20);
+        .server_memory(16 << 20)
+        // For `split_brain_us`.
+        .server_args(["--ack-windows"]);
     o.heartbeat_interval = Duration::from_millis(100);
     o.heartbeat_timeout = DEAD_AFTER;
     o

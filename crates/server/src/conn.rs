@@ -544,6 +544,7 @@ impl Conn {
             from_server,
             replica_of: server.filter(|o| !o.is_empty()),
             completions: &sh.completions,
+            note_acks: sh.config.ack_windows,
             max_frame: sh.config.max_frame as usize,
         };
         let mut tally = Tally::default();

@@ -37,6 +37,8 @@ pub struct BatchCtx<'a> {
     pub replica_of: Option<&'a str>,
     /// Answers of tagged ops (see [`crate::completions`]).
     pub completions: &'a Completions,
+    /// Note the regions client writes landed in ([`Touched`]; `ServerConfig::ack_windows`).
+    pub note_acks: bool,
     pub max_frame: usize,
 }
 
@@ -169,6 +171,7 @@ struct Lookup<'m> {
     /// Writes from a migration source may reach arriving regions (reads never do).
     migration_writes: bool,
     last: Option<(CacheId, &'m CacheRegions)>,
+    note_acks: bool,
 }
 
 impl<'m> Lookup<'m> {
@@ -231,7 +234,9 @@ impl<'m> Lookup<'m> {
     /// Notes the region `addr` is in (of the cache `find` last resolved) as written.
     #[inline(always)]
     fn touch(&self, touched: &mut Touched<'m>, addr: u64, r: &'m Region) {
-        if let Some((cache, c)) = self.last {
+        if self.note_acks
+            && let Some((cache, c)) = self.last
+        {
             touched.note(cache, region_split(addr, c.region_size).0, r);
         }
     }
@@ -427,6 +432,7 @@ pub fn execute_batch<'m>(
         replica_of: cx.replica_of,
         migration_writes: false,
         last: None,
+        note_acks: cx.note_acks && !cx.from_server,
     };
     // Connections with the cluster secret skip the per-op check.
     let scoped = !cx.access.is_cluster();
@@ -800,6 +806,7 @@ mod tests {
             from_server: false,
             replica_of: None,
             completions: &Completions::default(),
+            note_acks: false,
             max_frame: 1 << 20,
         };
         execute_batch(

@@ -119,6 +119,7 @@ impl InProcess {
             from_server: false,
             replica_of: None,
             completions: &self.completions,
+            note_acks: false,
             max_frame: self.max_frame,
         };
         let mut tally = Tally::default();

@@ -179,7 +179,9 @@ fn run_in(a: Args, lab: Option<Arc<Lab>>) -> Result<()> {
         .servers(a.servers)
         .region_size(a.region_size)
         .server_memory(per_server)
-        .server_args(["--grace".to_string(), format!("{}ms", a.grace.as_millis())]);
+        .server_args(["--grace".to_string(), format!("{}ms", a.grace.as_millis())])
+        // For `split_brain_ms`.
+        .server_args(["--ack-windows"]);
     opts.heartbeat_timeout = a.dead_after;
     opts.heartbeat_interval = (a.dead_after / 10).max(Duration::from_millis(10));
     eprintln!("starting {} servers…", a.servers);

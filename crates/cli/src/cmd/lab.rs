@@ -51,7 +51,9 @@ pub fn run(a: Args) -> Result<()> {
     let mut opts = ClusterOptions::default()
         .servers(a.servers)
         .server_memory(crate::size::parse_size(&a.memory).map_err(anyhow::Error::msg)?)
-        .region_size(crate::size::parse_size(&a.region_size).map_err(anyhow::Error::msg)?);
+        .region_size(crate::size::parse_size(&a.region_size).map_err(anyhow::Error::msg)?)
+        // Status shows each region's acknowledgement window (split-brain checks).
+        .server_args(["--ack-windows"]);
     opts.heartbeat_interval = Duration::from_millis(a.heartbeat_ms);
     opts.heartbeat_timeout = Duration::from_millis(a.dead_after_ms);
     let lab = Arc::new(Lab::create(&["client"])?);

@@ -49,6 +49,10 @@ pub struct Args {
     /// event-loop turn (to measure what batching buys).
     #[arg(long)]
     no_peer_batching: bool,
+    /// Keep each region's first and last write acknowledgement, reported in status
+    /// (`ack_windows`) for split-brain checks; costs small random writes a few percent.
+    #[arg(long)]
+    ack_windows: bool,
     /// Address to register for TLS clients, if different from --tls-listen.
     #[arg(long)]
     tls_advertise: Option<String>,
@@ -105,6 +109,7 @@ pub fn run(a: Args) -> Result<()> {
     c.busy_poll = std::time::Duration::from_micros(a.busy_poll_us);
     c.flow_timeout = std::time::Duration::from_millis(a.flow_timeout_ms.max(1));
     c.peer_batching = !a.no_peer_batching;
+    c.ack_windows = a.ack_windows;
     c.max_frame = u32::try_from(a.max_frame).context("--max-frame must be below 4GiB")?;
     c.data_dir = a.data_dir;
     c.load_dir = a.load_dir;
