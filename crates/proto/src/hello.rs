@@ -19,9 +19,11 @@ use crate::auth::{NONCE_LEN, PROOF_LEN, Rights};
 use crate::wire::Cursor;
 use crate::{CacheId, DecodeError, ServerId};
 
-/// Version 2 added the challenge–response, 3 EXECUTE_RUN, 4 DONE_RUN replies; a peer
-/// speaking another version is refused.
-pub const PROTOCOL_VERSION: u16 = 4;
+/// Version 2 added the challenge–response, 3 EXECUTE_RUN, 4 DONE_RUN replies, 5 TAG
+/// ops (exactly once) and the `NOT_SERVING` status (leases); a peer speaking another
+/// version is refused at the handshake, with both versions named, rather than meeting
+/// ops or statuses it cannot decode.
+pub const PROTOCOL_VERSION: u16 = 5;
 const MAGIC: &[u8; 4] = b"FCAC";
 /// Longest identity a Hello may carry (a server's advertised `host:port`).
 pub const MAX_IDENTITY: usize = 255;
