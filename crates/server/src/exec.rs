@@ -784,6 +784,28 @@ mod tests {
         HEADER_LEN, RequestEncoder, ResponseDecoder, Rights, response::ReplyBody,
     };
 
+    #[test]
+    fn touched_lists_each_written_region_once_per_cache() {
+        let rs: Vec<Region> = (0..3).map(|_| Region::new(4096).unwrap()).collect();
+        let mut t = Touched::default();
+        assert!(t.is_empty());
+        // Random writes hop between regions, and back.
+        for i in [0usize, 2, 0, 1, 2, 2, 0, 1] {
+            t.note(1, i as u64 + 200, &rs[i]);
+        }
+        let ptrs = |t: &Touched<'_>| {
+            t.regions()
+                .iter()
+                .map(|r| *r as *const Region)
+                .collect::<Vec<_>>()
+        };
+        let want: Vec<*const Region> = [0, 2, 1].iter().map(|&i| &rs[i] as *const Region).collect();
+        assert_eq!(ptrs(&t), want);
+        // Another cache's index 200 is another region.
+        t.note(2, 200, &rs[1]);
+        assert_eq!(t.regions().len(), 4);
+    }
+
     fn run(store: &RegionStore, ops: &[Op<'_>]) -> Vec<u8> {
         run_as(store, ops, Access::Cluster)
     }
