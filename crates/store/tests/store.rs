@@ -86,10 +86,11 @@ fn api_round_trips_and_refusals() {
     assert_eq!(s.get(b"c").expect("get").as_deref(), Some(&b"z"[..]));
 
     // TTL.
-    s.put_with(b"t", b"soon", PutOptions::ttl(Duration::from_millis(150)))
+    s.put_with(b"t", b"soon", PutOptions::ttl(Duration::from_millis(1000)))
         .expect("ttl put");
     assert_eq!(s.get(b"t").expect("get").as_deref(), Some(&b"soon"[..]));
-    std::thread::sleep(Duration::from_millis(250));
+    // A generous TTL: the read above must come before it even on a loaded machine.
+    std::thread::sleep(Duration::from_millis(1100));
     assert_eq!(s.get(b"t").expect("get"), None, "expired value returned");
     assert!(!s.exists(b"t").expect("exists"));
     assert!(s.put_with(b"t", b"again", nx).expect("nx over expired"));
