@@ -465,7 +465,7 @@ impl<'a> RequestDecoder<'a> {
 
     /// READ, WRITE and EXECUTE are almost every op: parse their fixed head with one
     /// bounds check. Anything else, or too few bytes, takes the general path.
-    #[inline]
+    #[inline(always)]
     fn decode_fast(&mut self) -> Option<Op<'a>> {
         const HEAD: usize = 17;
         let r = self.cur.rest();
@@ -494,6 +494,8 @@ impl<'a> RequestDecoder<'a> {
                     result: le_u64(r, 25),
                 };
                 self.cur.advance(Tag::LEN);
+                // A tag is part of the op after it: not counted.
+                self.seen -= 1;
                 Some(Op::Tag(t))
             }
             _ => None,
@@ -665,7 +667,9 @@ impl<'a> RequestDecoder<'a> {
 impl<'a> Iterator for RequestDecoder<'a> {
     type Item = Result<Op<'a>, DecodeError>;
 
-    #[inline]
+    // Always inlined: the server's op loop calls it once per op, and rustc stopped
+    // inlining it when TAG made it longer (a call per op, seen in perf).
+    #[inline(always)]
     fn next(&mut self) -> Option<Self::Item> {
         if self.seen == self.declared {
             return None;
@@ -675,10 +679,6 @@ impl<'a> Iterator for RequestDecoder<'a> {
             return Some(Ok(op));
         }
         if let Some(op) = self.decode_fast() {
-            if let Op::Tag(_) = op {
-                // A tag is part of the op after it.
-                self.seen -= 1;
-            }
             return Some(Ok(op));
         }
         let r = self.decode_one();
