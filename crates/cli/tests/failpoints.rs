@@ -8,7 +8,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{bin, client, eventually, server_index};
+use common::{bin, eventually, server_index};
 use farcache_client::CreateOptions;
 use farcache_testkit::{ClusterOptions, ProcessCluster};
 
@@ -29,14 +29,21 @@ struct TwoCopies {
 }
 
 fn two_copies(threads: usize, points: &str) -> TwoCopies {
+    copies_on(2, threads, points, Duration::from_secs(5))
+}
+
+/// `two_copies` on `servers` servers, with a client whose ops wait `op_timeout`.
+fn copies_on(servers: usize, threads: usize, points: &str, op_timeout: Duration) -> TwoCopies {
     let opts = ClusterOptions::default()
-        .servers(2)
+        .servers(servers)
         .server_threads(threads)
         .region_size(REGION)
         .server_memory(16 << 20)
         .server_env("FAILPOINTS", points);
     let c = ProcessCluster::start(bin(), &opts).expect("start cluster");
-    let client = client(&c);
+    let client = c
+        .client_with(farcache_client::ClientConfig::new("").op_timeout(op_timeout))
+        .expect("client");
     let two = CreateOptions {
         replicas: 2,
         ..CreateOptions::default()
@@ -203,4 +210,199 @@ fn fetch_adds_sent_again_after_a_failover_add_once() {
         COUNTERS * ADDS,
         "every add came again and was answered from its record"
     );
+}
+
+/// Exactly once when the copy that takes over was added after the ops ran: an owner
+/// applies 64 tagged FETCH_ADDs and its backup holds them, the owner's answers wait
+/// (`owner-before-release`), and the backup dies. The region is copied to a third
+/// server as its new backup; the copy must carry the ops' completion records, for
+/// the owner dies next and the new backup is promoted. The client sends the adds
+/// again, and each is answered from its record: the counters read 8, not 16.
+#[test]
+fn a_new_backup_answers_retries_of_ops_that_ran_before_it_was_copied() {
+    const COUNTERS: u64 = 8;
+    const ADDS: u64 = 8;
+    let TwoCopies {
+        mut c,
+        client,
+        cache,
+        owner,
+        backup,
+    } = copies_on(
+        3,
+        2,
+        "owner-before-release=1*sleep(40000)",
+        Duration::from_secs(60),
+    );
+
+    let adder = {
+        let cache = cache.clone();
+        std::thread::spawn(move || {
+            let mut b = cache.batch();
+            for _ in 0..ADDS {
+                for k in 0..COUNTERS {
+                    b.fetch_add(k * 64, 1);
+                }
+            }
+            b.run()
+        })
+    };
+    let (i, j) = (
+        server_index(&c, &client, owner),
+        server_index(&c, &client, backup),
+    );
+    eventually(
+        "the owner's backup holds the adds",
+        Duration::from_secs(5),
+        Duration::from_millis(10),
+        || (common::server_stats(&c, j).completions.records >= COUNTERS * ADDS).then_some(()),
+    );
+    c.kill_server(j).expect("SIGKILL the backup");
+    let fresh = eventually(
+        "a third server becomes the region's backup",
+        Duration::from_secs(20),
+        Duration::from_millis(20),
+        || {
+            let st = client.status().ok()?;
+            let info = st.caches.iter().find(|c| c.name == "fp")?;
+            let b = *info.backups.first()?.first()?;
+            (b != backup && b != owner).then_some(b)
+        },
+    );
+    let k = server_index(&c, &client, fresh);
+    eventually(
+        "the new backup holds the adds' completion records",
+        Duration::from_secs(10),
+        Duration::from_millis(20),
+        || (common::server_stats(&c, k).completions.records >= COUNTERS * ADDS).then_some(()),
+    );
+    c.kill_server(i).expect("SIGKILL the owner");
+    let r = adder.join().expect("adder thread");
+    assert!(
+        r.first_error().is_none(),
+        "an op in flight at the failover failed: {:?}",
+        r.first_error()
+    );
+    let mut olds = vec![Vec::new(); COUNTERS as usize];
+    for n in 0..(COUNTERS * ADDS) as usize {
+        olds[n % COUNTERS as usize].push(r.value(n).expect("an old value"));
+    }
+    for (x, mut o) in olds.into_iter().enumerate() {
+        o.sort_unstable();
+        assert_eq!(o, (0..ADDS).collect::<Vec<_>>(), "counter {x}'s old values");
+        let now = cache.read(x as u64 * 64, 8).expect("read a counter");
+        assert_eq!(
+            u64::from_le_bytes(now[..8].try_into().expect("8 bytes")),
+            ADDS,
+            "counter {x} counts each add once"
+        );
+    }
+    assert_eq!(
+        common::server_stats(&c, k).completions.repeats,
+        COUNTERS * ADDS,
+        "every add came again and was answered from its record"
+    );
+}
+
+/// Exactly once across a live move: the owner applies 64 tagged FETCH_ADDs (its
+/// backup holds them, its answers wait), then is reclaimed (SIGTERM) and moves the
+/// region to a third server before it exits. The move must carry the ops'
+/// completion records: the client sends the adds again to the new owner, which
+/// answers each from its record.
+#[test]
+fn a_moved_region_answers_retries_of_ops_that_ran_before_the_move() {
+    const COUNTERS: u64 = 8;
+    const ADDS: u64 = 8;
+    let TwoCopies {
+        mut c,
+        client,
+        cache,
+        owner,
+        backup,
+    } = copies_on(
+        2,
+        2,
+        "owner-before-release=1*sleep(40000)",
+        Duration::from_secs(60),
+    );
+    // The move's target owns the region next, with the same backup: it answers the
+    // retries at once (no failpoint holds its answers).
+    c.add_server_without_env(&[], &["FAILPOINTS"])
+        .expect("a third server");
+    eventually(
+        "the third server joins",
+        Duration::from_secs(10),
+        Duration::from_millis(20),
+        || (client.status().ok()?.servers.len() == 3).then_some(()),
+    );
+    let adder = {
+        let cache = cache.clone();
+        std::thread::spawn(move || {
+            let mut b = cache.batch();
+            for _ in 0..ADDS {
+                for k in 0..COUNTERS {
+                    b.fetch_add(k * 64, 1);
+                }
+            }
+            b.run()
+        })
+    };
+    let (i, j) = (
+        server_index(&c, &client, owner),
+        server_index(&c, &client, backup),
+    );
+    eventually(
+        "the owner's backup holds the adds",
+        Duration::from_secs(5),
+        Duration::from_millis(10),
+        || (common::server_stats(&c, j).completions.records >= COUNTERS * ADDS).then_some(()),
+    );
+    c.terminate_server(i).expect("SIGTERM the owner");
+    let moved_to = eventually(
+        "the region moves off the reclaimed owner",
+        Duration::from_secs(20),
+        Duration::from_millis(20),
+        || {
+            let st = client.status().ok()?;
+            let info = st.caches.iter().find(|c| c.name == "fp")?;
+            (info.regions[0] != owner).then_some(info.regions[0])
+        },
+    );
+    assert_ne!(
+        moved_to, backup,
+        "the region moved, its backup was not promoted"
+    );
+    let k = server_index(&c, &client, moved_to);
+    eventually(
+        "the new owner holds the adds' completion records",
+        Duration::from_secs(10),
+        Duration::from_millis(20),
+        || (common::server_stats(&c, k).completions.records >= COUNTERS * ADDS).then_some(()),
+    );
+    let t0 = Instant::now();
+    if !c.wait_server_exit(i, Duration::from_secs(5)).expect("wait") {
+        c.kill_server(i).expect("SIGKILL the old owner");
+    }
+    let r = adder.join().expect("adder thread");
+    assert!(
+        t0.elapsed() < Duration::from_secs(15),
+        "the retries were answered only after {:?}",
+        t0.elapsed()
+    );
+    assert!(
+        r.first_error().is_none(),
+        "an op in flight at the move failed: {:?}",
+        r.first_error()
+    );
+    for n in 0..(COUNTERS * ADDS) as usize {
+        r.value(n).expect("an old value");
+    }
+    for x in 0..COUNTERS {
+        let now = cache.read(x * 64, 8).expect("read a counter");
+        assert_eq!(
+            u64::from_le_bytes(now[..8].try_into().expect("8 bytes")),
+            ADDS,
+            "counter {x} counts each add once"
+        );
+    }
 }

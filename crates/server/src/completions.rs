@@ -3,7 +3,8 @@
 //!
 //! An owner records each tagged WRITE, CAS and FETCH_ADD it applies, and sends the
 //! record to the region's backups with the replicated bytes; a backup promoted to
-//! owner thus knows every op the old owner applied and replicated. A session's
+//! owner thus knows every op the old owner applied and replicated. A live copy of a
+//! region (a move, a new backup) carries the records of its address range. A session's
 //! records below its `done_below` are dropped (the client has those answers), and a
 //! session not heard from for [`IDLE`] is dropped whole (its client is gone: its
 //! retries would have timed out long before).
@@ -238,6 +239,32 @@ impl Completions {
         }
     }
 
+    /// Every record of an op at `[lo, hi)`, as tags carrying the recorded answer and
+    /// the session's `done_below`: what a region's new owner or new backup must know
+    /// to answer retries of ops that ran here. Records name no cache, so ops of other
+    /// caches at the same addresses come too (harmless: a retry names its own
+    /// session and op number).
+    pub fn in_range(&self, lo: u64, hi: u64) -> Vec<Record> {
+        let mut out = Vec::new();
+        for shard in &self.shards {
+            let sh = shard.lock();
+            for (&session, s) in &sh.sessions {
+                for (&(seq, addr), &result) in &s.records {
+                    if seq >= s.done_below && (lo..hi).contains(&addr) {
+                        let tag = Tag {
+                            session,
+                            seq,
+                            done_below: s.done_below,
+                            result,
+                        };
+                        out.push(Record { tag, addr, result });
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// Records held, over all sessions (for metrics).
     pub fn len(&self) -> usize {
         self.shards
@@ -357,5 +384,29 @@ mod tests {
         // The same op recorded again keeps one record.
         c.record_many(&[rec(1, 4, 0, 41)]);
         assert_eq!((c.get(1, 4, 0), c.len()), (Some(41), 4));
+    }
+
+    #[test]
+    fn records_of_a_range_carry_their_answer_and_the_sessions_mark() {
+        let c = Completions::default();
+        c.record(1, 10, 100, 0, 7);
+        c.record(1, 11, 200, 0, 8);
+        c.record(2, 3, 150, 0, 9);
+        c.record(1, 12, 120, 11, 5);
+        let mut got: Vec<(u64, u64, u64, u64, u64)> = c
+            .in_range(100, 200)
+            .iter()
+            .map(|r| (r.tag.session, r.tag.seq, r.addr, r.result, r.tag.done_below))
+            .collect();
+        got.sort_unstable();
+        // Session 1's op 10 is below its mark (11): the client has that answer.
+        assert_eq!(got, vec![(1, 12, 120, 5, 11), (2, 3, 150, 9, 0)]);
+        // A copy recorded elsewhere answers the same retries.
+        let d = Completions::default();
+        d.record_many(&c.in_range(0, u64::MAX));
+        assert_eq!(d.get(1, 12, 120), Some(5));
+        assert_eq!(d.get(1, 11, 200), Some(8));
+        assert_eq!(d.get(2, 3, 150), Some(9));
+        assert_eq!(d.get(1, 10, 100), None);
     }
 }

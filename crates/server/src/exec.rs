@@ -46,8 +46,8 @@ pub struct BatchCtx<'a> {
 /// recorded together when the batch ends (one lock per session, not per op).
 struct BatchTags<'a> {
     completions: &'a Completions,
-    /// The batch is an owner's replication stream: its ops always apply (they are
-    /// the owner's), and record the answer the owner gave.
+    /// The batch comes from a server (an owner's replication stream, a migration's
+    /// copy): its ops always apply, and record the answer the owner gave.
     replica: bool,
     /// The session last asked about, and the highest op number recorded for it
     /// when asked: ops above it are new (a client numbers upwards).
@@ -59,7 +59,9 @@ impl<'a> BatchTags<'a> {
     fn new(cx: &BatchCtx<'a>) -> Self {
         Self {
             completions: cx.completions,
-            replica: cx.replica_of.is_some(),
+            // A server's tag (a backup's stream, a migration's copy) carries the
+            // answer its owner recorded.
+            replica: cx.from_server,
             known: None,
             records: Vec::new(),
         }

@@ -25,6 +25,8 @@ pub struct ProcessCluster {
     server_addrs: Vec<String>,
     /// Extra arguments of each server beyond `opts.server_args` (see `add_server`).
     server_extra: Vec<Vec<String>>,
+    /// Per server: variables of `ClusterOptions::server_env` it runs without.
+    server_env_off: Vec<Vec<String>>,
     /// With a lab, the manager runs on its host `manager` and server `i` on `s{i}`.
     lab: Option<Arc<Lab>>,
 }
@@ -116,6 +118,7 @@ impl ProcessCluster {
             servers: Vec::new(),
             server_addrs: Vec::new(),
             server_extra: Vec::new(),
+            server_env_off: Vec::new(),
             lab,
         };
         c.start_manager()?;
@@ -229,8 +232,11 @@ impl ProcessCluster {
         // the same server.
         cmd.arg("--data-dir")
             .arg(self.dir.path().join(format!("server{i}")));
+        let off = self.server_env_off.get(i);
         for (k, v) in &self.opts.server_env {
-            cmd.env(k, v);
+            if !off.is_some_and(|o| o.contains(k)) {
+                cmd.env(k, v);
+            }
         }
         let mut child = cmd
             .arg("--secret-file")
@@ -330,6 +336,19 @@ impl ProcessCluster {
         self.server_extra[i] = extra.iter().map(|s| (*s).to_owned()).collect();
         self.start_server(i)?;
         Ok(i)
+    }
+
+    /// [`add_server`](Self::add_server) without the named variables of
+    /// `ClusterOptions::server_env` (e.g. a server without the others' failpoints).
+    pub fn add_server_without_env(
+        &mut self,
+        extra: &[&str],
+        without: &[&str],
+    ) -> Result<usize, TestkitError> {
+        let i = self.servers.len();
+        self.server_env_off.resize(i + 1, Vec::new());
+        self.server_env_off[i] = without.iter().map(|s| (*s).to_owned()).collect();
+        self.add_server(extra)
     }
 
     /// Number of servers started so far (running or not).

@@ -36,6 +36,8 @@ struct Progress {
     phase: MigrationPhase,
     bytes: u64,
     rounds: u32,
+    /// Completion records sent with the region.
+    records: u64,
     started: Instant,
     copied: Option<Instant>,
     /// When writes to the region began to be refused.
@@ -149,6 +151,7 @@ impl Migrations {
                 phase: MigrationPhase::Copying,
                 bytes: 0,
                 rounds: 0,
+                records: 0,
                 started: Instant::now(),
                 copied: None,
                 paused_at: None,
@@ -196,12 +199,14 @@ impl Migrations {
         t.cancel.store(true, Ordering::Release);
         t.release_others(sh);
         let r = t.report();
+        let records = t.progress.lock().records;
         tracing::info!(
             cache,
             region,
             to = %t.to,
             bytes = r.bytes,
             rounds = r.rounds,
+            records,
             copy_ms = r.elapsed_us / 1000,
             write_pause_us = r.max_pause_us,
             "region handed over"

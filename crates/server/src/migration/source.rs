@@ -14,6 +14,7 @@ use farcache_proto::{Credential, FrameKind, Op, RequestEncoder, ResponseDecoder,
 
 use super::dirty::{CHUNK, DirtyChunks};
 use super::{DRAIN, Task};
+use crate::completions::Record;
 use crate::lost::LostRanges;
 use crate::region::Region;
 use crate::server::Shared;
@@ -30,6 +31,8 @@ const FINAL_CHUNKS: usize = 64;
 /// Copy rounds before pausing anyway (writes faster than the copy never converge).
 const MAX_ROUNDS: u32 = 8;
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
+/// Completion records per frame (50 bytes each as a tag and an empty write).
+const RECORDS_PER_FRAME: usize = 16 << 10;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CopyError {
@@ -135,6 +138,11 @@ fn copy(sh: &Shared, task: &Task) -> Result<(), CopyError> {
         }
     }
     link.send(task, &region, &last)?;
+    // With no more writes here, the answers of the region's tagged ops go too: the
+    // target answers a retry of one from its record instead of applying it again.
+    let base = u64::from(task.region) * len;
+    let records = sh.completions.in_range(base, base + len);
+    link.send_records(task, &records)?;
     link.settle(0)?;
     // The region changes owner: what this server forwarded to its backups must land
     // before the new owner forwards anything (writes here are paused by now).
@@ -261,6 +269,36 @@ impl Link {
         let mut p = task.progress.lock();
         p.bytes += sent;
         p.rounds += 1;
+        Ok(())
+    }
+
+    /// Sends completion records as tagged empty writes: the target's executor
+    /// records the answer a tag from a server carries (as a backup does).
+    fn send_records(&mut self, task: &Task, records: &[Record]) -> Result<(), CopyError> {
+        for part in records.chunks(RECORDS_PER_FRAME) {
+            self.settle(WINDOW - 1)?;
+            self.buf.clear();
+            self.seq += 1;
+            let mut enc = RequestEncoder::begin(&mut self.buf, self.seq);
+            for r in part {
+                enc.push(&mut self.buf, &Op::Tag(r.tag));
+                let op = Op::Write {
+                    cache: task.cache,
+                    addr: r.addr,
+                    data: &[],
+                };
+                enc.push(&mut self.buf, &op);
+            }
+            enc.finish(&mut self.buf);
+            self.out
+                .write_all(&self.buf)
+                .map_err(|e| CopyError::Target(task.to.clone(), e.into()))?;
+            self.inflight.push_back((self.seq, part.len()));
+        }
+        self.out
+            .flush()
+            .map_err(|e| CopyError::Target(task.to.clone(), e.into()))?;
+        task.progress.lock().records += records.len() as u64;
         Ok(())
     }
 
