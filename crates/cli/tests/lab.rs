@@ -651,3 +651,62 @@ fn farcache_lab_runs_a_scripted_partition() {
     );
     assert!(out.contains("tearing the lab down"), "{out}");
 }
+
+/// A server falls silent for a client while the manager is out of the client's reach
+/// too (both cuts: no RST). The client asks the manager, again and again, whether
+/// the silent server still owns its regions; those calls wait out their timeouts.
+/// They must not hold the connection lane: another thread's reads on the same lane,
+/// to a server that answers, go on at once.
+#[test]
+fn a_manager_out_of_reach_does_not_hold_up_reads_of_servers_that_answer() {
+    let Some(lab) = lab() else { return };
+    let l = lab.clone();
+    lab.run_on("c0", move || {
+        let cluster = ProcessCluster::start_in_lab(bin(), &options(2), l.clone()).expect("cluster");
+        // One lane, so both threads share it.
+        let cfg = ClientConfig::new("")
+            .op_timeout(Duration::from_secs(20))
+            .connections(1);
+        let client = cluster.client_with(cfg).expect("client");
+        let cache = client.create("lane", REGIONS * REGION).expect("create");
+        let owners: Vec<(usize, ServerId)> = (0..REGIONS)
+            .map(|r| owner_of(&cluster, &cache, r))
+            .collect();
+        let silent_r = 0u64;
+        let live_r = (1..REGIONS)
+            .find(|&r| owners[r as usize].0 != owners[0].0)
+            .expect("regions on both servers");
+        // Connections (and the manager's) are open before the cuts.
+        cache.read(silent_r * REGION, 8).expect("read");
+        cache.read(live_r * REGION, 8).expect("read");
+        client.status().expect("status");
+
+        let silent_host = ProcessCluster::server_host(owners[0].0);
+        l.partition("c0", &silent_host).expect("cut the server");
+        l.partition("c0", "manager").expect("cut the manager");
+        let waiting = {
+            let cache = cache.clone();
+            thread::spawn(move || cache.read(silent_r * REGION, 8))
+        };
+        // Past `suspect_after` (1 s): the lane has asked about the silent server.
+        thread::sleep(Duration::from_millis(1500));
+        let mut worst = Duration::ZERO;
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(3) {
+            let t0 = Instant::now();
+            cache
+                .read(live_r * REGION, 8)
+                .expect("read a server that answers");
+            worst = worst.max(t0.elapsed());
+            thread::sleep(Duration::from_millis(5));
+        }
+        l.heal().expect("heal");
+        let late = waiting.join().expect("waiting thread");
+        eprintln!("slowest read of the live server: {worst:?}; the silent one's: {late:?}");
+        assert!(
+            worst < Duration::from_millis(500),
+            "a read of a live server waited {worst:?} behind calls to the manager"
+        );
+    })
+    .expect("lab thread");
+}

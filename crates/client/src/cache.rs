@@ -1,11 +1,13 @@
 //! `Cache`: a handle to one cache, with blocking, async and batch access.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
 
 use bytes::Bytes;
 use farcache_proto::CacheId;
 use farcache_proto::control::{CacheInfo, CacheTokens, ControlRequest, ControlResponse};
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 
 use crate::batch::Batch;
 use crate::client::ClientShared;
@@ -18,6 +20,10 @@ pub(crate) struct CacheShared {
     info: RwLock<Arc<CacheInfo>>,
     /// The tokens the manager issued, on a handle from `create`.
     tokens: Option<CacheTokens>,
+    /// A [`refresh_soon`](Self::refresh_soon) is under way.
+    refreshing: AtomicBool,
+    /// When the last refresh that got a table began.
+    refreshed: Mutex<Option<Instant>>,
 }
 
 impl CacheShared {
@@ -30,6 +36,8 @@ impl CacheShared {
             client,
             info: RwLock::new(Arc::new(info)),
             tokens,
+            refreshing: AtomicBool::new(false),
+            refreshed: Mutex::new(None),
         })
     }
 
@@ -68,11 +76,12 @@ impl CacheShared {
 
     /// Fetches the region table again from the manager.
     pub fn refresh(&self) -> Result<Arc<CacheInfo>, ClientError> {
+        let began = Instant::now();
         let name = self.info.read().name.clone();
         match self
             .client
             .manager
-            .call(&ControlRequest::OpenCache { name })?
+            .lookup(&ControlRequest::OpenCache { name })?
         {
             ControlResponse::Cache(info) => {
                 let info = Arc::new(info);
@@ -80,12 +89,43 @@ impl CacheShared {
                 if info.epoch >= g.epoch || info.id != g.id {
                     *g = info.clone();
                 }
+                let mut r = self.refreshed.lock();
+                *r = Some(r.map_or(began, |t| t.max(began)));
                 Ok(g.clone())
             }
             other => Err(ClientError::InvalidArgument(format!(
                 "unexpected manager reply: {other:?}"
             ))),
         }
+    }
+}
+
+impl CacheShared {
+    /// Fetches the table on a thread of its own, unless such a fetch is under way:
+    /// for a lane, which must not hold its lock while a manager out of reach makes
+    /// the call wait out its timeouts. [`refreshed_since`](Self::refreshed_since)
+    /// tells when a table has come.
+    pub fn refresh_soon(self: &Arc<Self>) {
+        if self.refreshing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let me = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("fc-table".into())
+            .spawn(move || {
+                if let Err(e) = me.refresh() {
+                    tracing::debug!(cache = me.id(), "table refresh failed: {e}");
+                }
+                me.refreshing.store(false, Ordering::Release);
+            });
+        if spawned.is_err() {
+            self.refreshing.store(false, Ordering::Release);
+        }
+    }
+
+    /// Whether the table was fetched by a call that began at `t` or later.
+    pub fn refreshed_since(&self, t: Instant) -> bool {
+        self.refreshed.lock().is_some_and(|r| r >= t)
     }
 }
 

@@ -1001,26 +1001,17 @@ impl LaneInner {
         if after.is_zero() || after >= self.cfg.op_timeout {
             return;
         }
-        let silent: Vec<ServerId> = self
+        // Servers silent for `after`, and since when.
+        let silent: Vec<(ServerId, Instant)> = self
             .conns
             .iter()
-            .filter(|(id, c)| {
-                c.oldest_sent()
-                    .is_some_and(|s| now.duration_since(s) >= after)
-                    // Then asked again 5 times as often, until it answers or is
-                    // replaced (a failover takes the lease after the silence began).
-                    && self
-                        .suspected
-                        .get(id)
-                        .is_none_or(|t| now.duration_since(*t) >= after / 5)
+            .filter_map(|(id, c)| {
+                let s = c.oldest_sent()?;
+                (now.duration_since(s) >= after).then_some((id, s))
             })
-            .map(|(id, _)| id)
             .collect();
         if silent.is_empty() {
             return;
-        }
-        for &id in &silent {
-            self.suspected.insert(id, now);
         }
         let mut caches: Vec<Arc<CacheShared>> = Vec::new();
         for (_, t) in self.tickets.iter() {
@@ -1031,34 +1022,46 @@ impl LaneInner {
         if caches.is_empty() {
             return;
         }
-        let mut tables = Vec::with_capacity(caches.len());
-        for c in &caches {
-            match c.refresh() {
-                Ok(t) => tables.push(t),
-                // Without the manager's word, keep waiting.
-                Err(_) => return,
-            }
-        }
-        for id in silent {
-            // Its ops were routed to it by these tables: owning none of their regions
-            // now, it lost them all.
-            if tables.iter().any(|t| t.regions.contains(&id)) {
+        // Tables come from the manager on a thread of their own (`refresh_soon`): a
+        // manager out of reach must not hold this lane, and every thread using it,
+        // for its timeouts. A server is judged by tables fetched after it was asked
+        // about, during this silence; until they come, it keeps its ops.
+        let mut ask = false;
+        for (id, since) in silent {
+            let asked = self.suspected.get(&id).copied().filter(|&a| a >= since);
+            if let Some(a) = asked
+                && caches.iter().all(|c| c.refreshed_since(a))
+                && !caches.iter().any(|c| c.info().regions.contains(&id))
+            {
+                // Its ops were routed to it by these caches' tables: owning none of
+                // their regions now, it lost them all.
+                let addr = self
+                    .conns
+                    .get(&id)
+                    .map(|c| c.addr.clone())
+                    .unwrap_or_default();
+                let e = OpError::ServerUnavailable {
+                    server: id,
+                    addr,
+                    reason: format!(
+                        "no answer for {after:?}, and the manager gave its regions to other servers"
+                    ),
+                };
+                tracing::debug!(server = id, "silent server replaced: sending its ops on");
+                self.fail_conn(id, e);
                 continue;
             }
-            let addr = self
-                .conns
-                .get(&id)
-                .map(|c| c.addr.clone())
-                .unwrap_or_default();
-            let e = OpError::ServerUnavailable {
-                server: id,
-                addr,
-                reason: format!(
-                    "no answer for {after:?}, and the manager gave its regions to other servers"
-                ),
-            };
-            tracing::debug!(server = id, "silent server replaced: sending its ops on");
-            self.fail_conn(id, e);
+            // Asked again 5 times as often as `after`, until it answers or is
+            // replaced (a failover takes the lease after the silence began).
+            if asked.is_none_or(|a| now.duration_since(a) >= after / 5) {
+                self.suspected.insert(id, now);
+                ask = true;
+            }
+        }
+        if ask {
+            for c in &caches {
+                c.refresh_soon();
+            }
         }
     }
 

@@ -50,8 +50,6 @@ impl ManagerLink {
             "",
             &self.cred,
         )?;
-        // Placement talks to every server, so give replies more time than a connect.
-        s.set_read_timeout(Some(self.timeout * 15))?;
         Ok(s)
     }
 
@@ -67,7 +65,24 @@ impl ManagerLink {
         Ok(())
     }
 
+    /// Placement talks to every server: replies get 15 times the connect timeout.
     pub fn call(&self, req: &ControlRequest) -> Result<ControlResponse, ClientError> {
+        self.call_within(req, self.timeout * 15)
+    }
+
+    /// A call that reads nothing but the catalogue (a cache's table): a manager that
+    /// does not answer within the connect timeout is out of reach, and a client that
+    /// waits for a table (a moved region, a silent server) should not wait 15 times
+    /// that to find out.
+    pub fn lookup(&self, req: &ControlRequest) -> Result<ControlResponse, ClientError> {
+        self.call_within(req, self.timeout)
+    }
+
+    fn call_within(
+        &self,
+        req: &ControlRequest,
+        read_timeout: Duration,
+    ) -> Result<ControlResponse, ClientError> {
         let mut g = self.conn.lock();
         let mut last = None;
         for _ in 0..2 {
@@ -81,6 +96,11 @@ impl ManagerLink {
                 }
             }
             let Some(s) = g.as_mut() else { continue };
+            if let Err(e) = s.set_read_timeout(Some(read_timeout)) {
+                *g = None;
+                last = Some(e.into());
+                continue;
+            }
             match control_call(s, req) {
                 Ok(r) => return Ok(r),
                 Err(RpcError::Remote { code, message }) => {

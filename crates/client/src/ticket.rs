@@ -74,6 +74,11 @@ impl Ticket {
                 drop(g);
                 std::thread::yield_now();
                 g = lane.inner.lock();
+            } else if !block.is_zero() {
+                // A long wait (a silent server) must not keep the lane from other
+                // threads: hand it to one that waits for it, if any (fairly: an
+                // unlock and lock again would usually win it straight back).
+                MutexGuard::bump(&mut g);
             }
             // Guard against a lost op: nothing in flight anywhere and still not done.
             if g.stuck() && !g.is_done(self.key, self.id) {
