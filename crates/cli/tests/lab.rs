@@ -710,3 +710,94 @@ fn a_manager_out_of_reach_does_not_hold_up_reads_of_servers_that_answer() {
     })
     .expect("lab thread");
 }
+
+/// An owner cut off from its backup only (both still reach the manager, which sees
+/// both alive): the owner's writes wait for the backup until it reports the backup
+/// (after a lease), and the manager drops it from the owner's regions. Writes go on
+/// within the lease and a second, none fails, no read is stale, and once the link
+/// heals the region gets a backup again.
+#[test]
+fn an_owner_cut_off_from_its_backup_drops_it_and_writes_go_on() {
+    let Some(lab) = lab() else { return };
+    let l = lab.clone();
+    lab.run_on("c0", move || {
+        let cluster = ProcessCluster::start_in_lab(bin(), &options(2), l.clone()).expect("cluster");
+        let admin = client(&cluster, Duration::from_secs(10));
+        let cache = two_copies(&admin, "cut");
+        let (i, owner) = owner_of(&cluster, &cache, 0);
+        let info = cache.refresh().expect("table");
+        let backup = info.backups[0][0];
+        let j = (0..cluster.server_count())
+            .find(|&k| Some(cluster.server_addr(k)) == info.server(backup).map(|s| s.addr.as_str()))
+            .expect("backup is a cluster server");
+        let load = Load::start(&cache, &[0, 8]);
+        load.wait_acked(50, Duration::from_secs(10));
+
+        let cut = Instant::now();
+        l.partition(
+            &ProcessCluster::server_host(i),
+            &ProcessCluster::server_host(j),
+        )
+        .expect("partition owner and backup");
+        // A write queued after the cut waits for the backup until it is dropped.
+        thread::sleep(Duration::from_millis(50));
+        load.wait_acked(20, Duration::from_secs(10));
+        let resumed = cut.elapsed();
+        let info = cache.refresh().expect("table");
+        assert_eq!(info.regions[0], owner, "the owner kept its region");
+        assert!(
+            !info.backups[0].contains(&backup),
+            "the cut-off backup still backs region 0: {:?}",
+            info.backups[0]
+        );
+        assert!(
+            resumed < LEASE + Duration::from_millis(1500),
+            "writes went on only {resumed:?} after the cut"
+        );
+
+        l.heal().expect("heal");
+        eventually(
+            "region 0 has a backup again",
+            Duration::from_secs(30),
+            Duration::from_millis(50),
+            || {
+                let info = cache.refresh().ok()?;
+                (!info.backups[0].is_empty()).then_some(())
+            },
+        );
+        load.wait_acked(20, Duration::from_secs(10));
+        let events = load.stop();
+        let v = history::check(&events, 0);
+        eprintln!(
+            "writes went on {resumed:?} after the cut; {} reads, {} writes acknowledged",
+            v.reads, v.writes_ok
+        );
+        assert_eq!(v.violations(), 0, "{:?}", v.samples);
+        assert_eq!(
+            failures(&events),
+            0,
+            "the application saw the cut: {:?}",
+            events
+                .iter()
+                .filter(|e| e.outcome != Outcome::Ok)
+                .take(5)
+                .collect::<Vec<_>>()
+        );
+        // The register holds the last acknowledged write.
+        let now = cache.read(0, 16).expect("read");
+        let last = events
+            .iter()
+            .filter(|e| e.addr == 0 && e.outcome == Outcome::Ok)
+            .filter_map(|e| match e.kind {
+                Kind::Write(v) => Some(v),
+                Kind::Read(_) => None,
+            })
+            .max()
+            .expect("writes to 0");
+        assert_eq!(
+            u64::from_le_bytes(now[..8].try_into().expect("8 bytes")),
+            last
+        );
+    })
+    .expect("lab thread");
+}

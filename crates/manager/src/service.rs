@@ -229,6 +229,11 @@ impl Service {
                 regions,
                 digest,
             } => self.heartbeat(server_id, used, (regions, digest)),
+            ControlRequest::BackupStalled {
+                server_id,
+                backup,
+                stalled_ms,
+            } => self.backup_stalled(server_id, &backup, stalled_ms),
             ControlRequest::CreateCache {
                 name,
                 capacity,
@@ -313,6 +318,19 @@ impl Service {
                         caller.identity
                     )),
                     _ => Ok(()), // unknown ids get `unknown server` and re-register
+                }
+            }
+            ControlRequest::BackupStalled { server_id, .. } => {
+                if caller.role != Role::Server {
+                    return refuse("report a backup as a server");
+                }
+                // Only an owner speaks for its own regions.
+                match self.addr_of(*server_id) {
+                    Some(a) if a == caller.identity => Ok(()),
+                    _ => refuse(&format!(
+                        "report backups of server {server_id} (it proved it is {})",
+                        caller.identity
+                    )),
                 }
             }
             ControlRequest::ReclaimServer { server_id, .. } if caller.role == Role::Server => {

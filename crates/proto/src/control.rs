@@ -316,6 +316,15 @@ pub enum ControlRequest {
         #[serde(default)]
         digest: u64,
     },
+    /// An owner's writes to `backup` (its data address) have waited `stalled_ms`
+    /// for an acknowledgement: the manager drops that backup from the regions the
+    /// owner owns (a backup the manager still sees alive, cut off from its owner
+    /// only, would otherwise hold their writes until the link heals).
+    BackupStalled {
+        server_id: ServerId,
+        backup: String,
+        stalled_ms: u64,
+    },
     // client -> manager
     CreateCache {
         name: String,

@@ -121,10 +121,45 @@ pub fn announce_reclaim(
     }
 }
 
+/// Reports backups whose writes have waited `after` (a lease: as long as the manager
+/// would take to find a dead one) without an acknowledgement: the manager drops them
+/// from this server's regions, so their writes stop waiting for a link that may not
+/// heal. Reported again each heartbeat while it lasts (the table may lag).
+fn report_stalled(
+    sh: &Shared,
+    s: &mut TcpStream,
+    after: Duration,
+    reported: &mut Vec<String>,
+) -> Result<(), RpcError> {
+    let stalled = sh.replicator.stalled(after);
+    // Warned once per stall, not once per heartbeat.
+    reported.retain(|b| stalled.iter().any(|(s, _)| s == b));
+    for (backup, waited) in stalled {
+        let req = ControlRequest::BackupStalled {
+            server_id: sh.server_id(),
+            backup: backup.clone(),
+            stalled_ms: waited.as_millis() as u64,
+        };
+        match control_call(s, &req) {
+            Ok(_) if !reported.contains(&backup) => {
+                warn!(%backup, ?waited, "writes wait for a backup: reported it to the manager");
+                reported.push(backup);
+            }
+            Ok(_) => {}
+            Err(RpcError::Remote { code, message }) => {
+                warn!(%backup, ?code, "the manager kept a stalled backup: {message}");
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 /// Runs until shutdown: register, then heartbeat; on any failure reconnect with backoff.
 pub fn run(sh: Arc<Shared>, manager: String) {
     let mut backoff = Duration::from_millis(50);
     let mut warned = false;
+    let mut reported: Vec<String> = Vec::new();
     while !sh.shutdown.load(Ordering::Acquire) {
         let r = (|| -> Result<(), RpcError> {
             let mut s = connect(&sh, &manager)?;
@@ -144,6 +179,8 @@ pub fn run(sh: Arc<Shared>, manager: String) {
                 match control_call(&mut s, &hb) {
                     Ok(ControlResponse::Lease { lease_ms }) => {
                         sh.lease.grant(sent_at, Duration::from_millis(lease_ms));
+                        let after = Duration::from_millis(lease_ms);
+                        report_stalled(&sh, &mut s, after, &mut reported)?;
                     }
                     Ok(_) => {}
                     Err(RpcError::Remote {

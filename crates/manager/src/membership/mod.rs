@@ -12,6 +12,7 @@ mod rebalance;
 mod reclaim;
 mod recovery;
 mod repair;
+mod stalled;
 
 use std::collections::VecDeque;
 

@@ -11,7 +11,7 @@ use std::io::Write;
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use farcache_proto::blocking::{handshake, read_frame};
 use farcache_proto::{Credential, FrameKind, RequestEncoder, ResponseDecoder, Role, Status};
@@ -89,6 +89,9 @@ struct State {
     out: Option<TcpStream>,
     /// The last frame the backup acknowledged.
     acked: u64,
+    /// Since when writes have waited for the backup with no acknowledgement (`None`
+    /// while nothing waits).
+    waiting_since: Option<Instant>,
 }
 
 impl State {
@@ -180,6 +183,17 @@ impl Link {
         self.is_closed() || st.acked >= mark
     }
 
+    /// How long writes have waited for this backup without an acknowledgement.
+    pub fn stalled(&self, now: Instant) -> Option<Duration> {
+        if self.is_closed() {
+            return None;
+        }
+        self.st
+            .lock()
+            .waiting_since
+            .map(|t| now.saturating_duration_since(t))
+    }
+
     pub fn unacked(&self) -> usize {
         self.st.lock().sent.len()
     }
@@ -196,6 +210,9 @@ impl Link {
             }
             // Dropped as a backup meanwhile: nothing to wait for.
             return release(sh, vec![waiter]);
+        }
+        if st.waiting_since.is_none() {
+            st.waiting_since = Some(Instant::now());
         }
         let State {
             open,
@@ -394,6 +411,8 @@ impl Link {
                     }
                     None => Vec::new(),
                 };
+                // Progress: what still waits has waited from now on.
+                st.waiting_since = (!st.sent.is_empty() || st.enc.is_some()).then(Instant::now);
                 // The window has room again: what gathered meanwhile goes now.
                 st.pump(&self.counters);
                 waiters

@@ -162,6 +162,20 @@ impl Replicator {
         true
     }
 
+    /// Backups (their addresses) whose writes have waited at least `at_least`
+    /// without an acknowledgement, and for how long.
+    pub fn stalled(&self, at_least: std::time::Duration) -> Vec<(String, std::time::Duration)> {
+        let now = std::time::Instant::now();
+        self.links
+            .lock()
+            .iter()
+            .filter_map(|(addr, l)| {
+                let d = l.stalled(now)?;
+                (d >= at_least).then(|| (addr.clone(), d))
+            })
+            .collect()
+    }
+
     pub fn stats(&self) -> ReplicationStats {
         let c = &self.counters;
         ReplicationStats {
