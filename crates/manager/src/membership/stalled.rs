@@ -3,7 +3,7 @@
 //! every write to the regions it backs would wait until the link heals. The owner
 //! reports such a backup once its writes have waited a lease; the manager drops it
 //! from the regions that owner owns (as Kafka's leader shrinks its in-sync replica
-//! set), commits the table, and pushes it. The owner's link to it closes and the
+//! set), commits the table, and pushes it to the owner. The owner's link to it closes and the
 //! waiting writes are acknowledged with the copies left; `repair` adds a backup
 //! again later (on the same server once the link works).
 
@@ -91,7 +91,12 @@ impl Service {
                 epoch = next.epoch,
                 "owner cannot reach its backup: backup dropped from its regions"
             );
-            self.push_routes(&info);
+            // To the owner only: it is the one server that reads a region's backups
+            // from its table, and its writes wait for this one. The others learn
+            // the epoch with the next push; pushing to all of them here would
+            // wait out the call timeout of any that vanished (the stalled backup
+            // may be one) while holding `changes`, and so delay its failover.
+            self.push_routes_to(&info, &[owner]);
         }
         Ok(ControlResponse::Ok)
     }
