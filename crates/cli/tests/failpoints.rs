@@ -135,64 +135,51 @@ fn a_frame_held_past_a_reconnect_never_lands_over_newer_writes() {
     );
 }
 
-/// Exactly once across a failover: an owner applies 64 tagged FETCH_ADDs, its backup
-/// holds them, and the owner dies before answering any (its replies wait at
-/// `owner-before-release`). The client sends them again to the promoted backup, which
-/// answers each from its completion record instead of adding again: every op
-/// succeeds, each counter's old values are 0..8 exactly once, and the counters read
-/// 8. Without the records each counter would read 16.
-#[test]
-fn fetch_adds_sent_again_after_a_failover_add_once() {
-    const COUNTERS: u64 = 8;
-    const ADDS: u64 = 8;
-    let TwoCopies {
-        mut c,
-        client,
-        cache,
-        owner,
-        backup,
-    } = two_copies(2, "owner-before-release=1*sleep(6000)");
+/// Counters the exactly-once tests add to (64 bytes apart), and adds per counter.
+const COUNTERS: u64 = 8;
+const ADDS: u64 = 8;
 
-    let adder = {
-        let cache = cache.clone();
-        std::thread::spawn(move || {
-            let mut b = cache.batch();
-            for _ in 0..ADDS {
-                for k in 0..COUNTERS {
-                    b.fetch_add(k * 64, 1);
-                }
+/// Sends `ADDS` fetch-adds of 1 to each of the `COUNTERS` counters in one batch, on a
+/// thread of its own (the test fails servers meanwhile); the batch's results and how
+/// long it waited.
+fn spawn_adds(
+    cache: &farcache_client::Cache,
+) -> std::thread::JoinHandle<(farcache_client::BatchResults, Duration)> {
+    let cache = cache.clone();
+    std::thread::spawn(move || {
+        let mut b = cache.batch();
+        for _ in 0..ADDS {
+            for k in 0..COUNTERS {
+                b.fetch_add(k * 64, 1);
             }
-            let t0 = Instant::now();
-            let r = b.run();
-            (r, t0.elapsed())
-        })
-    };
-    // The owner applied the batch and its backup holds it; the answers wait.
-    let (i, j) = (
-        server_index(&c, &client, owner),
-        server_index(&c, &client, backup),
-    );
+        }
+        let t0 = Instant::now();
+        let r = b.run();
+        (r, t0.elapsed())
+    })
+}
+
+/// Waits until server `i` holds a completion record of every add.
+fn wait_records(c: &ProcessCluster, i: usize, what: &str) {
     eventually(
-        "the owner's backup holds the adds",
-        Duration::from_secs(5),
+        what,
+        Duration::from_secs(10),
         Duration::from_millis(10),
-        || (common::server_stats(&c, j).completions.records >= COUNTERS * ADDS).then_some(()),
+        || (common::server_stats(c, i).completions.records >= COUNTERS * ADDS).then_some(()),
     );
-    c.kill_server(i).expect("SIGKILL the owner");
-    let (r, waited) = adder.join().expect("adder thread");
+}
+
+/// Every add succeeded once: each counter's old values are 0..ADDS exactly once, and
+/// each counter reads ADDS (2 × ADDS had the adds sent again been applied again).
+fn assert_added_once(cache: &farcache_client::Cache, r: &farcache_client::BatchResults) {
     assert!(
         r.first_error().is_none(),
         "an op in flight at the failover failed: {:?}",
         r.first_error()
     );
-    assert!(
-        waited < Duration::from_secs(6),
-        "answered only after {waited:?}"
-    );
     let mut olds = vec![Vec::new(); COUNTERS as usize];
     for n in 0..(COUNTERS * ADDS) as usize {
-        let old = r.value(n).expect("an old value");
-        olds[n % COUNTERS as usize].push(old);
+        olds[n % COUNTERS as usize].push(r.value(n).expect("an old value"));
     }
     for (k, mut o) in olds.into_iter().enumerate() {
         o.sort_unstable();
@@ -204,6 +191,37 @@ fn fetch_adds_sent_again_after_a_failover_add_once() {
             "counter {k} counts each add once"
         );
     }
+}
+
+/// Exactly once across a failover: an owner applies 64 tagged FETCH_ADDs, its backup
+/// holds them, and the owner dies before answering any (its replies wait at
+/// `owner-before-release`). The client sends them again to the promoted backup, which
+/// answers each from its completion record instead of adding again: every op
+/// succeeds, each counter's old values are 0..8 exactly once, and the counters read
+/// 8. Without the records each counter would read 16.
+#[test]
+fn fetch_adds_sent_again_after_a_failover_add_once() {
+    let TwoCopies {
+        mut c,
+        client,
+        cache,
+        owner,
+        backup,
+    } = two_copies(2, "owner-before-release=1*sleep(6000)");
+    let adder = spawn_adds(&cache);
+    // The owner applied the batch and its backup holds it; the answers wait.
+    let (i, j) = (
+        server_index(&c, &client, owner),
+        server_index(&c, &client, backup),
+    );
+    wait_records(&c, j, "the owner's backup holds the adds");
+    c.kill_server(i).expect("SIGKILL the owner");
+    let (r, waited) = adder.join().expect("adder thread");
+    assert!(
+        waited < Duration::from_secs(6),
+        "answered only after {waited:?}"
+    );
+    assert_added_once(&cache, &r);
     let repeats = common::server_stats(&c, j).completions.repeats;
     assert_eq!(
         repeats,
@@ -220,8 +238,6 @@ fn fetch_adds_sent_again_after_a_failover_add_once() {
 /// again, and each is answered from its record: the counters read 8, not 16.
 #[test]
 fn a_new_backup_answers_retries_of_ops_that_ran_before_it_was_copied() {
-    const COUNTERS: u64 = 8;
-    const ADDS: u64 = 8;
     let TwoCopies {
         mut c,
         client,
@@ -234,29 +250,12 @@ fn a_new_backup_answers_retries_of_ops_that_ran_before_it_was_copied() {
         "owner-before-release=1*sleep(40000)",
         Duration::from_secs(60),
     );
-
-    let adder = {
-        let cache = cache.clone();
-        std::thread::spawn(move || {
-            let mut b = cache.batch();
-            for _ in 0..ADDS {
-                for k in 0..COUNTERS {
-                    b.fetch_add(k * 64, 1);
-                }
-            }
-            b.run()
-        })
-    };
+    let adder = spawn_adds(&cache);
     let (i, j) = (
         server_index(&c, &client, owner),
         server_index(&c, &client, backup),
     );
-    eventually(
-        "the owner's backup holds the adds",
-        Duration::from_secs(5),
-        Duration::from_millis(10),
-        || (common::server_stats(&c, j).completions.records >= COUNTERS * ADDS).then_some(()),
-    );
+    wait_records(&c, j, "the owner's backup holds the adds");
     c.kill_server(j).expect("SIGKILL the backup");
     let fresh = eventually(
         "a third server becomes the region's backup",
@@ -270,33 +269,10 @@ fn a_new_backup_answers_retries_of_ops_that_ran_before_it_was_copied() {
         },
     );
     let k = server_index(&c, &client, fresh);
-    eventually(
-        "the new backup holds the adds' completion records",
-        Duration::from_secs(10),
-        Duration::from_millis(20),
-        || (common::server_stats(&c, k).completions.records >= COUNTERS * ADDS).then_some(()),
-    );
+    wait_records(&c, k, "the new backup holds the adds' completion records");
     c.kill_server(i).expect("SIGKILL the owner");
-    let r = adder.join().expect("adder thread");
-    assert!(
-        r.first_error().is_none(),
-        "an op in flight at the failover failed: {:?}",
-        r.first_error()
-    );
-    let mut olds = vec![Vec::new(); COUNTERS as usize];
-    for n in 0..(COUNTERS * ADDS) as usize {
-        olds[n % COUNTERS as usize].push(r.value(n).expect("an old value"));
-    }
-    for (x, mut o) in olds.into_iter().enumerate() {
-        o.sort_unstable();
-        assert_eq!(o, (0..ADDS).collect::<Vec<_>>(), "counter {x}'s old values");
-        let now = cache.read(x as u64 * 64, 8).expect("read a counter");
-        assert_eq!(
-            u64::from_le_bytes(now[..8].try_into().expect("8 bytes")),
-            ADDS,
-            "counter {x} counts each add once"
-        );
-    }
+    let (r, _) = adder.join().expect("adder thread");
+    assert_added_once(&cache, &r);
     assert_eq!(
         common::server_stats(&c, k).completions.repeats,
         COUNTERS * ADDS,
@@ -311,8 +287,6 @@ fn a_new_backup_answers_retries_of_ops_that_ran_before_it_was_copied() {
 /// answers each from its record.
 #[test]
 fn a_moved_region_answers_retries_of_ops_that_ran_before_the_move() {
-    const COUNTERS: u64 = 8;
-    const ADDS: u64 = 8;
     let TwoCopies {
         mut c,
         client,
@@ -335,28 +309,12 @@ fn a_moved_region_answers_retries_of_ops_that_ran_before_the_move() {
         Duration::from_millis(20),
         || (client.status().ok()?.servers.len() == 3).then_some(()),
     );
-    let adder = {
-        let cache = cache.clone();
-        std::thread::spawn(move || {
-            let mut b = cache.batch();
-            for _ in 0..ADDS {
-                for k in 0..COUNTERS {
-                    b.fetch_add(k * 64, 1);
-                }
-            }
-            b.run()
-        })
-    };
+    let adder = spawn_adds(&cache);
     let (i, j) = (
         server_index(&c, &client, owner),
         server_index(&c, &client, backup),
     );
-    eventually(
-        "the owner's backup holds the adds",
-        Duration::from_secs(5),
-        Duration::from_millis(10),
-        || (common::server_stats(&c, j).completions.records >= COUNTERS * ADDS).then_some(()),
-    );
+    wait_records(&c, j, "the owner's backup holds the adds");
     c.terminate_server(i).expect("SIGTERM the owner");
     let moved_to = eventually(
         "the region moves off the reclaimed owner",
@@ -372,37 +330,15 @@ fn a_moved_region_answers_retries_of_ops_that_ran_before_the_move() {
         moved_to, backup,
         "the region moved, its backup was not promoted"
     );
-    let k = server_index(&c, &client, moved_to);
-    eventually(
-        "the new owner holds the adds' completion records",
-        Duration::from_secs(10),
-        Duration::from_millis(20),
-        || (common::server_stats(&c, k).completions.records >= COUNTERS * ADDS).then_some(()),
-    );
     let t0 = Instant::now();
     if !c.wait_server_exit(i, Duration::from_secs(5)).expect("wait") {
         c.kill_server(i).expect("SIGKILL the old owner");
     }
-    let r = adder.join().expect("adder thread");
+    let (r, _) = adder.join().expect("adder thread");
     assert!(
         t0.elapsed() < Duration::from_secs(15),
         "the retries were answered only after {:?}",
         t0.elapsed()
     );
-    assert!(
-        r.first_error().is_none(),
-        "an op in flight at the move failed: {:?}",
-        r.first_error()
-    );
-    for n in 0..(COUNTERS * ADDS) as usize {
-        r.value(n).expect("an old value");
-    }
-    for x in 0..COUNTERS {
-        let now = cache.read(x * 64, 8).expect("read a counter");
-        assert_eq!(
-            u64::from_le_bytes(now[..8].try_into().expect("8 bytes")),
-            ADDS,
-            "counter {x} counts each add once"
-        );
-    }
+    assert_added_once(&cache, &r);
 }
