@@ -13,6 +13,14 @@ use farcache_client::CreateOptions;
 use farcache_testkit::{ClusterOptions, ProcessCluster};
 
 const REGION: u64 = 1 << 20;
+
+/// The tests run one at a time: each times a race against its own cluster, and two
+/// clusters on two cores slow each other past a lease (a backup that slow is dropped).
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
 /// How long the backup holds the first replication frame it reads: long enough for
 /// the owner to give up on that connection (a send blocked 500 ms), reconnect, send
 /// everything again and have newer writes acknowledged.
@@ -71,6 +79,7 @@ fn copies_on(servers: usize, threads: usize, points: &str, op_timeout: Duration)
 /// the first write back.
 #[test]
 fn a_frame_held_past_a_reconnect_never_lands_over_newer_writes() {
+    let _serial = serial();
     let points = format!("backup-before-stream-check=1*sleep({HOLD_MS})");
     let TwoCopies {
         mut c,
@@ -193,6 +202,39 @@ fn assert_added_once(cache: &farcache_client::Cache, r: &farcache_client::BatchR
     }
 }
 
+/// A region with two copies on servers whose answers wait 40 s at
+/// `owner-before-release`, a third server without that failpoint (it answers at
+/// once when it owns the region next), and the adds applied: the owner's answers
+/// wait and its backup holds the adds. Returns the copies, the owner's and the
+/// backup's cluster index, and the adder.
+fn adds_held_with_a_spare() -> (
+    TwoCopies,
+    (usize, usize),
+    std::thread::JoinHandle<(farcache_client::BatchResults, Duration)>,
+) {
+    let mut t = copies_on(
+        2,
+        2,
+        "owner-before-release=1*sleep(40000)",
+        Duration::from_secs(60),
+    );
+    t.c.add_server_without_env(&[], &["FAILPOINTS"])
+        .expect("a third server");
+    eventually(
+        "the third server joins",
+        Duration::from_secs(10),
+        Duration::from_millis(20),
+        || (t.client.status().ok()?.servers.len() == 3).then_some(()),
+    );
+    let adder = spawn_adds(&t.cache);
+    let (i, j) = (
+        server_index(&t.c, &t.client, t.owner),
+        server_index(&t.c, &t.client, t.backup),
+    );
+    wait_records(&t.c, j, "the owner's backup holds the adds");
+    (t, (i, j), adder)
+}
+
 /// Exactly once across a failover: an owner applies 64 tagged FETCH_ADDs, its backup
 /// holds them, and the owner dies before answering any (its replies wait at
 /// `owner-before-release`). The client sends them again to the promoted backup, which
@@ -201,6 +243,7 @@ fn assert_added_once(cache: &farcache_client::Cache, r: &farcache_client::BatchR
 /// 8. Without the records each counter would read 16.
 #[test]
 fn fetch_adds_sent_again_after_a_failover_add_once() {
+    let _serial = serial();
     let TwoCopies {
         mut c,
         client,
@@ -238,24 +281,15 @@ fn fetch_adds_sent_again_after_a_failover_add_once() {
 /// again, and each is answered from its record: the counters read 8, not 16.
 #[test]
 fn a_new_backup_answers_retries_of_ops_that_ran_before_it_was_copied() {
+    let _serial = serial();
+    let (t, (i, j), adder) = adds_held_with_a_spare();
     let TwoCopies {
         mut c,
         client,
         cache,
         owner,
         backup,
-    } = copies_on(
-        3,
-        2,
-        "owner-before-release=1*sleep(40000)",
-        Duration::from_secs(60),
-    );
-    let adder = spawn_adds(&cache);
-    let (i, j) = (
-        server_index(&c, &client, owner),
-        server_index(&c, &client, backup),
-    );
-    wait_records(&c, j, "the owner's backup holds the adds");
+    } = t;
     c.kill_server(j).expect("SIGKILL the backup");
     let fresh = eventually(
         "a third server becomes the region's backup",
@@ -287,34 +321,15 @@ fn a_new_backup_answers_retries_of_ops_that_ran_before_it_was_copied() {
 /// answers each from its record.
 #[test]
 fn a_moved_region_answers_retries_of_ops_that_ran_before_the_move() {
+    let _serial = serial();
+    let (t, (i, _), adder) = adds_held_with_a_spare();
     let TwoCopies {
         mut c,
         client,
         cache,
         owner,
         backup,
-    } = copies_on(
-        2,
-        2,
-        "owner-before-release=1*sleep(40000)",
-        Duration::from_secs(60),
-    );
-    // The move's target owns the region next, with the same backup: it answers the
-    // retries at once (no failpoint holds its answers).
-    c.add_server_without_env(&[], &["FAILPOINTS"])
-        .expect("a third server");
-    eventually(
-        "the third server joins",
-        Duration::from_secs(10),
-        Duration::from_millis(20),
-        || (client.status().ok()?.servers.len() == 3).then_some(()),
-    );
-    let adder = spawn_adds(&cache);
-    let (i, j) = (
-        server_index(&c, &client, owner),
-        server_index(&c, &client, backup),
-    );
-    wait_records(&c, j, "the owner's backup holds the adds");
+    } = t;
     c.terminate_server(i).expect("SIGTERM the owner");
     let moved_to = eventually(
         "the region moves off the reclaimed owner",

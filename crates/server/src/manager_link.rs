@@ -121,8 +121,8 @@ pub fn announce_reclaim(
     }
 }
 
-/// Reports backups whose writes have waited `after` (a lease: as long as the manager
-/// would take to find a dead one) without an acknowledgement: the manager drops them
+/// Reports backups whose writes have waited `after` (two leases) without an
+/// acknowledgement: the manager drops them
 /// from this server's regions, so their writes stop waiting for a link that may not
 /// heal. Reported again each heartbeat while it lasts (the table may lag).
 fn report_stalled(
@@ -179,7 +179,9 @@ pub fn run(sh: Arc<Shared>, manager: String) {
                 match control_call(&mut s, &hb) {
                     Ok(ControlResponse::Lease { lease_ms }) => {
                         sh.lease.grant(sent_at, Duration::from_millis(lease_ms));
-                        let after = Duration::from_millis(lease_ms);
+                        // Two leases: a backup that is only slow (a loaded machine)
+                        // is not dropped and copied again for nothing.
+                        let after = 2 * Duration::from_millis(lease_ms);
                         report_stalled(&sh, &mut s, after, &mut reported)?;
                     }
                     Ok(_) => {}

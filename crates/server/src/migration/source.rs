@@ -76,6 +76,9 @@ fn copy(sh: &Shared, task: &Task) -> Result<(), CopyError> {
         .region(task.cache, task.region)
         .ok_or(CopyError::Gone)?;
     let len = region.len() as u64;
+    sh.replicator
+        .fence_old_streams(sh, &task.to)
+        .map_err(|e| CopyError::Target(task.to.clone(), RpcError::Unexpected(e)))?;
     let mut link = Link::connect(sh, task)?;
     let dirty = Arc::new(DirtyChunks::new(len));
     let gate = |g: WriteGate| {

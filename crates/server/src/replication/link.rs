@@ -194,6 +194,12 @@ impl Link {
             .map(|t| now.saturating_duration_since(t))
     }
 
+    /// Whether the link is open and connected: its stream is the newest the backup
+    /// knows from this server.
+    pub fn connected(&self) -> bool {
+        !self.is_closed() && self.st.lock().out.is_some()
+    }
+
     pub fn unacked(&self) -> usize {
         self.st.lock().sent.len()
     }
@@ -449,7 +455,9 @@ fn answer(payload: &[u8], ops: u32) -> Answer {
     Answer::Applied
 }
 
-fn connect(sh: &Shared, addr: &str) -> Result<TcpStream, String> {
+/// A new replication stream to `addr`, announced (the backup refuses older streams'
+/// frames from then on).
+pub(super) fn connect(sh: &Shared, addr: &str) -> Result<TcpStream, String> {
     let sa = sh
         .peers
         .load()

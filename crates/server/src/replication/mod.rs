@@ -176,6 +176,18 @@ impl Replicator {
             .collect()
     }
 
+    /// Before a copy of a region to `addr`: frames of an earlier stream to it (from
+    /// when it backed the region before, until it was dropped) may still wait in its
+    /// buffers, and applied after the copy they would put older bytes over it. A new
+    /// stream announced there makes them refused, unless a connected link's stream
+    /// is already the newest.
+    pub fn fence_old_streams(&self, sh: &Shared, addr: &str) -> Result<(), String> {
+        if self.links.lock().get(addr).is_some_and(|l| l.connected()) {
+            return Ok(());
+        }
+        link::connect(sh, addr).map(drop)
+    }
+
     pub fn stats(&self) -> ReplicationStats {
         let c = &self.counters;
         ReplicationStats {
