@@ -6,6 +6,7 @@ need_pkgs=()
 command -v redis-server >/dev/null 2>&1 || need_pkgs+=(redis-server)
 command -v redis-benchmark >/dev/null 2>&1 || need_pkgs+=(redis-tools)
 command -v sockperf >/dev/null 2>&1 || need_pkgs+=(sockperf)
+command -v memcached >/dev/null 2>&1 || need_pkgs+=(memcached)
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_pkgs+=(fonts-dejavu-core)
 # The network lab (crates/testkit/src/lab): namespaces, veth and bridge (iproute2),
 # one-way cuts and vanishing hosts in the switch (nftables).

@@ -111,6 +111,10 @@ pub fn is_root() -> bool {
 /// otherwise a [`BenchError::ToolMissing`] explains what to install.
 /// Progress is printed to stderr.
 pub fn ensure_tools(tools: &[Tool]) -> Result<()> {
+    // One install at a time in this process: two tests installing at once failed on
+    // dpkg's lock (the second one finds the tool once the first is done).
+    static INSTALLING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = INSTALLING.lock().unwrap_or_else(|e| e.into_inner());
     let missing: Vec<Tool> = tools
         .iter()
         .copied()
