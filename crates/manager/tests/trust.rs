@@ -93,6 +93,21 @@ fn strangers_and_spoofed_roles_are_refused() {
         digest: 0,
     };
     assert!(forbidden(&thief.call_raw(&hb)));
+    // Only an owner reports a backup it cannot reach, for itself: a client (even
+    // with the cluster secret) and another server speaking for it are refused.
+    let stalled = |server_id| ControlRequest::BackupStalled {
+        server_id,
+        backup: f2.addr.to_string(),
+        stalled_ms: 5000,
+    };
+    assert!(forbidden(&client.call_raw(&stalled(a))));
+    assert!(forbidden(&thief.call_raw(&stalled(a))));
+    let mut owner = Conn::as_server(m.addr(), &f.addr.to_string());
+    assert_eq!(
+        owner.call_raw(&stalled(a)),
+        ControlResponse::Ok,
+        "the owner itself may (a backup that is no live server: nothing to drop)"
+    );
     let status = client.status();
     assert_eq!(status.servers.len(), 1);
     assert_eq!(
