@@ -5,9 +5,11 @@ use xxhash_rust::xxh3::xxh3_64;
 use crate::FormatError;
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"FCKVST01");
-/// 2: a full bucket spills into its pair bucket (`b ^ 1`); 1 had no pairs, and a
-/// version-1 client would miss (and could duplicate) keys that spilled.
-pub const VERSION: u32 = 2;
+/// 3: slot words carry a rewrite stamp and 32 bits of offset (`slot::SlotWord`); a
+/// version-2 client would read the stamp as offset. 2: a full bucket spills into its
+/// pair bucket (`b ^ 1`); 1 had no pairs, and a version-1 client would miss (and
+/// could duplicate) keys that spilled.
+pub const VERSION: u32 = 3;
 
 /// Offsets inside a shard.
 pub const DESCRIPTOR: u64 = 0;
@@ -57,7 +59,7 @@ impl Descriptor {
                 "{shards} shards of {shard_size} bytes (need ≥ 1 shard, ≥ 64 KiB, a multiple of 4 KiB)"
             ));
         }
-        if shard_size >> 3 >= 1 << 40 {
+        if shard_size >> 3 > 1 << crate::slot::ITEM_OFFSET_BITS {
             return bad(format!("shard of {shard_size} bytes is too large"));
         }
         let avg = avg_item.max(crate::class::MIN_CLASS.into());

@@ -8,12 +8,20 @@ pub const TOMB: u64 = 1;
 
 const OFFSET_BITS: u32 = 40;
 const OFFSET_MASK: u64 = (1 << OFFSET_BITS) - 1;
+/// Bits of a slot word's item offset (/8): shards below 32 GiB.
+pub const ITEM_OFFSET_BITS: u32 = 32;
+const ITEM_OFFSET_MASK: u64 = (1 << ITEM_OFFSET_BITS) - 1;
+const STAMP_MASK: u64 = 0xff << ITEM_OFFSET_BITS;
 
-/// An index slot pointing at an item: `tag:16 | flags:2 | class:6 | offset/8:40`,
-/// the offset relative to the shard. [`SlotWord::MANIFEST`] marks an erasure-coded
-/// object's manifest (whoever replaces it retires its chunks); [`SlotWord::HOT`] a
-/// key with a second copy. Items start past the shard header, so a live word is
-/// never [`EMPTY`] or [`TOMB`].
+/// An index slot pointing at an item: `tag:16 | flags:2 | class:6 | stamp:8 |
+/// offset/8:32`, the offset relative to the shard. [`SlotWord::MANIFEST`] marks an
+/// erasure-coded object's manifest (whoever replaces it retires its chunks);
+/// [`SlotWord::HOT`] a key with a second copy. The stamp counts the rewrites of the
+/// slot ([`SlotWord::after`]): an item reused for the key it just held gets a word
+/// unlike the one it had, so a writer guarding on a word it read (a
+/// read-modify-write) cannot mistake a slot rewritten since for an unchanged one
+/// (ABA), short of 256 rewrites landing on the same item in between. Items start
+/// past the shard header, so a live word is never [`EMPTY`] or [`TOMB`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlotWord(pub u64);
 
@@ -41,10 +49,26 @@ impl SlotWord {
         (self.0 >> 40) as u8 & Self::HOT != 0
     }
 
-    /// `offset` must be a multiple of 8 below 8 TiB (the layout guarantees both).
+    /// `offset` must be a multiple of 8 below 32 GiB (the layout guarantees both).
     pub fn new(tag: u16, class: u8, offset: u64) -> Self {
-        debug_assert!(offset.is_multiple_of(8) && offset >> 3 <= OFFSET_MASK);
-        Self(u64::from(tag) << 48 | u64::from(class) << 40 | (offset >> 3) & OFFSET_MASK)
+        debug_assert!(offset.is_multiple_of(8) && offset >> 3 <= ITEM_OFFSET_MASK);
+        Self(u64::from(tag) << 48 | u64::from(class) << 40 | (offset >> 3) & ITEM_OFFSET_MASK)
+    }
+
+    /// This word as the successor of `prev` in its slot: one stamp past `prev`'s
+    /// when `prev` names an item.
+    #[inline]
+    pub fn after(self, prev: u64) -> Self {
+        if !Self::is_item(prev) {
+            return self;
+        }
+        let stamp = (prev & STAMP_MASK).wrapping_add(1 << ITEM_OFFSET_BITS) & STAMP_MASK;
+        Self(self.0 & !STAMP_MASK | stamp)
+    }
+
+    #[inline]
+    pub fn stamp(self) -> u8 {
+        ((self.0 & STAMP_MASK) >> ITEM_OFFSET_BITS) as u8
     }
 
     /// Whether `w` points at an item (neither empty nor a tombstone).
@@ -72,7 +96,7 @@ impl SlotWord {
     /// Offset of the item from the start of its shard.
     #[inline]
     pub fn offset(self) -> u64 {
-        (self.0 & OFFSET_MASK) << 3
+        (self.0 & ITEM_OFFSET_MASK) << 3
     }
 }
 
@@ -131,8 +155,24 @@ mod tests {
 
     #[test]
     fn slot_words_round_trip() {
-        let w = SlotWord::new(0xbeef, 47, 1 << 39);
-        assert_eq!((w.tag(), w.class(), w.offset()), (0xbeef, 47, 1 << 39));
+        let w = SlotWord::new(0xbeef, 47, 1 << 34);
+        assert_eq!((w.tag(), w.class(), w.offset()), (0xbeef, 47, 1 << 34));
+        // A rewrite into the same item differs by its stamp, and only by it.
+        let again = SlotWord::new(0xbeef, 47, 1 << 34).after(w.0);
+        assert_ne!(again, w);
+        assert_eq!(
+            (again.tag(), again.class(), again.offset(), again.stamp()),
+            (0xbeef, 47, 1 << 34, 1)
+        );
+        let hot = SlotWord(SlotWord::with_hot(again.0));
+        assert_eq!((hot.stamp(), hot.offset(), hot.class()), (1, 1 << 34, 47));
+        let mut x = w;
+        for _ in 0..256 {
+            x = SlotWord::new(0xbeef, 47, 1 << 34).after(x.0);
+        }
+        assert_eq!(x, w, "the stamp wraps after 256 rewrites");
+        assert_eq!(SlotWord::new(1, 2, 64).after(EMPTY).stamp(), 0);
+        assert_eq!(SlotWord::new(1, 2, 64).after(TOMB).stamp(), 0);
         assert!(!w.is_manifest());
         let m = SlotWord::new(0xbeef, 47 | SlotWord::MANIFEST, 64);
         assert_eq!((m.class(), m.is_manifest(), m.is_hot()), (47, true, false));

@@ -197,6 +197,76 @@ pub fn decode_mfind_reply(b: &[u8]) -> Result<Vec<Option<FindReply>>, FormatErro
         .collect()
 }
 
+/// One key of a `kv_mfind` asked in [`MODE_ENTRY`]: its find and, on a hit, the
+/// item; `None` when moved.
+pub type FoundEntry<'a> = Option<(FindReply, Option<FoundItem<'a>>)>;
+
+/// Appends a `kv_mfind` entry in [`MODE_ENTRY`]: the find, the item's length (u32
+/// LE, 0 for none), the item.
+pub fn mfind_entry_into(out: &mut Vec<u8>, f: &FindReply, item: Option<&FoundItem<'_>>) {
+    out.extend_from_slice(&f.encode());
+    match item {
+        Some(it) => {
+            let len = FOUND_ITEM_HEAD + it.value.len();
+            out.extend_from_slice(&(len as u32).to_le_bytes());
+            it.encode_into(out);
+        }
+        None => out.extend_from_slice(&0u32.to_le_bytes()),
+    }
+}
+
+/// Splits a `kv_mfind` reply asked in [`MODE_ENTRY`]. A server that predates the
+/// mode answers plain entries ([`decode_mfind_reply`]): those come back without
+/// items.
+pub fn decode_mfind_entries(b: &[u8]) -> Result<Vec<FoundEntry<'_>>, FormatError> {
+    let bad = |r: String| FormatError::Malformed {
+        what: "kv_mfind reply",
+        reason: r,
+    };
+    let head: [u8; 4] = b
+        .get(..4)
+        .and_then(|h| h.try_into().ok())
+        .ok_or_else(|| bad("no head".into()))?;
+    let count = u32::from_le_bytes(head) as usize;
+    let mut rest = &b[4..];
+    if count.checked_mul(FIND_LEN) == Some(rest.len()) {
+        return Ok(decode_mfind_reply(b)?
+            .into_iter()
+            .map(|f| f.map(|f| (f, None)))
+            .collect());
+    }
+    if count > rest.len() / (FIND_LEN + 4) {
+        return Err(bad(format!("{count} entries in {} bytes", rest.len())));
+    }
+    let mut out = Vec::with_capacity(count);
+    for i in 0..count {
+        let (e, tail) = rest
+            .split_at_checked(FIND_LEN + 4)
+            .ok_or_else(|| bad(format!("entry {i}: truncated")))?;
+        let len = u32::from_le_bytes([
+            e[FIND_LEN],
+            e[FIND_LEN + 1],
+            e[FIND_LEN + 2],
+            e[FIND_LEN + 3],
+        ]) as usize;
+        let (item, tail) = tail.split_at_checked(len).ok_or_else(|| {
+            bad(format!(
+                "entry {i}: item of {len} bytes runs past the reply"
+            ))
+        })?;
+        rest = tail;
+        if e[0] == MOVED {
+            out.push(None);
+            continue;
+        }
+        out.push(Some(FindReply::decode_parts(&e[..FIND_LEN], item)?));
+    }
+    if !rest.is_empty() {
+        return Err(bad(format!("{} trailing bytes", rest.len())));
+    }
+    Ok(out)
+}
+
 /// A `kv_hot` entry: a heavy hitter on the answering server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HotKey {
@@ -343,6 +413,7 @@ pub const MODE_EXISTS: u8 = 1;
 /// The value preceded by the item's expiry (u64 LE, ms since the Unix epoch, 0 for
 /// none): a read-modify-write keeping the key's expiry in one round trip. A server
 /// that predates this mode answers as for `MODE_EXISTS` (no bytes after the head).
+/// Asked of `kv_find`, the find is followed by the item on a hit ([`FoundItem`]).
 pub const MODE_ENTRY: u8 = 2;
 
 /// A lookup of one key, invoked at its bucket's address.
@@ -463,6 +534,28 @@ pub struct FindReply {
 
 pub const FIND_LEN: usize = 8 + (SLOTS + 1) * 8 + 8;
 
+/// The item a `kv_find` in [`MODE_ENTRY`] found, as its reply carries it after the
+/// find: `[flags, expires (u64 LE, ms; item::NO_EXPIRY for none)]`, then the value.
+/// A read-modify-write learns the value and the slot word guarding its rewrite in
+/// one round trip.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FoundItem<'a> {
+    pub flags: u8,
+    pub expires_ms: u64,
+    pub value: &'a [u8],
+}
+
+/// Bytes of a [`FoundItem`] before its value.
+pub const FOUND_ITEM_HEAD: usize = 9;
+
+impl FoundItem<'_> {
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        out.push(self.flags);
+        out.extend_from_slice(&self.expires_ms.to_le_bytes());
+        out.extend_from_slice(self.value);
+    }
+}
+
 impl FindReply {
     pub fn encode(&self) -> [u8; FIND_LEN] {
         let mut b = [0u8; FIND_LEN];
@@ -508,6 +601,41 @@ impl FindReply {
             words,
             refs,
         })
+    }
+
+    /// Splits a `kv_find` reply asked for in [`MODE_ENTRY`]: the find, and on a hit
+    /// the item it names (flags, expiry, value). `None` for the item on a miss, and
+    /// on a hit from a server that predates the mode (it answers the find alone).
+    pub fn decode_with_item(b: &[u8]) -> Result<(Self, Option<FoundItem<'_>>), FormatError> {
+        let (head, tail) = b.split_at(b.len().min(FIND_LEN));
+        Self::decode_parts(head, tail)
+    }
+
+    /// [`FindReply::decode_with_item`] of a find and the item bytes after it.
+    fn decode_parts<'a>(
+        head: &[u8],
+        tail: &'a [u8],
+    ) -> Result<(Self, Option<FoundItem<'a>>), FormatError> {
+        let f = Self::decode(head)?;
+        if tail.is_empty() {
+            return Ok((f, None));
+        }
+        if f.status != HIT || tail.len() < FOUND_ITEM_HEAD {
+            return Err(FormatError::Malformed {
+                what: "kv_find reply",
+                reason: format!("{} item bytes after a status {}", tail.len(), f.status),
+            });
+        }
+        let mut at = [0u8; 8];
+        at.copy_from_slice(&tail[1..9]);
+        Ok((
+            f,
+            Some(FoundItem {
+                flags: tail[0],
+                expires_ms: u64::from_le_bytes(at),
+                value: &tail[FOUND_ITEM_HEAD..],
+            }),
+        ))
     }
 
     /// The bucket the reply's words belong to, for a key whose home is `home`.
@@ -714,6 +842,59 @@ mod tests {
         assert!(FindReply::decode(&e).is_err(), "pair flag is 0 or 1");
         assert_eq!(f.bucket(6), 6);
         assert_eq!(FindReply { pair: true, ..f }.bucket(6), 7);
+
+        // A find with its item, a bare find (an older server, or a miss), and
+        // bytes after a miss or too few of them.
+        let mut b = f.encode().to_vec();
+        let it = FoundItem {
+            flags: 2,
+            expires_ms: 42,
+            value: b"17",
+        };
+        it.encode_into(&mut b);
+        assert_eq!(FindReply::decode_with_item(&b), Ok((f, Some(it))));
+        assert_eq!(FindReply::decode_with_item(&f.encode()), Ok((f, None)));
+        let miss = FindReply {
+            status: MISS,
+            slot: None,
+            ..f
+        };
+        let mut b = miss.encode().to_vec();
+        assert_eq!(FindReply::decode_with_item(&b), Ok((miss, None)));
+        it.encode_into(&mut b);
+        assert!(FindReply::decode_with_item(&b).is_err());
+        let mut b = f.encode().to_vec();
+        b.extend_from_slice(&[0; FOUND_ITEM_HEAD - 1]);
+        assert!(FindReply::decode_with_item(&b).is_err());
+
+        // kv_mfind in MODE_ENTRY: a hit with its item, a miss, a moved key; a
+        // plain reply (an older server) reads as finds without items.
+        let mut m = 3u32.to_le_bytes().to_vec();
+        mfind_entry_into(&mut m, &f, Some(&it));
+        mfind_entry_into(&mut m, &miss, None);
+        m.extend_from_slice(&mfind_moved());
+        m.extend_from_slice(&0u32.to_le_bytes());
+        assert_eq!(
+            decode_mfind_entries(&m),
+            Ok(vec![Some((f, Some(it))), Some((miss, None)), None])
+        );
+        assert!(decode_mfind_entries(&m[..m.len() - 1]).is_err());
+        let mut long = m.clone();
+        long.push(0);
+        assert!(decode_mfind_entries(&long).is_err());
+        let mut plain = 2u32.to_le_bytes().to_vec();
+        plain.extend_from_slice(&f.encode());
+        plain.extend_from_slice(&mfind_moved());
+        assert_eq!(
+            decode_mfind_entries(&plain),
+            Ok(vec![Some((f, None)), None])
+        );
+        // An item length past the reply is refused, not read.
+        let mut lie = 1u32.to_le_bytes().to_vec();
+        lie.extend_from_slice(&f.encode());
+        lie.extend_from_slice(&u32::MAX.to_le_bytes());
+        lie.extend_from_slice(&[0; 16]);
+        assert!(decode_mfind_entries(&lie).is_err());
 
         let s = ShardStats {
             live: 1,

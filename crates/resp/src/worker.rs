@@ -32,6 +32,7 @@ use crate::parse::{Args, Limits, ProtocolError, next_command};
 use crate::reply::Out;
 use crate::session::Session;
 use crate::shared::Shared;
+use farcache_store::Update;
 
 pub const WAKER: Token = Token(usize::MAX);
 /// Bytes read from one connection per turn (others get their turn).
@@ -75,10 +76,6 @@ struct GetItem {
     args: Args,
     multi: bool,
 }
-
-/// A counter being stepped in a round: value, when it expires (Unix ms), whether
-/// it changed.
-type Counter = (i64, Option<u64>, bool);
 
 /// The part of a round that runs as one multi-get or multi-put.
 #[derive(Default)]
@@ -605,85 +602,75 @@ impl Worker {
         }
     }
 
-    /// The round's `INCR`-family commands: their keys are locked, read in one batch,
-    /// stepped in the order the commands were taken (each gets the value after its
-    /// own step), and written once each, keeping their expiry. A key that is not an
-    /// integer, a step that would overflow, or a failed read or write fails only the
-    /// commands it concerns, and a failed step changes nothing.
+    /// The round's `INCR`-family commands: their keys are locked, and each key is
+    /// stepped in one read-modify-write ([`farcache_store::Store::update_many`]: two
+    /// round trips for the round), in the order the commands were taken (each gets
+    /// the value after its own step), keeping its expiry. A key that is not an
+    /// integer, a step that would overflow, or a failed read or write fails only
+    /// the commands it concerns, and a failed step changes nothing.
     fn run_counters(&mut self, counters: &[(usize, Args, i64)]) {
         if counters.is_empty() {
             return;
         }
+        // Per key: the commands stepping it, in order.
         let mut slot_of: HashMap<&[u8], usize> = HashMap::new();
         let mut keys: Vec<&[u8]> = Vec::new();
-        for (_, a, _) in counters {
-            slot_of.entry(&a[1][..]).or_insert_with(|| {
+        let mut steps: Vec<Vec<usize>> = Vec::new();
+        for (c, (_, a, _)) in counters.iter().enumerate() {
+            let k = *slot_of.entry(&a[1][..]).or_insert_with(|| {
                 keys.push(&a[1][..]);
+                steps.push(Vec::new());
                 keys.len() - 1
             });
+            steps[k].push(c);
         }
         let shared = self.shared.clone();
         let _held = shared.lock_keys(keys.iter());
-        // Per key: its value (or why it has none), its time left, whether stepped.
-        let mut state: Vec<Result<Counter, String>> = shared
-            .store
-            .entries(&keys)
-            .into_iter()
-            .map(|e| match e {
-                Ok(None) => Ok((0, None, false)),
-                Ok(Some(e)) => std::str::from_utf8(&e.value)
+        let mut replies: Vec<Result<i64, String>> = vec![Ok(0); counters.len()];
+        let results = shared.store.update_many(&keys, |k, entry| {
+            let (mut cur, expires_ms) = match entry {
+                None => (0, None),
+                Some(e) => match std::str::from_utf8(&e.value)
                     .ok()
                     .and_then(|t| t.parse::<i64>().ok())
-                    .map(|n| (n, cmd::keep_expiry(&e), false))
-                    .ok_or_else(|| "ERR value is not an integer or out of range".to_string()),
-                Err(e) => Err(store_error_line(&e)),
-            })
-            .collect();
-        let mut replies: Vec<Result<i64, String>> = Vec::with_capacity(counters.len());
-        for (_, a, step) in counters {
-            let k = slot_of[&a[1][..]];
-            replies.push(match &mut state[k] {
-                Err(e) => Err(e.clone()),
-                Ok((cur, _, changed)) => match cur.checked_add(*step) {
+                {
+                    Some(n) => (n, cmd::keep_expiry(e)),
+                    None => {
+                        for &c in &steps[k] {
+                            replies[c] = Err("ERR value is not an integer or out of range".into());
+                        }
+                        return Update::Keep;
+                    }
+                },
+            };
+            let mut changed = false;
+            for &c in &steps[k] {
+                replies[c] = match cur.checked_add(counters[c].2) {
                     Some(n) => {
-                        *cur = n;
-                        *changed = true;
+                        cur = n;
+                        changed = true;
                         Ok(n)
                     }
                     None => Err("ERR increment or decrement would overflow".into()),
-                },
-            });
-        }
-        // Write each changed key once: those without expiry in one multi-put.
-        let mut failed: HashMap<usize, String> = HashMap::new();
-        let texts: Vec<Option<(String, Option<u64>)>> = state
-            .iter()
-            .map(|s| match s {
-                Ok((n, ttl, true)) => Some((n.to_string(), *ttl)),
-                _ => None,
-            })
-            .collect();
-        let plain: Vec<usize> = (0..keys.len())
-            .filter(|&k| matches!(texts[k], Some((_, None))))
-            .collect();
-        let pairs: Vec<(&[u8], &[u8])> = plain
-            .iter()
-            .filter_map(|&k| texts[k].as_ref().map(|(t, _)| (keys[k], t.as_bytes())))
-            .collect();
-        for (&k, r) in plain.iter().zip(shared.store.mput(&pairs)) {
-            if let Err(e) = r {
-                failed.insert(k, store_error_line(&e));
+                };
             }
-        }
-        for (k, t) in texts.iter().enumerate() {
-            if let Some((t, Some(at))) = t {
-                let opts = farcache_store::PutOptions::expires_at(Some(*at));
-                if let Err(e) = shared.store.put_with(keys[k], t.as_bytes(), opts) {
-                    failed.insert(k, store_error_line(&e));
+            match changed {
+                true => Update::Put {
+                    value: cur.to_string().into_bytes(),
+                    expires_ms,
+                },
+                false => Update::Keep,
+            }
+        });
+        for (k, r) in results.into_iter().enumerate() {
+            if let Err(e) = r {
+                let line = store_error_line(&e);
+                for &c in &steps[k] {
+                    replies[c] = Err(line.clone());
                 }
             }
         }
-        for ((id, a, _), reply) in counters.iter().zip(replies) {
+        for ((id, _, _), reply) in counters.iter().zip(replies) {
             let Some(c) = self.conns.get_mut(*id) else {
                 continue;
             };
@@ -691,12 +678,9 @@ impl Worker {
                 buf: &mut c.out,
                 proto: c.s.proto,
             };
-            match failed.get(&slot_of[&a[1][..]]) {
-                Some(e) => out.error(e),
-                None => match reply {
-                    Ok(n) => out.int(n),
-                    Err(e) => out.error(&e),
-                },
+            match reply {
+                Ok(n) => out.int(n),
+                Err(e) => out.error(&e),
             }
         }
     }

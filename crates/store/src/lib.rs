@@ -28,8 +28,8 @@
 //! [`alloc`] (item allocation and recycling), [`evict`] (the CLOCK sweep),
 //! [`large`] (erasure-coded values), [`repair`] (rebuilding after lost servers),
 //! [`hot`] (second copies of hot keys, reads to the less loaded home),
-//! [`stats`] (occupancy and fragmentation), [`meta`] (value with expiry), [`keys`]
-//! (listing keys a page at a time).
+//! [`stats`] (occupancy and fragmentation), [`meta`] (value with expiry), [`update`]
+//! (read-modify-write in two round trips), [`keys`] (listing keys a page at a time).
 
 pub mod alloc;
 pub mod async_api;
@@ -47,6 +47,7 @@ pub mod put;
 pub mod repair;
 pub mod stats;
 pub mod store;
+pub mod update;
 
 pub use async_api::StoreFuture;
 pub use error::{Result, StoreError};
@@ -57,3 +58,4 @@ pub use options::{Condition, PutOptions, StoreOptions};
 pub use repair::{RepairReport, Repairer};
 pub use stats::StoreStats;
 pub use store::{HEDGE_AFTER, PendingGets, Store, StoreExt};
+pub use update::Update;

@@ -1,9 +1,10 @@
 //! A key's value together with its expiry, for callers that must keep a TTL across a
 //! read-modify-write (Redis `INCR`, `SETRANGE`, `TTL`, and the store's own repair).
 //!
-//! One key ([`Store::entry`]): `kv_find` for the key's slot, then a read of the item
-//! it names, whose checksum and key are checked (an item recycled in between is seen
-//! as such and the lookup runs again). Many keys ([`Store::entries`]): one batched
+//! One key ([`Store::entry`]): `kv_find` in its `MODE_ENTRY`, which answers the key's
+//! slot and the item it names from one run (a server older than that mode answers
+//! the slot alone; the item is then read, and its checksum and key checked, so an
+//! item recycled in between is seen as such and the lookup runs again). Many keys ([`Store::entries`]): one batched
 //! round trip of `kv_get` in its `MODE_ENTRY`, which answers value and expiry.
 
 use std::time::Duration;
@@ -13,7 +14,7 @@ use farcache_kvformat::wire;
 use farcache_kvformat::{SlotWord, class, item};
 
 use crate::put::backoff;
-use crate::store::{MAX_ATTEMPTS, Store, now_ms};
+use crate::store::{MAX_ATTEMPTS, Probe, Store, now_ms};
 use crate::{Result, StoreError};
 
 /// A live key's value and when it expires.
@@ -80,7 +81,7 @@ impl Store {
             let h = self.locate(k);
             ops.push(Some(self.push_lookup(
                 &mut b,
-                crate::store::Probe::Entry,
+                Probe::Entry,
                 k,
                 h,
                 now,
@@ -126,13 +127,31 @@ impl Store {
                 backoff(attempt);
             }
             let now = now_ms();
-            let f = self.find(key, h, now)?;
+            let mut b = self.inner.cache.batch();
+            let mut args = Vec::new();
+            let i = self.push_lookup(&mut b, Probe::FindEntry, key, h, now, &mut args);
+            let raw = b.run().bytes(i)?;
+            let (f, found) =
+                wire::FindReply::decode_with_item(&raw).map_err(|e| StoreError::Reply {
+                    proc: wire::KV_FIND,
+                    reason: e.to_string(),
+                })?;
             let slot = match (f.status, f.slot) {
-                (farcache_kvformat::wire::HIT, Some(s)) if !f.expired => s,
-                (farcache_kvformat::wire::BUSY, _) => continue,
+                (wire::HIT, Some(s)) if !f.expired => s,
+                (wire::BUSY, _) => continue,
                 _ => return Ok(None),
             };
             let word = SlotWord(f.words[usize::from(slot)]);
+            if let Some(it) = found {
+                // Read with the slot in one run on the key's server.
+                return Ok(Some(Current {
+                    word: word.0,
+                    flags: it.flags,
+                    value: raw.slice_ref(it.value),
+                    expires_ms: (it.expires_ms != item::NO_EXPIRY).then_some(it.expires_ms),
+                }));
+            }
+            // A server that answers the find alone: read the item it names.
             let size = class::size(word.class()).ok_or_else(|| StoreError::Reply {
                 proc: farcache_kvformat::wire::KV_FIND,
                 reason: format!("slot names unknown size class {}", word.class()),

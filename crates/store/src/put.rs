@@ -107,6 +107,9 @@ enum FindAt {
     One(usize),
     /// Entry `pos` of the `kv_mfind` at op `i`.
     Many(usize, usize),
+    /// Found before the put (a read-modify-write's own find): the first attempt
+    /// uses it without a find of its own, so the put takes one round trip.
+    Known(FindReply),
 }
 
 /// An item to put: key, value and item flags (`item::FLAG_*`).
@@ -225,10 +228,19 @@ impl Store {
     /// Puts items whose keys were checked by the caller (the store's own placed keys
     /// included); one result per entry.
     pub(crate) fn put_entries(&self, entries: &[Entry<'_>], spec: PutSpec) -> Vec<PutResult> {
+        self.put_found_entries(entries.iter().map(|e| (e, spec, None)))
+    }
+
+    /// [`Store::put_entries`], each entry with its own expiry and guard, and maybe
+    /// the `kv_find` reply it was decided on (see [`FindAt::Known`]).
+    pub(crate) fn put_found_entries<'e, 'k: 'e>(
+        &self,
+        entries: impl ExactSizeIterator<Item = (&'e Entry<'k>, PutSpec, Option<FindReply>)>,
+    ) -> Vec<PutResult> {
         let mut out: Vec<Option<PutResult>> = (0..entries.len()).map(|_| None).collect();
         let mut jobs = Vec::with_capacity(entries.len());
         let mut todo = Vec::with_capacity(entries.len());
-        for (i, e) in entries.iter().enumerate() {
+        for (i, (e, spec, found)) in entries.enumerate() {
             match self.item_class(e.key, e.value) {
                 Ok((class, size)) => {
                     todo.push(jobs.len());
@@ -245,7 +257,7 @@ impl Store {
                             size,
                             item: None,
                             written: false,
-                            find: FindAt::One(0),
+                            find: found.map_or(FindAt::One(0), FindAt::Known),
                             alone: false,
                             bump_i: None,
                             cas: None,
@@ -319,7 +331,9 @@ impl Store {
                 job.cas = None;
                 job.bump_i = None;
                 job.write_i = None;
-                if job.alone {
+                if matches!(job.find, FindAt::Known(_)) {
+                    // Found already.
+                } else if job.alone {
                     let i = self.push_lookup(&mut b, Probe::Find, job.key, job.h, now, &mut args);
                     job.find = FindAt::One(i);
                 } else {
@@ -369,6 +383,11 @@ impl Store {
                 }
             }
             let f = match job.find {
+                FindAt::Known(f) => {
+                    // Only once: a retry finds the slot again.
+                    job.find = FindAt::One(usize::MAX);
+                    Ok(f)
+                }
                 FindAt::One(i) => r
                     .bytes(i)
                     .map_err(StoreError::from)
@@ -454,7 +473,12 @@ impl Store {
                 job.write_i = Some(b.write(lay.shard_base(job.h.shard) + off, &buf));
             }
             let expect = f.words[s];
-            let new = keep_hot(expect, SlotWord::new(job.h.tag, job.word_class(), off).0);
+            let new = keep_hot(
+                expect,
+                SlotWord::new(job.h.tag, job.word_class(), off)
+                    .after(expect)
+                    .0,
+            );
             let ci = b.cas(
                 lay.slot_addr(job.h.shard, f.bucket(job.h.bucket), s),
                 expect,
@@ -635,9 +659,16 @@ impl Store {
             wi = Some(b.write(lay.shard_base(job.h.shard) + off, &buf));
         }
         let new = if f.slot.is_some() {
-            keep_hot(expect, SlotWord::new(job.h.tag, job.word_class(), off).0)
+            keep_hot(
+                expect,
+                SlotWord::new(job.h.tag, job.word_class(), off)
+                    .after(expect)
+                    .0,
+            )
         } else {
-            SlotWord::new(job.h.tag, job.word_class(), off).0
+            SlotWord::new(job.h.tag, job.word_class(), off)
+                .after(expect)
+                .0
         };
         let ci = b.cas(lay.slot_addr(job.h.shard, bucket, s), expect, new);
         let r = b.run();

@@ -94,6 +94,9 @@ pub(crate) enum Probe {
     Find,
     /// The value with its expiry, from the key's home (a read-modify-write).
     Entry,
+    /// [`Probe::Find`] followed by the item the key's slot names: what a
+    /// read-modify-write needs, in one round trip.
+    FindEntry,
 }
 
 /// Opening and creating stores on a [`Client`].
@@ -323,6 +326,7 @@ impl Store {
             Probe::Exists => (wire::KV_GET, wire::MODE_EXISTS),
             Probe::Find => (wire::KV_FIND, wire::MODE_VALUE),
             Probe::Entry => (wire::KV_GET, wire::MODE_ENTRY),
+            Probe::FindEntry => (wire::KV_FIND, wire::MODE_ENTRY),
         };
         args.clear();
         Lookup {

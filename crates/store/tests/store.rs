@@ -601,3 +601,143 @@ fn async_calls_match_blocking_ones() {
         Err(StoreError::Key(_))
     ));
 }
+
+/// The counter in `v` (decimal text), 0 for none.
+fn counter(v: Option<&farcache_store::Entry>) -> u64 {
+    v.and_then(|e| std::str::from_utf8(&e.value).ok()?.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn read_modify_writes_from_many_handles_never_lose_a_step() {
+    use farcache_store::Update;
+    let c = cluster();
+    let s = store(&c, "rmw", 4 << 20, 64);
+    let keys: Vec<Vec<u8>> = (0..24).map(|i| format!("ctr:{i}").into_bytes()).collect();
+    // One key keeps an expiry across its rewrites; one is rewritten by plain puts
+    // racing the updates (its steps may be overwritten, never torn).
+    let far = farcache_store::options::PutOptions::expires_at(Some(u64::MAX / 4));
+    s.put_with(&keys[0], b"0", far).expect("put with expiry");
+    let threads = 4u64;
+    let rounds = 200u64;
+    let workers: Vec<_> = (0..threads)
+        .map(|t| {
+            // Each thread its own client and handle: nothing of the front end's
+            // locking, only the slot guards.
+            let client = c.client().expect("client");
+            let keys = keys.clone();
+            std::thread::spawn(move || {
+                let s = client.open_store("rmw").expect("open");
+                let mut rng = rand::rngs::StdRng::seed_from_u64(t);
+                for _ in 0..rounds {
+                    // Every key once per round, in a shuffled order.
+                    let mut order: Vec<usize> = (0..keys.len()).collect();
+                    for i in (1..order.len()).rev() {
+                        order.swap(i, rng.gen_range(0..=i));
+                    }
+                    let half = keys.len() / 2;
+                    let batch: Vec<&[u8]> = order[..half].iter().map(|&i| &keys[i][..]).collect();
+                    let rest: Vec<&[u8]> = order[half..].iter().map(|&i| &keys[i][..]).collect();
+                    for part in [batch, rest] {
+                        let r = s.update_many(&part, |_, e| Update::Put {
+                            value: (counter(e) + 1).to_string().into_bytes(),
+                            expires_ms: e.and_then(|e| e.expires_ms),
+                        });
+                        for r in r {
+                            assert!(r.expect("update"), "a step was not written");
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().expect("worker");
+    }
+    for k in &keys {
+        let e = s.entry(k).expect("entry");
+        assert_eq!(counter(e.as_ref()), threads * rounds, "key {k:?}");
+    }
+    let e = s.entry(&keys[0]).expect("entry").expect("present");
+    assert_eq!(e.expires_ms, Some(u64::MAX / 4), "the expiry was kept");
+
+    // Keep leaves the key; an absent key is seen as None; a refused key fails
+    // alone; a value past the small-value limit takes the large path.
+    let big = vec![7u8; s.max_small_value() as usize + 1];
+    let r = s.update_many(
+        &[&b"ctr:1"[..], b"absent", b"\xff\xfeFC reserved", b"big"],
+        |i, e| match i {
+            0 => Update::Keep,
+            1 => {
+                assert!(e.is_none(), "absent key seen as {e:?}");
+                Update::Put {
+                    value: b"new".to_vec(),
+                    expires_ms: None,
+                }
+            }
+            _ => Update::Put {
+                value: big.clone(),
+                expires_ms: None,
+            },
+        },
+    );
+    assert!(matches!(r[0], Ok(false)), "{:?}", r[0]);
+    assert!(matches!(r[1], Ok(true)), "{:?}", r[1]);
+    assert!(r[2].is_err(), "a reserved key was written: {:?}", r[2]);
+    assert!(matches!(r[3], Ok(true)), "{:?}", r[3]);
+    assert_eq!(
+        counter(s.entry(b"ctr:1").expect("entry").as_ref()),
+        threads * rounds
+    );
+    assert_eq!(s.get(b"absent").expect("get").as_deref(), Some(&b"new"[..]));
+    assert_eq!(s.get(b"big").expect("get").as_deref(), Some(&big[..]));
+    // A large value is read, decided on and rewritten like a small one.
+    let r = s.update_many(&[&b"big"[..]], |_, e| {
+        let mut v = e.map(|e| e.value.to_vec()).unwrap_or_default();
+        v.push(1);
+        Update::Put {
+            value: v,
+            expires_ms: None,
+        }
+    });
+    assert!(matches!(r[0], Ok(true)), "{:?}", r[0]);
+    let v = s.get(b"big").expect("get").expect("present");
+    assert_eq!((v.len(), v[v.len() - 1]), (big.len() + 1, 1));
+}
+
+/// A read-modify-write whose key was rewritten back into the very item it read
+/// (ABA) while it decided: the slot word's stamp tells, and it decides again.
+#[test]
+fn a_key_rewritten_into_its_old_item_meanwhile_is_decided_again() {
+    use farcache_store::Update;
+    let c = cluster();
+    let s = store(&c, "aba", 2 << 20, 64);
+    // Two keys of one shard, values of one size: items of one class.
+    let k = keys_homed_at(&s, 5, 2, "aba:");
+    let (key, other) = (&k[0][..], &k[1][..]);
+    s.put(key, b"1").expect("put");
+    s.put(other, b"a").expect("put");
+    let a = c.client().expect("client").open_store("aba").expect("open");
+    let mut first = true;
+    let r = s.update_many(&[key], |_, e| {
+        if std::mem::take(&mut first) {
+            // Another handle cycles `key`'s item through `other` and back: with
+            // its own free items reused most recent first, `key` ends up in the
+            // item it had when this update read it.
+            a.put(key, b"x").expect("put");
+            a.put(other, b"b").expect("put");
+            a.put(other, b"c").expect("put");
+            a.put(key, b"5").expect("put");
+        }
+        Update::Put {
+            value: (counter(e) + 1).to_string().into_bytes(),
+            expires_ms: None,
+        }
+    });
+    assert!(matches!(r[0], Ok(true)), "{:?}", r[0]);
+    assert_eq!(
+        s.get(key).expect("get").as_deref(),
+        Some(&b"6"[..]),
+        "the step applied to the value it was not computed from"
+    );
+}

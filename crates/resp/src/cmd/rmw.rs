@@ -1,7 +1,7 @@
 //! Read-modify-write under the key's stripe lock: the command sees the value and its
 //! expiry, decides, and its write lands before any other command of this front end
 //! touches the key.
-use farcache_store::{Entry, PutOptions};
+use farcache_store::{Entry, Update};
 
 use crate::error::store_error_line;
 use crate::session::Session;
@@ -33,31 +33,51 @@ pub fn keep_expiry(e: &Entry) -> Option<u64> {
 }
 
 /// Runs `f` on `key`'s entry and applies its change; returns `f`'s answer or the
-/// error line to reply.
+/// error line to reply. Two round trips for a rewrite ([`Store::update_many`]): if
+/// a writer outside this front end changed the key in between, `f` runs again on
+/// what it wrote.
+///
+/// [`Store::update_many`]: farcache_store::Store::update_many
 pub fn rmw<T>(
     s: &Session,
     key: &[u8],
-    f: impl FnOnce(Option<&Entry>) -> Result<(Change, T), String>,
+    mut f: impl FnMut(Option<&Entry>) -> Result<(Change, T), String>,
 ) -> Result<T, String> {
     let sh = &s.shared;
     let _held = sh.lock_keys([&key]);
-    let entry = sh.store.entry(key).map_err(|e| store_error_line(&e))?;
-    let (change, answer) = f(entry.as_ref())?;
-    match change {
-        Change::None => {}
-        Change::Put(value, ttl) => {
-            let opts = match ttl {
-                Ttl::Keep => PutOptions::expires_at(entry.as_ref().and_then(keep_expiry)),
-                Ttl::Clear => PutOptions::default(),
-                Ttl::At(ms) => PutOptions::expires_at(Some(ms)),
-            };
-            sh.store
-                .put_with(key, &value, opts)
-                .map_err(|e| store_error_line(&e))?;
+    let mut answer = None;
+    let mut delete = false;
+    let r = sh.store.update_many(&[key], |_, entry| {
+        delete = false;
+        let (change, a) = match f(entry) {
+            Ok(r) => r,
+            Err(e) => {
+                answer = Some(Err(e));
+                return Update::Keep;
+            }
+        };
+        answer = Some(Ok(a));
+        match change {
+            Change::None => Update::Keep,
+            Change::Delete => {
+                delete = true;
+                Update::Keep
+            }
+            Change::Put(value, ttl) => Update::Put {
+                value,
+                expires_ms: match ttl {
+                    Ttl::Keep => entry.and_then(keep_expiry),
+                    Ttl::Clear => None,
+                    Ttl::At(ms) => Some(ms),
+                },
+            },
         }
-        Change::Delete => {
-            sh.store.delete(key).map_err(|e| store_error_line(&e))?;
-        }
+    });
+    if let Some(Err(e)) = r.into_iter().next() {
+        return Err(store_error_line(&e));
     }
-    Ok(answer)
+    if delete {
+        sh.store.delete(key).map_err(|e| store_error_line(&e))?;
+    }
+    answer.unwrap_or_else(|| Err("ERR the store answered no entry".into()))
 }

@@ -484,8 +484,27 @@ impl Procedure for KvFind {
         SCRATCH.with(|s| {
             let mut buf = s.borrow_mut();
             match find_reply(mem, addr, &l, &mut buf) {
-                Ok(r) => {
+                Ok((r, hit)) => {
                     out.extend_from_slice(&r.encode());
+                    // MODE_ENTRY: the item the slot names, read in the same run as
+                    // the slot word (what guards a read-modify-write's rewrite).
+                    if let (wire::MODE_ENTRY, Some(item)) = (l.mode, hit) {
+                        let value = &buf[item.value.0..item.value.1];
+                        if wire::FIND_LEN + wire::FOUND_ITEM_HEAD + value.len()
+                            > crate::procedure::MAX_OUTPUT
+                        {
+                            return Err(SprocError::TooLarge {
+                                proc: P,
+                                limit: crate::procedure::MAX_OUTPUT,
+                            });
+                        }
+                        wire::FoundItem {
+                            flags: item.flags,
+                            expires_ms: item.expires_ms,
+                            value,
+                        }
+                        .encode_into(out);
+                    }
                     Ok(None)
                 }
                 Err((m, at, len)) => missed(P, mem, m, at, len, addr, args).map(Some),
@@ -495,13 +514,13 @@ impl Procedure for KvFind {
 }
 
 /// A key's place in its bucket at `addr`, with the bucket's words, CLOCK bytes and
-/// the shard's generation as read.
+/// the shard's generation as read; on a hit, the item (left in `buf`).
 fn find_reply(
     mem: &dyn Memory,
     addr: u64,
     l: &Lookup<'_>,
     buf: &mut Vec<u8>,
-) -> Result<FindReply, (Miss, u64, usize)> {
+) -> Result<(FindReply, Option<Checked>), (Miss, u64, usize)> {
     let (mut words, mut pair) = ([0u64; SLOTS + 1], false);
     let found = lookup(mem, addr, l, buf, &mut words, &mut pair)?;
     let refs_at = if pair {
@@ -513,24 +532,28 @@ fn find_reply(
     mem.read(refs_at, &mut refs).map_err(|m| (m, refs_at, 8))?;
     let gen_at = l.shard_base.saturating_add(layout::GENERATION);
     let generation = mem.read_u32(gen_at).map_err(|m| (m, gen_at, 4))?;
-    let (status, slot, expired) = match found {
+    let (status, slot, expired, hit) = match found {
         Found::Hit { slot, item, .. } => (
             wire::HIT,
             Some((slot % SLOTS) as u8),
             item.expired(l.now_ms),
+            Some(item),
         ),
-        Found::Miss => (wire::MISS, None, false),
-        Found::Busy => (wire::BUSY, None, false),
+        Found::Miss => (wire::MISS, None, false, None),
+        Found::Busy => (wire::BUSY, None, false, None),
     };
-    Ok(FindReply {
-        status,
-        slot,
-        expired,
-        pair,
-        generation,
-        words,
-        refs,
-    })
+    Ok((
+        FindReply {
+            status,
+            slot,
+            expired,
+            pair,
+            generation,
+            words,
+            refs,
+        },
+        hit,
+    ))
 }
 
 /// `kv_mfind`: [`KvFind`] for many keys of this server in one run, with
@@ -560,14 +583,19 @@ impl Procedure for KvMfind {
         out: &mut Vec<u8>,
     ) -> Result<Option<Outcome>, SprocError> {
         const P: &str = wire::KV_MFIND;
-        let (_, now_ms, keys) =
+        let (mode, now_ms, keys) =
             wire::decode_mget(args).map_err(|e| SprocError::bad(P, e.to_string()))?;
-        if 4 + keys.len() * wire::FIND_LEN > crate::procedure::MAX_OUTPUT {
+        // MODE_ENTRY: each find followed by its item (a batched read-modify-write).
+        let entries = mode == wire::MODE_ENTRY;
+        let per_key = wire::FIND_LEN + if entries { 4 } else { 0 };
+        if 4 + keys.len() * per_key > crate::procedure::MAX_OUTPUT {
             return Err(SprocError::bad(
                 P,
                 format!("{} keys: the reply would pass the output limit", keys.len()),
             ));
         }
+        // `out` may already hold other replies: only this one counts.
+        let start = out.len();
         out.extend_from_slice(&(keys.len() as u32).to_le_bytes());
         SCRATCH.with(|s| {
             let mut buf = s.borrow_mut();
@@ -581,9 +609,29 @@ impl Procedure for KvMfind {
                     key: k.key,
                 };
                 match find_reply(mem, k.bucket_addr, &l, &mut buf) {
-                    Ok(r) => out.extend_from_slice(&r.encode()),
+                    Ok((r, _)) if !entries => out.extend_from_slice(&r.encode()),
+                    Ok((r, hit)) => {
+                        let item = hit.map(|c| wire::FoundItem {
+                            flags: c.flags,
+                            expires_ms: c.expires_ms,
+                            value: &buf[c.value.0..c.value.1],
+                        });
+                        let len = item.map_or(0, |i| wire::FOUND_ITEM_HEAD + i.value.len());
+                        if out.len() - start + per_key + len > crate::procedure::MAX_OUTPUT {
+                            // No room left in this reply: the key is asked alone.
+                            out.extend_from_slice(&wire::mfind_moved());
+                            out.extend_from_slice(&0u32.to_le_bytes());
+                        } else {
+                            wire::mfind_entry_into(out, &r, item.as_ref());
+                        }
+                    }
                     Err((Miss::Budget, _, _)) => return Err(super::budget(P, mem)),
-                    Err(_) => out.extend_from_slice(&wire::mfind_moved()),
+                    Err(_) => {
+                        out.extend_from_slice(&wire::mfind_moved());
+                        if entries {
+                            out.extend_from_slice(&0u32.to_le_bytes());
+                        }
+                    }
                 }
                 Ok(())
             })?;
@@ -985,6 +1033,29 @@ mod tests {
         );
         assert_eq!(&r[e[0].value.0..e[0].value.1], b"spilled");
         assert_eq!(e[1].status, MISS);
+        // kv_mfind in MODE_ENTRY: the same finds as kv_find, each with its item.
+        args[0] = wire::MODE_ENTRY;
+        let Outcome::Done(r) = KvMfind
+            .run(&m, lay.bucket_addr(0, 0), &args)
+            .expect("mfind")
+        else {
+            panic!("not done")
+        };
+        let e = wire::decode_mfind_entries(&r).expect("reply");
+        let (f, it) = e[0].expect("found");
+        assert_eq!((f.status, f.slot, f.pair), (wire::HIT, Some(4), true));
+        assert_eq!(it.map(|i| i.value), Some(&b"spilled"[..]));
+        let (f, it) = e[1].expect("found");
+        assert_eq!((f.status, it), (MISS, None));
+        // The plain mode answers finds alone.
+        args[0] = wire::MODE_VALUE;
+        let Outcome::Done(r) = KvMfind
+            .run(&m, lay.bucket_addr(0, 0), &args)
+            .expect("mfind")
+        else {
+            panic!("not done")
+        };
+        assert_eq!(r.len(), 4 + 2 * wire::FIND_LEN);
     }
 
     #[test]
@@ -1035,6 +1106,25 @@ mod tests {
         let f = FindReply::decode(&r).expect("reply");
         assert_eq!((f.status, f.slot, f.expired), (wire::HIT, Some(2), false));
         assert!(SlotWord::is_item(f.words[2]) && f.words[0] == 0);
+        // MODE_ENTRY: the same find, then the item the slot names; a miss answers
+        // the find alone.
+        args[0] = wire::MODE_ENTRY;
+        let Outcome::Done(r) = KvFind.run(&m, lay.bucket_addr(0, 0), &args).expect("find") else {
+            panic!("not done")
+        };
+        let (fe, it) = FindReply::decode_with_item(&r).expect("reply");
+        assert_eq!(fe, f);
+        let it = it.expect("the item");
+        assert_eq!((it.value, it.expires_ms), (&b"v"[..], item::NO_EXPIRY));
+        let mut other = args.clone();
+        other.truncate(wire::LOOKUP_HEAD);
+        other.extend_from_slice(b"absent");
+        let Outcome::Done(r) = KvFind.run(&m, lay.bucket_addr(0, 0), &other).expect("find") else {
+            panic!("not done")
+        };
+        let (fm, it) = FindReply::decode_with_item(&r).expect("reply");
+        assert_eq!((fm.status, it), (wire::MISS, None));
+        args[0] = 0;
         let Outcome::Done(r) = KvStats.run(&m, 0, &1u64.to_le_bytes()).expect("stats") else {
             panic!("not done")
         };
