@@ -127,7 +127,7 @@ pub(super) fn notes(r: &StoreEvictReport, shards: u64) -> Vec<String> {
              or with the hand stopping at its last victim; the store now stops clearing at \
              its last victim but still claims whole windows (crates/store/src/evict.rs); \
              puts finding both buckets full reuse a freed slot or evict the pair's least \
-             referenced item (put.rs)"
+             referenced item (crates/store/src/put/locked.rs)"
         ),
     ];
     if let Some(e) = &r.first_error {

@@ -1,4 +1,4 @@
-//! A model of the store's index and CLOCK sweep (crates/store/src/evict.rs, put.rs)
+//! A model of the store's index and CLOCK sweep (crates/store/src/evict.rs, put/locked.rs)
 //! for `bench store-evict`: buckets of fixed slots in pairs, a hand per shard claiming
 //! windows of buckets, and puts into full buckets evicting there.
 
