@@ -20,15 +20,13 @@ use std::path::Path;
 
 use hmac::{Hmac, Mac};
 use rand::RngCore;
-use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 use thiserror::Error;
 
 use crate::CacheId;
 use crate::hello::{Challenge, Claim, Hello, HelloAck, MAX_IDENTITY, PROTOCOL_VERSION, Role};
+pub use crate::hello::{NONCE_LEN, PROOF_LEN, Rights};
 
-pub const NONCE_LEN: usize = 32;
-pub const PROOF_LEN: usize = 32;
 /// Shortest cluster secret accepted.
 pub const SECRET_MIN_BYTES: usize = 16;
 /// Bytes of a generated secret.
@@ -59,34 +57,6 @@ pub enum AuthError {
         "the server could not prove it holds the cluster secret (wrong secret, or not a member of this cluster)"
     )]
     BadAck,
-}
-
-/// What a cache token allows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-#[repr(u8)]
-pub enum Rights {
-    /// Reads and procedures (procedures only read).
-    ReadOnly = 1,
-    /// Also writes, atomics, procedure registration, reshape and delete of the cache.
-    ReadWrite = 2,
-}
-
-impl Rights {
-    pub fn from_u8(v: u8) -> Option<Self> {
-        match v {
-            1 => Some(Self::ReadOnly),
-            2 => Some(Self::ReadWrite),
-            _ => None,
-        }
-    }
-
-    fn tag(self) -> &'static str {
-        match self {
-            Self::ReadOnly => "ro",
-            Self::ReadWrite => "rw",
-        }
-    }
 }
 
 fn mac(key: &[u8], parts: &[&[u8]]) -> HmacSha256 {

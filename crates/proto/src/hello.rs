@@ -15,9 +15,41 @@
 //!
 //! What the proofs are computed over and which key signs them is in [`crate::auth`].
 
-use crate::auth::{NONCE_LEN, PROOF_LEN, Rights};
+use serde::{Deserialize, Serialize};
+
 use crate::wire::Cursor;
 use crate::{CacheId, DecodeError, ServerId};
+
+pub const NONCE_LEN: usize = 32;
+pub const PROOF_LEN: usize = 32;
+
+/// What a cache token allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[repr(u8)]
+pub enum Rights {
+    /// Reads and procedures (procedures only read).
+    ReadOnly = 1,
+    /// Also writes, atomics, procedure registration, reshape and delete of the cache.
+    ReadWrite = 2,
+}
+
+impl Rights {
+    pub fn from_u8(v: u8) -> Option<Self> {
+        match v {
+            1 => Some(Self::ReadOnly),
+            2 => Some(Self::ReadWrite),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn tag(self) -> &'static str {
+        match self {
+            Self::ReadOnly => "ro",
+            Self::ReadWrite => "rw",
+        }
+    }
+}
 
 /// Version 2 added the challenge–response, 3 EXECUTE_RUN, 4 DONE_RUN replies, 5 TAG
 /// ops (exactly once) and the `NOT_SERVING` status (leases); a peer speaking another

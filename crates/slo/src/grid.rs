@@ -9,7 +9,7 @@
 use farcache_proto::slo::{Percentile, Transport};
 
 use crate::error::SloError;
-use crate::model::{Perf, Point};
+use crate::point::{Perf, Point};
 
 /// Levels of each knob, in the order `s, c, b, q`: level `i` is the value `2^i`.
 const DIMS: usize = 4;

@@ -15,6 +15,7 @@ pub mod error;
 pub(crate) mod grid;
 pub mod machine;
 pub mod model;
+pub mod point;
 pub mod search;
 
 pub use error::SloError;

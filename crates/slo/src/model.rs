@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::SloError;
 use crate::grid::Grid;
 use crate::machine::Machine;
+pub use crate::point::{Perf, Point};
 
 /// `format` of a model file.
 pub const FORMAT: &str = "farcache-slo-model";
@@ -17,33 +18,6 @@ pub const FORMAT: &str = "farcache-slo-model";
 pub const FORMAT_VERSION: u32 = 1;
 /// The farcache release writing or reading a model.
 pub const FARCACHE_VERSION: &str = env!("CARGO_PKG_VERSION");
-
-/// Latency and throughput of one configuration.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Perf {
-    pub p50_us: f64,
-    pub p99_us: f64,
-    /// Ops per second.
-    pub throughput: f64,
-}
-
-impl Perf {
-    pub fn latency(&self, p: farcache_proto::slo::Percentile) -> f64 {
-        match p {
-            farcache_proto::slo::Percentile::P50 => self.p50_us,
-            farcache_proto::slo::Percentile::P99 => self.p99_us,
-        }
-    }
-}
-
-/// One measured configuration.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Point {
-    #[serde(flatten)]
-    pub transport: Transport,
-    #[serde(flatten)]
-    pub perf: Perf,
-}
 
 /// All points measured for one record size and read fraction.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

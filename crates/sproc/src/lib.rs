@@ -22,6 +22,7 @@
 pub mod args;
 pub mod builtin;
 pub mod error;
+pub mod fold;
 pub mod memory;
 pub mod outcome;
 pub mod procedure;

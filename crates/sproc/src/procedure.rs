@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+pub use crate::fold::WordFold;
 use crate::{Memory, Outcome, SprocError};
 
 /// Largest result or state a built-in procedure may produce (it travels in one
@@ -46,35 +47,6 @@ pub trait Procedure: Send + Sync {
     }
 }
 
-/// A call whose whole work is folding `n` little-endian u64 words `stride` bytes apart
-/// from its address (what a short `aggregate` call does). An executor that holds every
-/// word may compute it straight from its memory and answer [`WordFold::apply`]'s
-/// result as the call's 8-byte output, instead of running the procedure.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WordFold {
-    pub f: crate::builtin::AggFn,
-    /// At most [`WordFold::MAX_WORDS`].
-    pub n: usize,
-    pub stride: u64,
-}
-
-impl WordFold {
-    pub const MAX_WORDS: usize = 8;
-
-    /// The fold of `words` (the `n` words read).
-    #[inline]
-    pub fn apply(&self, words: impl Iterator<Item = u64>) -> u64 {
-        use crate::builtin::AggFn;
-        match self.f {
-            AggFn::Sum => words.fold(0, u64::wrapping_add),
-            AggFn::Min => words.fold(u64::MAX, u64::min),
-            AggFn::Max => words.fold(0, u64::max),
-            // At most MAX_WORDS: no overflow.
-            AggFn::Count => words.filter(|&v| v != 0).count() as u64,
-        }
-    }
-}
-
 /// [`Procedure::run`] for a procedure whose work is in its `run_into`.
 pub fn run_by_into<P: Procedure + ?Sized>(
     p: &P,
@@ -94,15 +66,6 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// A registry holding every built-in procedure.
-    pub fn with_builtins() -> Self {
-        let mut r = Self::default();
-        for p in crate::builtin::all() {
-            r.insert(p);
-        }
-        r
-    }
-
     pub fn insert(&mut self, p: Arc<dyn Procedure>) {
         self.procs.insert(p.name().to_string(), p);
     }

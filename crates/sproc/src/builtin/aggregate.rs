@@ -1,6 +1,7 @@
 //! `aggregate`: sum / min / max / count-non-zero of `n` u64 records `stride` bytes apart.
 
 use crate::args::{ArgReader, ArgWriter};
+pub use crate::fold::AggFn;
 use crate::{Memory, Outcome, Procedure, SprocError, WordFold};
 
 const NAME: &str = "aggregate";
@@ -8,45 +9,6 @@ const NAME: &str = "aggregate";
 const SHORT: usize = 9;
 /// Short calls over at most this many records try [`Memory::read_u64s`] first.
 const FAST_RECORDS: usize = WordFold::MAX_WORDS;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum AggFn {
-    Sum = 0,
-    Min = 1,
-    Max = 2,
-    /// Records whose value is not zero.
-    Count = 3,
-}
-
-impl AggFn {
-    fn from_u8(v: u8) -> Result<Self, SprocError> {
-        Ok(match v {
-            0 => Self::Sum,
-            1 => Self::Min,
-            2 => Self::Max,
-            3 => Self::Count,
-            _ => return Err(SprocError::bad(NAME, format!("unknown function {v}"))),
-        })
-    }
-
-    fn init(self) -> u64 {
-        match self {
-            Self::Min => u64::MAX,
-            _ => 0,
-        }
-    }
-
-    fn fold(self, acc: u64, v: u64) -> u64 {
-        match self {
-            Self::Sum => acc.wrapping_add(v),
-            Self::Min => acc.min(v),
-            Self::Max => acc.max(v),
-            // Never saturates: `run_into` refuses a count without room for every record.
-            Self::Count => acc.saturating_add(u64::from(v != 0)),
-        }
-    }
-}
 
 pub struct Aggregate;
 

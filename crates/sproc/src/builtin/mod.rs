@@ -65,6 +65,17 @@ pub fn by_name(name: &str) -> Option<&'static dyn Procedure> {
     })
 }
 
+impl crate::Registry {
+    /// A registry holding every built-in procedure.
+    pub fn with_builtins() -> Self {
+        let mut r = Self::default();
+        for p in all() {
+            r.insert(p);
+        }
+        r
+    }
+}
+
 pub fn all() -> Vec<Arc<dyn Procedure>> {
     vec![
         Arc::new(Gather),
