@@ -17,9 +17,6 @@ use crate::parse::Args;
 use crate::reply::Out;
 use crate::session::Session;
 
-/// Past this many arguments a multi-key command leaves the event loop.
-pub const HEAVY_ARGS: usize = 256;
-
 /// A command handed to the pool, with its connection's session.
 pub struct Job {
     /// The connection's slot in its worker.

@@ -261,6 +261,15 @@ fn split_inline(line: &Bytes) -> Result<Args, ProtocolError> {
     Ok(args)
 }
 
+/// Parses a decimal integer argument as Redis does.
+pub(crate) fn int_arg(b: &[u8]) -> Result<i64, &'static str> {
+    std::str::from_utf8(b)
+        .ok()
+        .filter(|s| !(s.starts_with('+') || (s.len() > 1 && s.starts_with('0'))))
+        .and_then(|s| s.parse::<i64>().ok())
+        .ok_or("ERR value is not an integer or out of range")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,10 +7,12 @@ use std::sync::atomic::Ordering;
 use bytes::Bytes;
 
 use crate::auth::Access;
-use crate::offload::HEAVY_ARGS;
 use crate::parse::Args;
 use crate::reply::Proto;
 use crate::shared::Shared;
+
+/// Past this many arguments a multi-key command leaves the event loop.
+pub const HEAVY_ARGS: usize = 256;
 
 pub struct Session {
     pub shared: Arc<Shared>,
@@ -111,9 +113,9 @@ impl Session {
         match a.len() {
             2 if name.eq_ignore_ascii_case(b"incr") => Some(1),
             2 if name.eq_ignore_ascii_case(b"decr") => Some(-1),
-            3 if name.eq_ignore_ascii_case(b"incrby") => crate::cmd::int_arg(&a[2]).ok(),
+            3 if name.eq_ignore_ascii_case(b"incrby") => crate::parse::int_arg(&a[2]).ok(),
             3 if name.eq_ignore_ascii_case(b"decrby") => {
-                crate::cmd::int_arg(&a[2]).ok()?.checked_neg()
+                crate::parse::int_arg(&a[2]).ok()?.checked_neg()
             }
             _ => None,
         }

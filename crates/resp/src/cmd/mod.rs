@@ -15,6 +15,7 @@ mod tx;
 
 use crate::auth::Access;
 use crate::parse::Args;
+pub(crate) use crate::parse::int_arg;
 use crate::reply::Out;
 use crate::session::Session;
 
@@ -302,15 +303,6 @@ fn unknown(args: &Args) -> String {
         shown(&args[0]),
         rest.join(" ")
     )
-}
-
-/// Parses a decimal integer argument as Redis does.
-pub(crate) fn int_arg(b: &[u8]) -> Result<i64, &'static str> {
-    std::str::from_utf8(b)
-        .ok()
-        .filter(|s| !(s.starts_with('+') || (s.len() > 1 && s.starts_with('0'))))
-        .and_then(|s| s.parse::<i64>().ok())
-        .ok_or("ERR value is not an integer or out of range")
 }
 
 /// The names `COMMAND` lists.
