@@ -81,7 +81,7 @@ impl ManagerConfig {
         }
         // A server renews its lease once per interval: a shorter lease would lapse
         // between heartbeats.
-        let lease = crate::membership::lease::lease_for(self.heartbeat_timeout);
+        let lease = crate::lease::lease_for(self.heartbeat_timeout);
         if lease <= self.heartbeat_interval {
             return Err(ManagerError::Config(format!(
                 "heartbeat timeout {:?} gives servers leases of {lease:?}, not longer than \

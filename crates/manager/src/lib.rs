@@ -21,6 +21,7 @@
 mod catalogue;
 mod config;
 mod error;
+mod lease;
 mod listener;
 mod liveness;
 mod membership;
@@ -75,9 +76,9 @@ impl Manager {
         farcache_net::guard::raise_fd_limit();
         let liveness = Liveness::spawn(Arc::clone(&service), config.heartbeat_timeout)?;
         tracing::info!(
-            lease = ?membership::lease::lease_for(config.heartbeat_timeout),
+            lease = ?lease::lease_for(config.heartbeat_timeout),
             dead_after = ?config.heartbeat_timeout,
-            clock_rate_margin = membership::lease::CLOCK_RATE_MARGIN,
+            clock_rate_margin = lease::CLOCK_RATE_MARGIN,
             "servers serve under leases; a silent server is declared dead once its lease has ended"
         );
         let cfg = ListenerConfig {

@@ -21,9 +21,7 @@ use std::time::{Duration, Instant};
 use farcache_net::{FrameBuf, GuardConfig, OutBuf, Stream, TlsAcceptor};
 use farcache_proto::control::ControlRequest;
 use farcache_proto::frame::encode_frame;
-use farcache_proto::{
-    Access, Authority, Challenge, FrameHeader, FrameKind, HEADER_LEN, Hello, Role,
-};
+use farcache_proto::{Authority, Challenge, FrameHeader, FrameKind, HEADER_LEN, Hello, Role};
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token, Waker};
 use parking_lot::Mutex;
@@ -629,16 +627,5 @@ impl Conn {
         if self.out.flush(&mut self.stream, 64 << 10).is_err() {
             self.closed = true;
         }
-    }
-}
-
-/// Who a caller is, in words (for refusals).
-pub fn role_name(role: Role, access: &Access) -> String {
-    match (role, access) {
-        (Role::Client, Access::Cache { cache, rights }) => {
-            format!("a client holding a {rights:?} token for cache {cache}")
-        }
-        (Role::Client, Access::Cluster) => "a client holding the cluster secret".into(),
-        (role, _) => format!("{role:?}"),
     }
 }

@@ -193,7 +193,7 @@ impl Service {
     pub fn handle(&self, caller: &Caller, req: ControlRequest) -> ControlResponse {
         if let Err(r) = self.authorize(caller, &req) {
             tracing::warn!(
-                who = %crate::listener::role_name(caller.role, &caller.access),
+                who = %role_name(caller.role, &caller.access),
                 request = %req.name(),
                 "request refused: {}",
                 r.message
@@ -286,7 +286,7 @@ impl Service {
 
     /// Whether `caller` may make `req` (see the module docs).
     fn authorize(&self, caller: &Caller, req: &ControlRequest) -> Result<(), Reject> {
-        let who = || crate::listener::role_name(caller.role, &caller.access);
+        let who = || role_name(caller.role, &caller.access);
         let refuse = |what: &str| {
             Err(Reject::new(
                 ControlErrorCode::Forbidden,
@@ -514,7 +514,7 @@ impl Service {
         Ok(ControlResponse::Registered {
             server_id: id,
             heartbeat_ms: self.heartbeat_ms,
-            lease_ms: crate::membership::lease::lease_ms(self.heartbeat_timeout),
+            lease_ms: crate::lease::lease_ms(self.heartbeat_timeout),
             fenced,
         })
     }
@@ -552,7 +552,7 @@ impl Service {
                     tracing::trace!(server = id, used, "heartbeat");
                 }
                 Ok(ControlResponse::Lease {
-                    lease_ms: crate::membership::lease::lease_ms(self.heartbeat_timeout),
+                    lease_ms: crate::lease::lease_ms(self.heartbeat_timeout),
                 })
             }
         }
@@ -1330,6 +1330,17 @@ fn region_count(capacity: u64, region_size: u64) -> Result<u64, Reject> {
         )));
     }
     Ok(n)
+}
+
+/// Who a caller is, in words (for refusals).
+pub fn role_name(role: Role, access: &Access) -> String {
+    match (role, access) {
+        (Role::Client, Access::Cache { cache, rights }) => {
+            format!("a client holding a {rights:?} token for cache {cache}")
+        }
+        (Role::Client, Access::Cluster) => "a client holding the cluster secret".into(),
+        (role, _) => format!("{role:?}"),
+    }
 }
 
 #[cfg(test)]

@@ -3,8 +3,8 @@
 //! while its lease runs. Each heartbeat renews it for the lease the manager granted,
 //! counted from when the heartbeat was *sent*, so the lease always ends before the
 //! manager could think it still runs. The manager declares the server dead, and hands
-//! its regions to others, only after the lease has certainly ended (see the manager's
-//! `membership::lease`): a server cut off from the manager stops serving before anyone
+//! its regions to others, only after the lease has certainly ended (see
+//! `farcache-manager`'s `lease`): a server cut off from the manager stops serving before anyone
 //! else starts.
 //!
 //! A check is one monotonic clock read and one atomic load, made per batch (before it

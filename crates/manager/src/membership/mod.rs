@@ -7,7 +7,6 @@
 //! `copies` lock), and a copy's commit checks that the cache's record did not change
 //! meanwhile (else the copy is undone and counts as failed).
 
-pub mod lease;
 mod rebalance;
 mod reclaim;
 mod recovery;
