@@ -150,7 +150,6 @@ impl Store {
         alone: &mut HashSet<usize>,
     ) -> Vec<Result<Option<Seen>>> {
         let now = now_ms();
-        let lay = self.inner.layout;
         let info = self.inner.cache.info();
         let mut b = self.inner.cache.batch().with_capacity(todo.len());
         let mut args = Vec::new();
@@ -190,24 +189,11 @@ impl Store {
                     );
                     continue;
                 }
-                args.clear();
-                wire::mget_head(&mut args, wire::MODE_ENTRY, now, chunk.len() as u32);
-                let mut first = None;
-                for &p in chunk {
-                    let key = keys[todo[p]].as_ref();
-                    let h = self.locate(key);
-                    let bucket_addr = lay.bucket_addr(h.shard, h.bucket);
-                    first.get_or_insert(bucket_addr);
-                    wire::MgetKey {
-                        tag: h.tag,
-                        bucket_addr,
-                        shard_base: lay.shard_base(h.shard),
-                        refs_addr: lay.refs_addr(h.shard, h.bucket),
-                        key,
-                    }
-                    .encode_into(&mut args);
-                }
-                let op = b.execute(wire::KV_MFIND, first.unwrap_or_default(), &args);
+                let keys = chunk.iter().map(|&p| {
+                    let k = keys[todo[p]].as_ref();
+                    (k, self.locate(k))
+                });
+                let op = self.push_mfind(&mut b, wire::MODE_ENTRY, now, keys, &mut args);
                 for (pos, &p) in chunk.iter().enumerate() {
                     at[p] = (op, Some(pos));
                 }

@@ -151,20 +151,30 @@ pub fn mfind_moved() -> [u8; FIND_LEN] {
     b
 }
 
-/// Splits a `kv_mfind` reply: per key its [`FindReply`], or `None` when moved.
-pub fn decode_mfind_reply(b: &[u8]) -> Result<Vec<Option<FindReply>>, FormatError> {
-    let bad = |r: String| FormatError::Malformed {
+fn malformed(reason: String) -> FormatError {
+    FormatError::Malformed {
         what: "kv_mfind reply",
-        reason: r,
-    };
+        reason,
+    }
+}
+
+/// A `kv_mfind` reply's entry count and the bytes after it.
+fn mfind_head(b: &[u8]) -> Result<(usize, &[u8]), FormatError> {
     let head: [u8; 4] = b
         .get(..4)
         .and_then(|h| h.try_into().ok())
-        .ok_or_else(|| bad("no head".into()))?;
-    let count = u32::from_le_bytes(head) as usize;
-    let body = &b[4..];
+        .ok_or_else(|| malformed("no head".into()))?;
+    Ok((u32::from_le_bytes(head) as usize, &b[4..]))
+}
+
+/// Splits a `kv_mfind` reply: per key its [`FindReply`], or `None` when moved.
+pub fn decode_mfind_reply(b: &[u8]) -> Result<Vec<Option<FindReply>>, FormatError> {
+    let (count, body) = mfind_head(b)?;
     if count.checked_mul(FIND_LEN) != Some(body.len()) {
-        return Err(bad(format!("{count} entries in {} bytes", body.len())));
+        return Err(malformed(format!(
+            "{count} entries in {} bytes",
+            body.len()
+        )));
     }
     body.chunks_exact(FIND_LEN)
         .map(|e| {
@@ -199,16 +209,7 @@ pub fn mfind_entry_into(out: &mut Vec<u8>, f: &FindReply, item: Option<&FoundIte
 /// mode answers plain entries ([`decode_mfind_reply`]): those come back without
 /// items.
 pub fn decode_mfind_entries(b: &[u8]) -> Result<Vec<FoundEntry<'_>>, FormatError> {
-    let bad = |r: String| FormatError::Malformed {
-        what: "kv_mfind reply",
-        reason: r,
-    };
-    let head: [u8; 4] = b
-        .get(..4)
-        .and_then(|h| h.try_into().ok())
-        .ok_or_else(|| bad("no head".into()))?;
-    let count = u32::from_le_bytes(head) as usize;
-    let mut rest = &b[4..];
+    let (count, mut rest) = mfind_head(b)?;
     if count.checked_mul(FIND_LEN) == Some(rest.len()) {
         return Ok(decode_mfind_reply(b)?
             .into_iter()
@@ -216,13 +217,16 @@ pub fn decode_mfind_entries(b: &[u8]) -> Result<Vec<FoundEntry<'_>>, FormatError
             .collect());
     }
     if count > rest.len() / (FIND_LEN + 4) {
-        return Err(bad(format!("{count} entries in {} bytes", rest.len())));
+        return Err(malformed(format!(
+            "{count} entries in {} bytes",
+            rest.len()
+        )));
     }
     let mut out = Vec::with_capacity(count);
     for i in 0..count {
         let (e, tail) = rest
             .split_at_checked(FIND_LEN + 4)
-            .ok_or_else(|| bad(format!("entry {i}: truncated")))?;
+            .ok_or_else(|| malformed(format!("entry {i}: truncated")))?;
         let len = u32::from_le_bytes([
             e[FIND_LEN],
             e[FIND_LEN + 1],
@@ -230,7 +234,7 @@ pub fn decode_mfind_entries(b: &[u8]) -> Result<Vec<FoundEntry<'_>>, FormatError
             e[FIND_LEN + 3],
         ]) as usize;
         let (item, tail) = tail.split_at_checked(len).ok_or_else(|| {
-            bad(format!(
+            malformed(format!(
                 "entry {i}: item of {len} bytes runs past the reply"
             ))
         })?;
@@ -242,7 +246,7 @@ pub fn decode_mfind_entries(b: &[u8]) -> Result<Vec<FoundEntry<'_>>, FormatError
         out.push(Some(FindReply::decode_parts(&e[..FIND_LEN], item)?));
     }
     if !rest.is_empty() {
-        return Err(bad(format!("{} trailing bytes", rest.len())));
+        return Err(malformed(format!("{} trailing bytes", rest.len())));
     }
     Ok(out)
 }

@@ -569,12 +569,27 @@ impl Store {
             job.find = FindAt::One(i);
             return;
         }
+        let keys = chunk.iter().map(|&j| (jobs[j].1.key, jobs[j].1.h));
+        let i = self.push_mfind(b, wire::MODE_VALUE, now, keys, args);
+        for (pos, &j) in chunk.iter().enumerate() {
+            jobs[j].1.find = FindAt::Many(i, pos);
+        }
+    }
+
+    /// Appends one `kv_mfind` (in `mode`) of `keys`, all on one server; returns its op.
+    pub(crate) fn push_mfind<'k>(
+        &self,
+        b: &mut farcache_client::Batch,
+        mode: u8,
+        now: u64,
+        keys: impl ExactSizeIterator<Item = (&'k [u8], KeyHash)>,
+        args: &mut Vec<u8>,
+    ) -> usize {
         let lay = self.inner.layout;
         args.clear();
-        wire::mget_head(args, wire::MODE_VALUE, now, chunk.len() as u32);
+        wire::mget_head(args, mode, now, keys.len() as u32);
         let mut first = None;
-        for &j in chunk {
-            let h = jobs[j].1.h;
+        for (key, h) in keys {
             let bucket_addr = lay.bucket_addr(h.shard, h.bucket);
             first.get_or_insert(bucket_addr);
             wire::MgetKey {
@@ -582,14 +597,11 @@ impl Store {
                 bucket_addr,
                 shard_base: lay.shard_base(h.shard),
                 refs_addr: lay.refs_addr(h.shard, h.bucket),
-                key: jobs[j].1.key,
+                key,
             }
             .encode_into(args);
         }
-        let i = b.execute(wire::KV_MFIND, first.unwrap_or_default(), args);
-        for (pos, &j) in chunk.iter().enumerate() {
-            jobs[j].1.find = FindAt::Many(i, pos);
-        }
+        b.execute(wire::KV_MFIND, first.unwrap_or_default(), args)
     }
 
     pub(crate) fn find(&self, key: &[u8], h: KeyHash, now: u64) -> Result<FindReply> {
