@@ -326,6 +326,37 @@ fn cut_mid_way(addr: &str, dels: usize, renames: usize, cut: impl FnOnce()) -> (
         out.resize_with(renames, || V::Err("connection closed".into()));
         out
     });
+    // A counter stepped one INCR at a time: each answer is the last one plus one,
+    // plus at most the INCRs that failed in between (an INCR applied twice, say
+    // retried after a failover, would skip ahead).
+    let addr_i = addr.to_string();
+    let incr = std::thread::spawn(move || {
+        let mut c = Resp::connect(&addr_i);
+        // The last answer, and the INCRs failed (or cut off) since it.
+        let (mut last, mut unsure) = (0i64, 0i64);
+        for _ in 0..renames {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                pipeline(&mut c, &[args(&[b"INCR", b"ctr"])]).pop()
+            }));
+            match r {
+                Ok(Some(V::Int(n))) => {
+                    assert!(
+                        n > last && n <= last + 1 + unsure,
+                        "INCR answered {n} after {last} and {unsure} failed"
+                    );
+                    (last, unsure) = (n, 0);
+                }
+                Ok(Some(V::Err(_))) => unsure += 1,
+                Ok(other) => panic!("INCR answered {other:?}"),
+                // The connection closed: the last INCR may or may not have landed.
+                Err(_) => {
+                    unsure += 1;
+                    break;
+                }
+            }
+        }
+        (last, unsure)
+    });
     std::thread::sleep(Duration::from_millis(10));
     let cut_at = start.elapsed();
     cut();
@@ -336,7 +367,31 @@ fn cut_mid_way(addr: &str, dels: usize, renames: usize, cut: impl FnOnce()) -> (
         "the DEL ({took:?}) was over before the cut ({cut_at:?})"
     );
     eprintln!("cut at {cut_at:?}; the DEL answered after {took:?}");
+    let counted = incr.join().expect("INCRs");
+    INCRS.with(|c| c.set(counted));
     (del, ren.join().expect("RENAMEs"))
+}
+
+thread_local! {
+    /// The INCRs of the last `cut_mid_way`: the last answer, and the INCRs failed or
+    /// cut off after it.
+    static INCRS: std::cell::Cell<(i64, i64)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+/// The counter `cut_mid_way` stepped: it holds its last answer, plus at most the
+/// INCRs that failed after it.
+fn check_counter(c: &mut Resp) {
+    let (last, unsure) = INCRS.with(|c| c.get());
+    let v = match pipeline(c, &[args(&[b"GET", b"ctr"])]).pop() {
+        Some(V::Bulk(Some(v))) => String::from_utf8(v).unwrap().parse::<i64>().unwrap(),
+        Some(V::Bulk(None)) => 0,
+        other => panic!("GET ctr answered {other:?}"),
+    };
+    eprintln!("ctr = {v}: last answer {last}, {unsure} INCRs failed or cut after it");
+    assert!(
+        (last..=last + unsure).contains(&v),
+        "ctr = {v} after the answer {last} and {unsure} failed INCRs"
+    );
 }
 
 #[test]
@@ -370,6 +425,7 @@ fn a_server_killed_mid_del_and_rename_leaves_every_key_whole_or_gone() {
     let broken = ren.iter().filter(|r| matches!(r, V::Err(_))).count();
     eprintln!("DEL answered {del:?}; {broken} of {renames} RENAMEs failed");
     check_after_cut(&mut c, dels, &ren, kept);
+    check_counter(&mut c);
 }
 
 #[test]
@@ -402,4 +458,5 @@ fn a_front_end_killed_mid_del_and_rename_leaves_every_key_whole_or_gone() {
     let (_fe2, addr2) = frontend(&cl, "cut", 1, dir.path());
     let mut c = Resp::connect(&addr2);
     check_after_cut(&mut c, dels, &ren, kept);
+    check_counter(&mut c);
 }

@@ -616,12 +616,16 @@ fn shard_and_refs_addresses_at_the_top_are_refused_not_crashes() {
     still_serves(&c, &s, &keys[..4], "addresses at the top");
 }
 
-/// What a hostile `kv_mfind` may answer: its own error, or a reply that decodes.
+/// What a hostile `kv_mfind` may answer: its own error, or a reply that decodes (in
+/// either form: plain finds, or finds with their items for `MODE_ENTRY`).
 fn check_mfind(what: &str, r: Result<Bytes, ClientError>) -> Option<Vec<Option<wire::FindReply>>> {
     match r {
         Ok(reply) => Some(
-            wire::decode_mfind_reply(&reply)
-                .unwrap_or_else(|e| panic!("{what}: malformed kv_mfind reply ({e})")),
+            wire::decode_mfind_entries(&reply)
+                .unwrap_or_else(|e| panic!("{what}: malformed kv_mfind reply ({e})"))
+                .into_iter()
+                .map(|e| e.map(|(f, _)| f))
+                .collect(),
         ),
         Err(e) => {
             let text = e.to_string();
@@ -667,8 +671,27 @@ fn hostile_mfind_args_get_errors_or_replies_not_crashes() {
         assert!(r.is_err(), "{extra} trailing bytes");
         check_mfind(&format!("{extra} trailing bytes"), r);
     }
-    // More keys than one reply may hold.
+    // MODE_ENTRY: the same find with the victim's item; cut short, an error.
+    let with_item = mget_args(wire::MODE_ENTRY, 1, &[victim]);
+    let reply = mfind(&with_item).expect("a reply");
+    let e = wire::decode_mfind_entries(&reply).expect("entries");
+    let (f, it) = e[0].expect("the victim's bucket is here");
+    assert_eq!(f.status, wire::HIT);
+    assert_eq!(it.map(|i| i.value), Some(&value_of(&keys[0])[..]));
+    for n in 0..with_item.len() {
+        let r = mfind(&with_item[..n]);
+        assert!(
+            r.is_err(),
+            "MODE_ENTRY: {n} of {} bytes decoded",
+            with_item.len()
+        );
+        check_mfind(&format!("MODE_ENTRY prefix of {n} bytes"), r);
+    }
+    // More keys than one reply may hold, in either mode.
     let many = vec![victim; 30_000];
+    let r = mfind(&mget_args(wire::MODE_ENTRY, many.len() as u32, &many));
+    assert!(r.is_err(), "30 000 keys with items");
+    check_mfind("30 000 keys with items", r);
     let r = mfind(&mget_args(wire::MODE_VALUE, many.len() as u32, &many));
     assert!(r.is_err(), "30 000 keys");
     check_mfind("30 000 keys", r);
