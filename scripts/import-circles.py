@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
-"""Import circles between the top-level modules of each crate.
+"""Import circles between the modules of each crate, level by level.
 
-A module `a` uses `b` when a file under `a` names `crate::b` (in a `use` or a
-path). Circles are the strongly connected components of that graph with more than
+At the crate root, a module `a` uses `b` when a file under `a` names `crate::b` (in
+a `use` or a path); inside a directory module `d`, child `a` uses child `b` when a
+file under `d/a` names `crate::d::b` or reaches it through `super::`. A child naming
+its parent (`super::Shared` from `d/a.rs`) is not a circle: the parent holds what
+its children share. Circles are the strongly connected components of that graph with more than
 one module. The circles that exist are listed in `scripts/import-circles.allowed`
-(one per line: `crate: mod mod ...`); a circle that is new, or that grew past the
+(one per line: `crate: mod mod ...`, or
+`crate/dir: mod mod ...` inside a directory module); a circle that is new, or that grew past the
 one allowed, fails this check, so the layering can only get better.
 
     python3 scripts/import-circles.py           # check (CI)
@@ -28,33 +32,76 @@ def strip_tests(text):
     return text if i < 0 else text[:i]
 
 
-def top_module(src, path):
-    rel = path.relative_to(src)
-    if rel.parts[0] in ("lib.rs", "main.rs"):
-        return None
-    return rel.parts[0].removesuffix(".rs")
+def module_path(src, path):
+    """`src/a/b.rs` -> ("a", "b"); `src/a/mod.rs` -> ("a",); lib.rs -> ()."""
+    parts = list(path.relative_to(src).parts)
+    last = parts.pop().removesuffix(".rs")
+    if last not in ("mod", "lib", "main"):
+        parts.append(last)
+    return tuple(parts)
 
 
-def graph(crate_dir):
+PATH = re.compile(r"\b((?:crate|super|self)(?:::super)*)::((?:[A-Za-z_][A-Za-z0-9_]*::)*)(\{[^}]*\}|[A-Za-z_][A-Za-z0-9_]*)", re.S)
+
+
+def references(here, text):
+    """Absolute module paths (as tuples) that `text`, in module `here`, names."""
+    out = []
+    for head, mid, tail in PATH.findall(text):
+        steps = head.split("::")
+        if steps[0] == "crate":
+            base = []
+        else:
+            base = list(here)
+            for s in steps:
+                if s == "super" and base:
+                    base.pop()
+        mids = [m for m in mid.split("::") if m]
+        tails = (
+            [x.strip().split("::")[0] for x in tail[1:-1].split(",")]
+            if tail.startswith("{")
+            else [tail]
+        )
+        for x in tails:
+            if x and x not in ("self", "super"):
+                out.append(tuple(base + mids + [x]))
+            elif x == "self":
+                out.append(tuple(base + mids))
+    return out
+
+
+def graph(crate_dir, container=()):
+    """Uses between the child modules of `container` (the crate root by default)."""
     src = crate_dir / "src"
     mods, edges = set(), {}
+    n = len(container)
     for path in sorted(src.rglob("*.rs")):
         if "bin" in path.relative_to(src).parts[:1]:
             continue
-        m = top_module(src, path)
-        if m is None:
+        here = module_path(src, path)
+        if len(here) <= n or here[:n] != tuple(container):
             continue
+        m = here[n]
         mods.add(m)
         text = strip_tests(path.read_text())
         # Drop comments: a doc link is not an import.
         text = "\n".join(l.split("//")[0] for l in text.splitlines())
-        used = set(USE.findall(text))
-        for g in GROUP.findall(text):
-            used.update(re.findall(r"(?:^|,)\s*([a-z_][a-z0-9_]*)", g))
-        edges.setdefault(m, set()).update(u for u in used if u != m)
+        for r in references(here, text):
+            if len(r) > n and r[:n] == tuple(container) and r[n] != m:
+                edges.setdefault(m, set()).add(r[n])
+        edges.setdefault(m, set())
     for m in edges:
         edges[m] &= mods
     return mods, edges
+
+
+def containers(crate_dir):
+    """The crate root and every directory module under it."""
+    src = crate_dir / "src"
+    out = [()]
+    for d in sorted(p for p in src.rglob("*") if p.is_dir() and p.name != "bin"):
+        out.append(d.relative_to(src).parts)
+    return out
 
 
 def circles(mods, edges):
@@ -95,8 +142,10 @@ def all_circles():
     found = {}
     for crate_dir in sorted((ROOT / "crates").iterdir()):
         if (crate_dir / "src").is_dir():
-            mods, edges = graph(crate_dir)
-            found[crate_dir.name] = (circles(mods, edges), edges)
+            for c in containers(crate_dir):
+                mods, edges = graph(crate_dir, c)
+                name = "/".join((crate_dir.name,) + tuple(c))
+                found[name] = (circles(mods, edges), edges)
     return found
 
 

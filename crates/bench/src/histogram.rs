@@ -5,7 +5,7 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-use crate::report::nan_as_null;
+use crate::row::nan_as_null;
 
 /// Latency percentiles in microseconds. All fields are NaN (and `count` 0)
 /// for an empty histogram.

@@ -17,6 +17,7 @@ pub mod migrate;
 pub mod replication;
 pub mod report;
 pub mod resp_suite;
+pub mod row;
 pub mod slo_suite;
 pub mod sproc_suite;
 pub mod store_suite;

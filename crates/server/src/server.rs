@@ -15,69 +15,13 @@ use mio::{Poll, Waker};
 use parking_lot::{Condvar, Mutex};
 use tracing::info;
 
+use crate::cluster::Shared;
+use crate::cluster::mailbox::WorkerInbox;
 use crate::config::ServerConfig;
+use crate::engine::store::RegionStore;
 use crate::error::ServerError;
 use crate::metrics::Metrics;
-use crate::store::RegionStore;
-use crate::worker::{WAKER, Worker, WorkerInbox};
-
-/// State every thread of a server shares.
-pub struct Shared {
-    pub config: ServerConfig,
-    pub advertise: String,
-    /// Where clients reach this server over TLS, if it serves TLS.
-    pub tls_advertise: Option<String>,
-    /// Checks the proofs in peers' Hellos against the cluster secret.
-    pub authority: Authority,
-    pub store: RegionStore,
-    pub metrics: Metrics,
-    /// Stored procedures this server can run.
-    pub procs: crate::procs::ProcTable,
-    pub shutdown: AtomicBool,
-    /// Every worker's inbox (set once all workers exist).
-    pub inboxes: std::sync::OnceLock<Vec<WorkerInbox>>,
-    /// Every worker's run queue, for idle workers to steal from.
-    pub sched: std::sync::OnceLock<crate::flow::sched::Board>,
-    /// The other servers this one may talk to, by advertised address, resolved off
-    /// the workers (see [`crate::control`]): a peer message naming any other address
-    /// is refused, and no worker ever waits for DNS.
-    pub peers: ArcSwap<HashMap<String, SocketAddr>>,
-    /// Control requests go to a small pool, so a slow one (compiling WebAssembly)
-    /// never stalls a worker.
-    pub control: crate::control::Queue,
-    /// Response bytes queued and not yet sent, over all connections.
-    pub output_total: AtomicUsize,
-    /// Regions being copied away from this server.
-    pub migrations: crate::migration::Migrations,
-    /// Links to the backups of regions this server owns.
-    pub replicator: crate::replication::Replicator,
-    /// The manager's lease: clients' ops are served only while it runs.
-    pub lease: crate::lease::Lease,
-    /// Each owner's newest replication stream (this server as a backup).
-    pub streams: crate::replication::Streams,
-    /// Answers of tagged ops, for clients' retries after a failover.
-    pub completions: crate::completions::Completions,
-    server_id: AtomicU32,
-    nap: (Mutex<()>, Condvar),
-}
-
-impl Shared {
-    pub fn server_id(&self) -> ServerId {
-        self.server_id.load(Ordering::Acquire)
-    }
-
-    pub fn set_server_id(&self, id: ServerId) {
-        self.server_id.store(id, Ordering::Release);
-    }
-
-    /// Sleeps up to `d`, returning early on shutdown.
-    pub fn sleep(&self, d: Duration) {
-        let mut g = self.nap.0.lock();
-        if !self.shutdown.load(Ordering::Acquire) {
-            self.nap.1.wait_for(&mut g, d);
-        }
-    }
-}
+use crate::runtime::worker::{WAKER, Worker};
 
 pub struct Server;
 
@@ -128,11 +72,11 @@ impl Server {
                 .unwrap_or_else(|| a.to_string())
         });
         let fds = farcache_net::guard::raise_fd_limit();
-        let (control, jobs) = crate::control::Queue::new();
+        let (control, jobs) = crate::cluster::control::Queue::new();
         let shared = Arc::new(Shared {
             store: RegionStore::new(config.memory),
             metrics: Metrics::default(),
-            procs: crate::procs::ProcTable::new(Default::default(), config.fault_injection),
+            procs: crate::engine::procs::ProcTable::new(Default::default(), config.fault_injection),
             shutdown: AtomicBool::new(false),
             inboxes: std::sync::OnceLock::new(),
             sched: std::sync::OnceLock::new(),
@@ -140,15 +84,15 @@ impl Server {
             control,
             output_total: AtomicUsize::new(0),
             server_id: AtomicU32::new(0),
-            migrations: crate::migration::Migrations::default(),
-            replicator: crate::replication::Replicator::default(),
+            migrations: crate::cluster::migration::Migrations::default(),
+            replicator: crate::cluster::replication::Replicator::default(),
             lease: if config.manager.is_some() {
                 crate::lease::Lease::pending()
             } else {
                 crate::lease::Lease::unbounded()
             },
-            streams: crate::replication::Streams::default(),
-            completions: crate::completions::Completions::default(),
+            streams: crate::cluster::replication::Streams::default(),
+            completions: crate::engine::completions::Completions::default(),
             nap: (Mutex::new(()), Condvar::new()),
             authority: Authority::new(config.secret.clone()),
             advertise,
@@ -160,7 +104,7 @@ impl Server {
         let mut wakers = Vec::new();
         let mut inboxes = Vec::new();
         let mut workers = Vec::new();
-        let (board, queues) = crate::flow::sched::Board::new(shared.config.threads);
+        let (board, queues) = crate::cluster::flow::sched::Board::new(shared.config.threads);
         let _ = shared.sched.set(board);
         for (id, queue) in queues.into_iter().enumerate() {
             let poll = Poll::new()?;
@@ -189,18 +133,21 @@ impl Server {
             );
         }
         let poll = Poll::new()?;
-        let waker = Arc::new(Waker::new(poll.registry(), crate::acceptor::WAKER)?);
+        let waker = Arc::new(Waker::new(
+            poll.registry(),
+            crate::runtime::acceptor::WAKER,
+        )?);
         wakers.push(waker);
         let sh = shared.clone();
         threads.push(
             std::thread::Builder::new()
                 .name("fc-acceptor".into())
-                .spawn(move || crate::acceptor::run(poll, listener, tls_listener, sh))?,
+                .spawn(move || crate::runtime::acceptor::run(poll, listener, tls_listener, sh))?,
         );
-        threads.extend(crate::control::spawn_pool(&shared, jobs)?);
+        threads.extend(crate::cluster::control::spawn_pool(&shared, jobs)?);
         let mut metrics_addr = None;
         if let Some(at) = shared.config.metrics_listen {
-            let l = crate::metrics_http::bind(at).map_err(|source| ServerError::Bind {
+            let l = crate::runtime::metrics_http::bind(at).map_err(|source| ServerError::Bind {
                 addr: at.to_string(),
                 source,
             })?;
@@ -209,7 +156,7 @@ impl Server {
             threads.push(
                 std::thread::Builder::new()
                     .name("fc-metrics".into())
-                    .spawn(move || crate::metrics_http::run(l, sh))?,
+                    .spawn(move || crate::runtime::metrics_http::run(l, sh))?,
             );
         }
         if let Some(manager) = shared.config.manager.clone() {
@@ -217,7 +164,7 @@ impl Server {
             threads.push(
                 std::thread::Builder::new()
                     .name("fc-manager-link".into())
-                    .spawn(move || crate::manager_link::run(sh, manager))?,
+                    .spawn(move || crate::cluster::manager_link::run(sh, manager))?,
             );
         }
         if let Some(id) = crate::identity::load(&shared.config)? {
@@ -268,11 +215,11 @@ impl ServerHandle {
     }
 
     pub fn stats(&self) -> ServerStats {
-        crate::control::stats(&self.shared)
+        crate::cluster::control::stats(&self.shared)
     }
 
     pub fn prometheus(&self) -> String {
-        prometheus_text(&self.shared)
+        crate::runtime::metrics_http::prometheus_text(&self.shared)
     }
 
     /// Waits until the manager has assigned an id, up to `timeout`.
@@ -297,7 +244,7 @@ impl ServerHandle {
     ) -> Result<Leave, ServerError> {
         let started = std::time::Instant::now();
         let deadline = started + grace;
-        crate::manager_link::announce_reclaim(&self.shared, grace, mode)
+        crate::cluster::manager_link::announce_reclaim(&self.shared, grace, mode)
             .map_err(|e| ServerError::Manager(e.to_string()))?;
         loop {
             let held = self.shared.store.region_count();
@@ -343,37 +290,6 @@ impl ServerHandle {
             let _ = t.join();
         }
     }
-}
-
-/// Every counter in Prometheus text: the metrics', plus migrations, lost bytes and
-/// replication, which live with their components.
-pub fn prometheus_text(sh: &Shared) -> String {
-    let mut s = sh
-        .metrics
-        .render_prometheus(sh.store.used(), sh.store.memory());
-    let r = sh.replicator.stats();
-    s += &format!(
-        "farcache_migrations {}\nfarcache_lost_bytes {}\n",
-        sh.migrations.busy(),
-        sh.store.lost_bytes()
-    );
-    for (name, v) in [
-        ("frames_total", r.frames),
-        ("bytes_total", r.bytes),
-        ("held_responses_total", r.held),
-        ("link_failures_total", r.link_failures),
-        ("unacked_frames", r.unacked),
-    ] {
-        s += &format!("farcache_replication_{name} {v}\n");
-    }
-    let c = &sh.completions;
-    s += &format!(
-        "farcache_completion_records {}\nfarcache_completion_repeats_total {}\nfarcache_completion_evicted_total {}\n",
-        c.len(),
-        c.repeats.load(Ordering::Relaxed),
-        c.evicted.load(Ordering::Relaxed)
-    );
-    s
 }
 
 impl Drop for ServerHandle {

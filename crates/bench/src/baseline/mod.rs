@@ -4,7 +4,9 @@
 //! closed-loop drivers, and a spinning raw-TCP floor.
 
 pub mod driver;
+pub mod eval_script;
 pub mod memcached;
+pub mod peer_run;
 pub mod peers;
 pub mod rawtcp;
 pub mod rdb;

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{BenchError, Result};
 use crate::histogram::{LatencyHistogram, LatencySummary};
-use crate::report::{BenchRow, nan_as_null};
+use crate::row::{BenchRow, nan_as_null};
 
 /// How long the server thread waits for the client to connect.
 const ACCEPT_TIMEOUT: Duration = Duration::from_secs(5);

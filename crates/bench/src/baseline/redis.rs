@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::rdb::write_rdb;
 use super::{ChildServer, free_port, run_checked};
 use crate::error::{BenchError, Result, parse_err};
-use crate::report::{BenchRow, nan_as_null};
+use crate::row::{BenchRow, nan_as_null};
 use crate::tools::{Tool, ensure_tools};
 
 /// Parameters of one `redis-benchmark -t get,set` run.

@@ -13,10 +13,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::driver::{self, Codec, Decoded, FirstError, KeyDigits, LoadOpts, LoadOutcome, parse};
-use super::redis_eval::{EvalScript, KEY_VALUE};
+use super::eval_script::{EvalScript, KEY_VALUE};
 use super::resp::{RespCodec, RespToken, parse_token};
 use crate::error::{BenchError, Result};
-use crate::report::{BenchRow, nan_as_null};
+use crate::row::{BenchRow, nan_as_null};
 
 const WHAT: &str = "redis EVALSHA reply";
 

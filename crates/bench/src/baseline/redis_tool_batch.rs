@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::peers::{PeerOp, PeerRun};
+use super::peer_run::{PeerOp, PeerRun};
 use super::redis::{RedisOpts, Workload, run_benchmark_at};
 use crate::error::{BenchError, Result};
 

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{ChildServer, free_port, run_checked, strip_ansi};
 use crate::error::{BenchError, Result, parse_err};
-use crate::report::{BenchRow, nan_as_null};
+use crate::row::{BenchRow, nan_as_null};
 use crate::tools::{Tool, ensure_tools};
 
 /// Parameters of the sockperf baseline.

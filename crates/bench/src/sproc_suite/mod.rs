@@ -38,9 +38,11 @@ use crate::error::{BenchError, Result};
 use crate::io_suite::progress;
 use crate::report::{BenchReport, BenchRow};
 use crate::tools::{Tool, ensure_tools};
+use chase::{CHASE_CAP, chase_rows};
+use khop::{StoredGraph, khop_rows, khop_unbatched_rows};
 use measure::RunOutcome;
 use records::records_section;
-use spread::spread_section;
+use spread::{SPREAD_SERVERS, SpreadCluster};
 
 /// Throughput needed vs Redis's best pipelined `EVALSHA` of the same logic.
 pub const TARGET_EVAL_RATIO: f64 = 20.0;
@@ -274,6 +276,30 @@ fn check_writes(t: Ticket) -> Result<()> {
         Some(e) => Err(BenchError::Cluster(format!("writing the data set: {e}"))),
         None => Ok(()),
     }
+}
+
+/// Rows 3 and 4 on a three-server cluster.
+fn spread_section(opts: &SprocBenchOptions, report: &mut BenchReport) -> Result<()> {
+    let pb = progress(18);
+    pb.set_prefix("farcache");
+    pb.set_message(format!("building a {}-edge graph", opts.edges));
+    let graph = StoredGraph::build(opts.edges)?;
+    let per_server = (CHASE_CAP + graph.cap).div_ceil(SPREAD_SERVERS as u64);
+    let server_memory = per_server.div_ceil(REGION) * REGION + 4 * REGION;
+
+    pb.set_message(format!("starting {SPREAD_SERVERS} servers, s = 1"));
+    let mut spread = SpreadCluster::start(opts, server_memory, true)?;
+    chase_rows(opts, &mut spread, &pb, report)?;
+    let khop = khop_rows(opts, &mut spread, &graph, &pb, report)?;
+    drop(spread);
+
+    // The DFlow k-hop again on servers that send one frame per message.
+    pb.set_message("k-hop without per-destination batching: new cluster");
+    let mut spread = SpreadCluster::start(opts, server_memory, false)?;
+    khop_unbatched_rows(opts, &mut spread, &graph, &khop, &pb, report)?;
+    pb.finish_and_clear();
+    drop(spread);
+    Ok(())
 }
 
 #[cfg(test)]

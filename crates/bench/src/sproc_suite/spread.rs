@@ -1,4 +1,4 @@
-//! Rows 3 and 4 on three servers: the clusters, what their servers count while a run
+//! The three-server cluster of rows 3 and 4 (chase, k-hop): the clusters, what their servers count while a run
 //! goes on, and the rows comparing a procedure with the same work done at the client.
 
 use std::net::TcpStream;
@@ -11,40 +11,13 @@ use farcache_proto::control::{ControlRequest, ControlResponse, PeerStats};
 use farcache_sproc::builtin::Flow;
 use farcache_testkit::{ClusterOptions, ProcessCluster};
 
-use super::chase::{CHASE_CAP, chase_rows};
-use super::khop::{StoredGraph, khop_rows, khop_unbatched_rows};
 use super::measure::RunOutcome;
 use super::{REGION, SprocBenchOptions, cluster_err, farcache_row};
 use crate::error::Result;
-use crate::io_suite::progress;
-use crate::report::{BenchReport, BenchRow};
+use crate::report::BenchRow;
 
 /// Servers of the chase / k-hop cluster.
 pub(super) const SPREAD_SERVERS: usize = 3;
-
-/// Rows 3 and 4 on a three-server cluster.
-pub(super) fn spread_section(opts: &SprocBenchOptions, report: &mut BenchReport) -> Result<()> {
-    let pb = progress(18);
-    pb.set_prefix("farcache");
-    pb.set_message(format!("building a {}-edge graph", opts.edges));
-    let graph = StoredGraph::build(opts.edges)?;
-    let per_server = (CHASE_CAP + graph.cap).div_ceil(SPREAD_SERVERS as u64);
-    let server_memory = per_server.div_ceil(REGION) * REGION + 4 * REGION;
-
-    pb.set_message(format!("starting {SPREAD_SERVERS} servers, s = 1"));
-    let mut spread = SpreadCluster::start(opts, server_memory, true)?;
-    chase_rows(opts, &mut spread, &pb, report)?;
-    let khop = khop_rows(opts, &mut spread, &graph, &pb, report)?;
-    drop(spread);
-
-    // The DFlow k-hop again on servers that send one frame per message.
-    pb.set_message("k-hop without per-destination batching: new cluster");
-    let mut spread = SpreadCluster::start(opts, server_memory, false)?;
-    khop_unbatched_rows(opts, &mut spread, &graph, &khop, &pb, report)?;
-    pb.finish_and_clear();
-    drop(spread);
-    Ok(())
-}
 
 /// Three single-threaded servers, a client, and op counters on every server. Fields
 /// drop in order, the servers last.
@@ -55,7 +28,11 @@ pub(super) struct SpreadCluster {
 }
 
 impl SpreadCluster {
-    fn start(opts: &SprocBenchOptions, server_memory: u64, peer_batching: bool) -> Result<Self> {
+    pub(super) fn start(
+        opts: &SprocBenchOptions,
+        server_memory: u64,
+        peer_batching: bool,
+    ) -> Result<Self> {
         let cluster = ProcessCluster::start(
             &opts.bin,
             &ClusterOptions::default()

@@ -1,12 +1,10 @@
 //! Key commands: DEL/UNLINK, EXISTS, EXPIRE/PEXPIRE/EXPIREAT/PEXPIREAT (NX XX GT
 //! LT), EXPIRETIME/PEXPIRETIME, PERSIST, TTL/PTTL, TYPE, RENAME/RENAMENX, COPY.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use farcache_store::{Condition, PutOptions};
 
 use super::int_arg;
-use super::rmw::{Change, Ttl, keep_expiry, rmw};
+use super::rmw::{Change, Ttl, keep_expiry, now_ms, rmw};
 use crate::error::store_error_line;
 use crate::parse::Args;
 use crate::reply::Out;
@@ -49,13 +47,6 @@ pub fn exists(s: &mut Session, a: &Args, out: &mut Out) {
         }
         Err(e) => out.error(&store_error_line(&e)),
     }
-}
-
-pub(crate) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 /// `EXPIRE`'s conditions on the key's current expiry.

@@ -1,6 +1,8 @@
 //! Read-modify-write under the key's stripe lock: the command sees the value and its
 //! expiry, decides, and its write lands before any other command of this front end
 //! touches the key.
+use std::time::{SystemTime, UNIX_EPOCH};
+
 use farcache_store::{Entry, Update};
 
 use crate::error::store_error_line;
@@ -28,7 +30,7 @@ pub enum Change {
 /// The expiry a rewrite keeps: the entry's own; one expiring right now is kept
 /// alive for the write, barely.
 pub fn keep_expiry(e: &Entry) -> Option<u64> {
-    let soon = u64::try_from(super::keys::now_ms()).unwrap_or(0) + 1;
+    let soon = u64::try_from(now_ms()).unwrap_or(0) + 1;
     e.expires_ms.map(|at| at.max(soon))
 }
 
@@ -80,4 +82,12 @@ pub fn rmw<T>(
         sh.store.delete(key).map_err(|e| store_error_line(&e))?;
     }
     answer.unwrap_or_else(|| Err("ERR the store answered no entry".into()))
+}
+
+/// Wall-clock milliseconds since the epoch: Redis's expiry clock.
+pub(crate) fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }

@@ -2,23 +2,16 @@
 //! PSETEX, GETSET, GETDEL, GETEX, MGET, MSET, MSETNX, INCR/DECR(BY), INCRBYFLOAT,
 //! APPEND, GETRANGE, SETRANGE, STRLEN.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use farcache_store::{Condition, PutOptions};
 
 use super::int_arg;
-use super::rmw::{Change, Ttl, rmw};
+use super::rmw::{Change, Ttl, now_ms, rmw};
 use crate::error::store_error_line;
 use crate::parse::{Args, MAX_BULK};
 use crate::reply::Out;
 use crate::session::Session;
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
 
 pub fn get(s: &mut Session, a: &Args, out: &mut Out) {
     match s.shared.store.get(&a[1]) {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tracing::{debug, info};
 
-use crate::server::Shared;
+use crate::cluster::Shared;
 
 pub(crate) fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     let l = TcpListener::bind(addr)?;
@@ -58,7 +58,7 @@ fn answer(mut s: TcpStream, sh: &Shared) -> std::io::Result<()> {
         }
     }
     let (status, body) = if head[..n].starts_with(b"GET ") {
-        ("200 OK", crate::server::prometheus_text(sh))
+        ("200 OK", crate::runtime::metrics_http::prometheus_text(sh))
     } else {
         ("405 Method Not Allowed", "only GET\n".to_string())
     };
@@ -67,4 +67,35 @@ fn answer(mut s: TcpStream, sh: &Shared) -> std::io::Result<()> {
         "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
+}
+
+/// Every counter in Prometheus text: the metrics', plus migrations, lost bytes and
+/// replication, which live with their components.
+pub fn prometheus_text(sh: &Shared) -> String {
+    let mut s = sh
+        .metrics
+        .render_prometheus(sh.store.used(), sh.store.memory());
+    let r = sh.replicator.stats();
+    s += &format!(
+        "farcache_migrations {}\nfarcache_lost_bytes {}\n",
+        sh.migrations.busy(),
+        sh.store.lost_bytes()
+    );
+    for (name, v) in [
+        ("frames_total", r.frames),
+        ("bytes_total", r.bytes),
+        ("held_responses_total", r.held),
+        ("link_failures_total", r.link_failures),
+        ("unacked_frames", r.unacked),
+    ] {
+        s += &format!("farcache_replication_{name} {v}\n");
+    }
+    let c = &sh.completions;
+    s += &format!(
+        "farcache_completion_records {}\nfarcache_completion_repeats_total {}\nfarcache_completion_evicted_total {}\n",
+        c.len(),
+        c.repeats.load(Ordering::Relaxed),
+        c.evicted.load(Ordering::Relaxed)
+    );
+    s
 }

@@ -6,7 +6,7 @@ use std::os::unix::fs::FileExt;
 use farcache_proto::CacheId;
 use farcache_proto::control::FileSlice;
 
-use crate::server::Shared;
+use crate::cluster::Shared;
 
 /// Bytes read per call: large enough to run at disk speed, small enough to stay in
 /// the page cache's stride.

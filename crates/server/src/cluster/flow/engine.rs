@@ -19,13 +19,13 @@ use farcache_sproc::{Memory, Miss, SprocError};
 use mio::Registry;
 use tracing::{debug, warn};
 
-use super::memory::{FlowMemory, MAX_PULLED, Pulled};
 use super::pending::HoleRef;
 use super::sessions::{Fallout, Sessions};
-use super::step::{self, Step};
+use crate::cluster::Shared;
+use crate::engine::memory::{FlowMemory, MAX_PULLED, Pulled};
+use crate::engine::step::{self, Step};
+use crate::engine::store::CacheRegions;
 use crate::metrics::{GuardCounters, PeerCounters};
-use crate::server::Shared;
-use crate::store::CacheRegions;
 
 /// Where an invocation's answer goes.
 pub enum Target {

@@ -19,10 +19,10 @@ use farcache_proto::{Access, FrameKind, Role};
 use parking_lot::Mutex;
 use tracing::{info, warn};
 
+use crate::cluster::Shared;
+use crate::cluster::mailbox::WorkerMsg;
 use crate::error::StoreError;
 use crate::metrics::GuardCounters;
-use crate::server::Shared;
-use crate::worker::WorkerMsg;
 
 /// Threads answering control requests: one may compile a module while the other
 /// places regions.
@@ -148,7 +148,7 @@ pub fn handle(
             incoming,
             load,
         } => {
-            let arrival = crate::store::Arrival {
+            let arrival = crate::engine::store::Arrival {
                 // A region loaded from a file reads as lost until the load is done.
                 lost: lost || load.is_some(),
                 incoming,
@@ -160,7 +160,7 @@ pub fn handle(
             {
                 Ok(()) => {
                     if let Some(slice) = load {
-                        return match crate::source_file::load(sh, cache, region, &slice) {
+                        return match crate::cluster::source_file::load(sh, cache, region, &slice) {
                             Ok(()) => {
                                 info!(cache, region, path = %slice.path, offset = slice.offset, len = slice.len, "region loaded from file");
                                 ControlResponse::Ok
@@ -352,7 +352,7 @@ fn settle_new_backups(
         if listed {
             sh.migrations.finish(sh, cache, region);
             sh.store
-                .set_gate(cache, region, None, crate::migration::DRAIN);
+                .set_gate(cache, region, None, crate::cluster::migration::DRAIN);
         } else if epoch >= start_epoch {
             // Not older than the copy and without the target: the manager that
             // started it is gone (a restarted one pushes what it committed).

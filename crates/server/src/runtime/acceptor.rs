@@ -10,8 +10,8 @@ use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token};
 use tracing::{debug, warn};
 
-use crate::server::Shared;
-use crate::worker::WorkerMsg;
+use crate::cluster::Shared;
+use crate::cluster::mailbox::WorkerMsg;
 
 pub const LISTENER: Token = Token(0);
 pub const WAKER: Token = Token(1);

@@ -19,9 +19,9 @@ use parking_lot::Mutex;
 use tracing::{debug, warn};
 
 use super::{Counters, Waiter, Written, locate};
-use crate::server::Shared;
-use crate::store::StoreMap;
-use crate::worker::WorkerMsg;
+use crate::cluster::Shared;
+use crate::cluster::mailbox::WorkerMsg;
+use crate::engine::store::StoreMap;
 
 /// Frames sent and not yet answered: while they travel, later writes gather into the
 /// next frame (fewer, larger frames under load; no wait when idle).

@@ -13,7 +13,6 @@
 //! manager that never committed the move). From then on the region's tombstone
 //! answers requests for it with the new owner.
 
-mod dirty;
 mod source;
 
 use std::collections::HashMap;
@@ -25,9 +24,7 @@ use farcache_proto::CacheId;
 use farcache_proto::control::{MigrationMode, MigrationPhase, MigrationReport};
 use parking_lot::Mutex;
 
-pub use dirty::DirtyChunks;
-
-use crate::server::Shared;
+use crate::cluster::Shared;
 
 /// How long a gate change waits for batches that started before it to end.
 pub(crate) const DRAIN: Duration = Duration::from_secs(2);

@@ -8,7 +8,7 @@ use farcache_proto::control::region_split;
 use farcache_sproc::memory::DEFAULT_STEP_BUDGET;
 use farcache_sproc::{Memory, Miss, Steps};
 
-use crate::store::CacheRegions;
+use crate::engine::store::CacheRegions;
 
 /// Most bytes one invocation may pull before it fails (its copy lives in server memory).
 pub const MAX_PULLED: usize = 64 << 20;
@@ -235,7 +235,7 @@ impl Memory for FlowMemory<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Arrival;
+    use crate::engine::store::Arrival;
 
     #[test]
     fn pulled_chunks_serve_reads_inside_them_only() {
@@ -257,8 +257,8 @@ mod tests {
     }
 
     /// A cache of 8192 bytes in two 4096-byte regions, the first held here.
-    fn one_region_of_two() -> std::sync::Arc<crate::store::StoreMap> {
-        let store = crate::store::RegionStore::new(1 << 20);
+    fn one_region_of_two() -> std::sync::Arc<crate::engine::store::StoreMap> {
+        let store = crate::engine::store::RegionStore::new(1 << 20);
         store
             .alloc(1, 0, 4096, 8192, 1, Arrival::default())
             .expect("region");

@@ -25,8 +25,8 @@ use mio::{Interest, Registry, Token};
 use slab::Slab;
 use tracing::{debug, warn};
 
+use crate::cluster::Shared;
 use crate::metrics::{GuardCounters, PeerCounters};
-use crate::server::Shared;
 
 /// Tokens at and above this belong to peer sessions.
 pub const PEER_BASE: usize = 1 << 40;

@@ -11,7 +11,7 @@ use farcache_proto::control::{ControlErrorCode, ControlRequest, ControlResponse,
 use farcache_proto::{Credential, Role};
 use tracing::{info, warn};
 
-use crate::server::Shared;
+use crate::cluster::Shared;
 
 const IO_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -82,7 +82,7 @@ fn drop_stale(sh: &Shared, held: &[farcache_proto::control::HeldRegion]) {
         sh.migrations.abort(sh, r.cache, r.region, "server fenced");
         sh.store.free(r.cache, r.region, None);
     }
-    crate::control::refresh_peers(sh);
+    crate::cluster::control::refresh_peers(sh);
     warn!(
         dropped = held.len(),
         "the manager had declared this server dead: dropped every region it held"

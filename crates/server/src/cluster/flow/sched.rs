@@ -97,8 +97,8 @@ impl Board {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::flow::engine::Target;
-    use crate::flow::memory::Pulled;
+    use crate::cluster::flow::engine::Target;
+    use crate::engine::memory::Pulled;
 
     fn inv(addr: u64) -> Invocation {
         Invocation {

@@ -25,34 +25,17 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use farcache_proto::CacheId;
 use farcache_proto::control::{ReplicationStats, region_split};
 use parking_lot::Mutex;
 
-use crate::server::Shared;
-use crate::store::StoreMap;
+use crate::cluster::Shared;
+use crate::engine::store::StoreMap;
 
 pub use link::Link;
 pub use streams::Streams;
 
-/// A range one op wrote in a region that has backups.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Written {
-    pub cache: CacheId,
-    pub addr: u64,
-    pub len: u32,
-    /// The op's tag and answer, for the backups' completion records.
-    pub tag: Option<farcache_proto::Tag>,
-}
-
-/// A response held on a worker's connection until backups acknowledge its writes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Waiter {
-    pub worker: usize,
-    pub conn: usize,
-    pub serial: u64,
-    pub resp: u64,
-}
+pub use super::mailbox::Waiter;
+pub use crate::engine::exec::Written;
 
 #[derive(Default)]
 pub struct Counters {
@@ -215,7 +198,10 @@ impl Replicator {
 }
 
 /// The region holding `w` and the offset of `w` in it.
-fn locate<'m>(map: &'m StoreMap, w: &Written) -> Option<(&'m crate::region::Region, usize)> {
+fn locate<'m>(
+    map: &'m StoreMap,
+    w: &Written,
+) -> Option<(&'m crate::engine::region::Region, usize)> {
     let c = map.caches.get(&w.cache)?;
     let (idx, off) = region_split(w.addr, c.region_size);
     let r = c.regions.get(idx as usize)?.as_deref()?;

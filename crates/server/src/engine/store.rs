@@ -15,10 +15,10 @@ use farcache_proto::CacheId;
 use farcache_proto::control::{AckWindow, HeldRegion, region_split};
 use parking_lot::Mutex;
 
+use crate::engine::dirty::DirtyChunks;
+use crate::engine::lost::LostRanges;
+use crate::engine::region::Region;
 use crate::error::StoreError;
-use crate::lost::LostRanges;
-use crate::migration::DirtyChunks;
-use crate::region::Region;
 
 /// How a newly placed region starts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

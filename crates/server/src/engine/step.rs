@@ -3,7 +3,7 @@
 use farcache_sproc::{Outcome, Procedure, SprocError};
 
 use super::memory::{FlowMemory, Pulled};
-use crate::store::CacheRegions;
+use crate::engine::store::CacheRegions;
 
 pub enum Step {
     Done(Vec<u8>),
@@ -69,4 +69,14 @@ pub fn next(
         },
         Ok(Outcome::Continue { addr: next, state }) => Step::Ship { addr: next, state },
     }
+}
+
+/// An EXECUTE whose reply waits for work on other servers.
+pub struct Spawned {
+    /// Where its reply goes, as an offset into the response frame.
+    pub offset: usize,
+    pub cache: farcache_proto::CacheId,
+    pub proc_name: String,
+    pub addr: u64,
+    pub step: Step,
 }

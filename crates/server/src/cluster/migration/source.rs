@@ -12,13 +12,13 @@ use farcache_proto::blocking::{RpcError, handshake, read_frame};
 use farcache_proto::control::{MigrationMode, MigrationPhase};
 use farcache_proto::{Credential, FrameKind, Op, RequestEncoder, ResponseDecoder, Role, Status};
 
-use super::dirty::{CHUNK, DirtyChunks};
 use super::{DRAIN, Task};
-use crate::completions::Record;
-use crate::lost::LostRanges;
-use crate::region::Region;
-use crate::server::Shared;
-use crate::store::WriteGate;
+use crate::cluster::Shared;
+use crate::engine::completions::Record;
+use crate::engine::dirty::{CHUNK, DirtyChunks};
+use crate::engine::lost::LostRanges;
+use crate::engine::region::Region;
+use crate::engine::store::WriteGate;
 
 /// Bytes per request frame sent to the target.
 const FRAME_BYTES: u64 = 1 << 20;

@@ -17,18 +17,18 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
-use farcache_net::Stream;
 use farcache_proto::peer::PeerMsg;
-use mio::{Events, Interest, Poll, Token, Waker};
+use mio::{Events, Interest, Poll, Token};
 use slab::Slab;
 use tracing::{debug, error, warn};
 
-use crate::conn::{Conn, Expiry, Turn, WorkerCtx};
-use crate::flow::sched::SHARE_AT;
-use crate::flow::sessions::PEER_BASE;
-use crate::flow::{Engine, Invocation};
+use crate::cluster::Shared;
+use crate::cluster::flow::sched::SHARE_AT;
+use crate::cluster::flow::sessions::PEER_BASE;
+use crate::cluster::flow::{Engine, Invocation};
+use crate::cluster::mailbox::WorkerMsg;
 use crate::metrics::GuardCounters;
-use crate::server::Shared;
+use crate::runtime::conn::{Conn, Expiry, Turn, WorkerCtx};
 
 pub const WAKER: Token = Token(usize::MAX);
 /// How often parked invocations' deadlines are checked while the worker is idle.
@@ -47,50 +47,12 @@ const POLL_EVERY: u32 = 8;
 /// Spins that poll after two connections were seen busy in turn (see `Loop::shared_for`).
 const SHARED_POLLS: u32 = 256;
 
-/// What other threads hand a worker.
-pub enum WorkerMsg {
-    /// A new connection (from the acceptor).
-    Conn(Stream),
-    /// A peer message for a ticket this worker owns (from another worker).
-    Peer(Vec<u8>),
-    /// Backups acknowledged writes of these held responses (one part each): every
-    /// copy holds them, so they are acknowledged even if the lease ran out meanwhile
-    /// (the write ran under the lease; a promoted backup holds it).
-    Replicated(Vec<crate::replication::Waiter>),
-    /// A backup was dropped from the table before acknowledging these: they count as
-    /// replicated, but only under a lease (without one, this server may have lost
-    /// the region, and its copy may be the only one holding them).
-    Released(Vec<crate::replication::Waiter>),
-    /// Held responses whose writes can never be acknowledged: their connections close.
-    ReplicationFailed(Vec<crate::replication::Waiter>),
-    /// The control pool's reply for one of this worker's connections.
-    ControlReply {
-        conn: usize,
-        serial: u64,
-        frame: Vec<u8>,
-    },
-}
-
 pub struct Worker {
     pub id: usize,
     pub poll: Poll,
     pub incoming: Receiver<WorkerMsg>,
     pub queue: crossbeam_deque::Worker<Invocation>,
     pub shared: Arc<Shared>,
-}
-
-/// The handle other threads keep to reach a worker.
-pub struct WorkerInbox {
-    pub tx: std::sync::mpsc::Sender<WorkerMsg>,
-    pub waker: Arc<Waker>,
-}
-
-impl WorkerInbox {
-    pub fn send(&self, m: WorkerMsg) {
-        if self.tx.send(m).is_ok() {
-            let _ = self.waker.wake();
-        }
-    }
 }
 
 type ConnRef = (usize, u64);
@@ -388,7 +350,7 @@ impl Worker {
 
     /// Closes the connections holding these responses: their writes were applied
     /// here but cannot be acknowledged, so their clients see an unknown outcome.
-    fn fail_held(&self, st: &mut Loop, waiters: &[crate::replication::Waiter]) {
+    fn fail_held(&self, st: &mut Loop, waiters: &[crate::cluster::replication::Waiter]) {
         for w in waiters {
             if st.conns.get(w.conn).is_some_and(|c| c.serial == w.serial) {
                 warn!(

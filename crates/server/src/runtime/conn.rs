@@ -29,12 +29,12 @@ use farcache_proto::{
 use mio::Registry;
 use tracing::{debug, warn};
 
-use crate::control::Job;
-use crate::exec::{BatchCtx, execute_batch, refuse_batch};
-use crate::flow::{Engine, HoleRef, Invocation, PendingResponses, Target};
+use crate::cluster::Shared;
+use crate::cluster::control::Job;
+use crate::cluster::flow::{Engine, HoleRef, Invocation, PendingResponses, Target};
+use crate::cluster::replication::Waiter;
+use crate::engine::exec::{BatchCtx, execute_batch, refuse_batch};
 use crate::metrics::{GuardCounters, Tally};
-use crate::replication::Waiter;
-use crate::server::Shared;
 
 /// Stop reading from a connection while this many responses wait for other servers,
 const MAX_PENDING_RESPONSES: usize = 4096;
@@ -551,7 +551,7 @@ impl Conn {
         let start = self.out.buf.len();
         let mut spawned = Vec::new();
         let mut written = Vec::new();
-        let mut touched = crate::exec::Touched::default();
+        let mut touched = crate::engine::exec::Touched::default();
         let r = execute_batch(
             &cx,
             payload,

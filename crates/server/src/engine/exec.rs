@@ -10,16 +10,15 @@ use farcache_proto::{
     Access, CacheId, DecodeError, Op, OpCode, RequestDecoder, ResponseEncoder, Status, Tag,
 };
 
-use crate::completions::{Completions, Record};
+use crate::engine::completions::{Completions, Record};
 
-use crate::flow::memory::FlowMemory;
-use crate::flow::{Spawned, Step};
-use crate::procs::ProcTable;
-use crate::replication::Written;
+use crate::engine::memory::FlowMemory;
+use crate::engine::procs::ProcTable;
+use crate::engine::step::{Spawned, Step};
 
+use crate::engine::region::Region;
+use crate::engine::store::{CacheRegions, StoreMap};
 use crate::metrics::Tally;
-use crate::region::Region;
-use crate::store::{CacheRegions, StoreMap};
 
 /// What a batch runs against and on whose behalf.
 pub struct BatchCtx<'a> {
@@ -35,7 +34,7 @@ pub struct BatchCtx<'a> {
     /// An owner's replication stream: the owner's address. Its writes land only on
     /// regions whose table names it the owner (see [`Lookup::fenced`]).
     pub replica_of: Option<&'a str>,
-    /// Answers of tagged ops (see [`crate::completions`]).
+    /// Answers of tagged ops (see [`crate::engine::completions`]).
     pub completions: &'a Completions,
     /// Note the regions client writes landed in ([`Touched`]; `ServerConfig::ack_windows`).
     pub note_acks: bool,
@@ -376,10 +375,10 @@ impl<'a> Chunk<'a> {
 /// The procedure `name` of `cache`, from `last` when the previous EXECUTE named it.
 fn proc_for<'p, 'n>(
     procs: &ProcTable,
-    last: &'p mut Option<(CacheId, &'n str, crate::procs::ProcRef)>,
+    last: &'p mut Option<(CacheId, &'n str, crate::engine::procs::ProcRef)>,
     cache: CacheId,
     name: &'n str,
-) -> Option<&'p crate::procs::ProcRef> {
+) -> Option<&'p crate::engine::procs::ProcRef> {
     // The decoder hands out the same &str for repeats of a name, so a pointer compare
     // usually decides.
     let hit = matches!(last, Some((c, n, _)) if *c == cache
@@ -439,7 +438,7 @@ pub fn execute_batch<'m>(
     // Connections with the cluster secret skip the per-op check.
     let scoped = !cx.access.is_cluster();
     // A batch usually calls one procedure many times: look it up once.
-    let mut last_proc: Option<(CacheId, &str, crate::procs::ProcRef)> = None;
+    let mut last_proc: Option<(CacheId, &str, crate::engine::procs::ProcRef)> = None;
     // Ops run a chunk at a time, decoded (and their memory requested) one chunk ahead.
     let mut pf = Prefetcher {
         map: cx.map,
@@ -724,7 +723,7 @@ struct Call<'a> {
 fn run_execute(
     cx: &BatchCtx<'_>,
     c: &CacheRegions,
-    p: &crate::procs::ProcRef,
+    p: &crate::engine::procs::ProcRef,
     call: &Call<'_>,
     out: &mut Vec<u8>,
     enc: &mut ResponseEncoder,
@@ -751,7 +750,7 @@ fn run_execute(
     };
     out.truncate(start);
     let mut body = Vec::new();
-    match crate::flow::step::next(&**p, c, &mem, call.addr, r) {
+    match crate::engine::step::next(&**p, c, &mem, call.addr, r) {
         Step::Done(r) => reply::push_done(&mut body, &r),
         Step::Fail(e) => reply::push_failed(&mut body, &e.to_string()),
         // No region table from the manager: the client continues it.
@@ -781,7 +780,7 @@ fn run_execute(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{Arrival, RegionStore};
+    use crate::engine::store::{Arrival, RegionStore};
     use farcache_proto::{
         HEADER_LEN, RequestEncoder, ResponseDecoder, Rights, response::ReplyBody,
     };
@@ -1174,4 +1173,14 @@ mod tests {
         );
         assert_eq!(hint(&store), None);
     }
+}
+
+/// A range one op wrote in a region that has backups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Written {
+    pub cache: CacheId,
+    pub addr: u64,
+    pub len: u32,
+    /// The op's tag and answer, for the backups' completion records.
+    pub tag: Option<farcache_proto::Tag>,
 }

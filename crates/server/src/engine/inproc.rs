@@ -10,13 +10,13 @@
 
 use farcache_proto::{Access, CacheId, DecodeError, HEADER_LEN, MAX_FRAME_DEFAULT};
 
+use crate::engine::exec::Written;
+use crate::engine::exec::{BatchCtx, execute_batch};
+use crate::engine::procs::ProcTable;
+use crate::engine::step::Spawned;
+use crate::engine::store::{Arrival, RegionStore};
 use crate::error::ServerError;
-use crate::exec::{BatchCtx, execute_batch};
-use crate::flow::Spawned;
 use crate::metrics::{Metrics, Tally};
-use crate::procs::ProcTable;
-use crate::replication::Written;
-use crate::store::{Arrival, RegionStore};
 
 /// The address this process answers as (it never appears in a reply: every region is
 /// held here).
@@ -28,7 +28,7 @@ const ME: &str = "in-process";
 pub struct InProcess {
     store: RegionStore,
     procs: ProcTable,
-    completions: crate::completions::Completions,
+    completions: crate::engine::completions::Completions,
     metrics: Metrics,
     cache: CacheId,
     max_frame: usize,
@@ -72,7 +72,7 @@ impl InProcess {
         Ok(Self {
             store,
             procs: ProcTable::default(),
-            completions: crate::completions::Completions::default(),
+            completions: crate::engine::completions::Completions::default(),
             metrics: Metrics::default(),
             cache,
             max_frame: MAX_FRAME_DEFAULT as usize,
@@ -132,7 +132,7 @@ impl InProcess {
             &mut tally,
             &mut self.spawned,
             &mut self.written,
-            &mut crate::exec::Touched::default(),
+            &mut crate::engine::exec::Touched::default(),
         );
         self.metrics.publish(&tally);
         r?;

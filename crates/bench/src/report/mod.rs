@@ -1,0 +1,197 @@
+//! Benchmark reports: rows, plain-text table, JSON files and a PNG chart.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use crate::baseline::peers::{PeerBaseline, PeerOp, RawTcpFloor};
+use crate::baseline::redis::RedisBaseline;
+use crate::baseline::redis_eval::RedisEvalBaseline;
+use crate::baseline::sockperf::SockperfBaseline;
+
+/// Conventional output directory for reports.
+pub const DEFAULT_RESULTS_DIR: &str = "bench-results";
+
+mod chart;
+mod format;
+mod output;
+#[cfg(test)]
+pub(crate) mod tests;
+
+pub use crate::row::BenchRow;
+pub(crate) use crate::row::nan_as_null;
+pub(crate) use chart::locate_chart_font;
+pub use chart::{register_chart_font, write_chart, write_chart_with_font};
+pub(crate) use format::align_cells;
+pub use format::{fmt_size, format_table, print_table};
+pub use output::write_json;
+pub(crate) use output::write_json_as;
+
+/// The machine a report was produced on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MachineInfo {
+    pub cores: usize,
+    pub hostname: String,
+    pub kernel: String,
+    pub cpu_model: Option<String>,
+}
+
+impl MachineInfo {
+    /// Reads core count, hostname, kernel release and CPU model (Linux `/proc`).
+    pub fn detect() -> Self {
+        let m = farcache_slo::Machine::detect();
+        MachineInfo {
+            cores: m.cores as usize,
+            hostname: m.hostname,
+            kernel: m.kernel,
+            cpu_model: (!m.cpu_model.is_empty()).then_some(m.cpu_model),
+        }
+    }
+}
+
+/// Reference measurements included in a report.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Baselines {
+    /// One entry per value size measured.
+    pub redis: Vec<RedisBaseline>,
+    pub sockperf: Option<SockperfBaseline>,
+    /// Lua-script baselines of `bench sproc`, one per script.
+    #[serde(default)]
+    pub redis_eval: Vec<RedisEvalBaseline>,
+    /// Redis (MGET/MSET, pipelined GET/SET) and memcached (multi-get/set) driven by
+    /// spinning clients with farcache's batch shape, per (value size, keys).
+    #[serde(default)]
+    pub peers: Vec<PeerBaseline>,
+    /// Spinning loopback TCP: ping-pong RTT and a multi-message stream.
+    #[serde(default)]
+    pub raw_tcp: Option<RawTcpFloor>,
+}
+
+impl Baselines {
+    /// The fastest peer run for `op` on `value_size`-byte values over `keys` keys:
+    /// the spinning drivers' runs and the redis-benchmark sweep (when it ran on the
+    /// same keyspace). Returns (label, Mops).
+    pub fn best_peer(&self, op: PeerOp, value_size: usize, keys: u64) -> Option<(String, f64)> {
+        let drivers = self
+            .peers
+            .iter()
+            .filter(|p| p.value_size == value_size && p.keys == keys)
+            .filter_map(|p| p.best(op))
+            .map(|r| (r.peer.clone(), r.mops));
+        let sweep = self
+            .redis
+            .iter()
+            .filter(|r| r.value_size == value_size && r.keyspace == keys)
+            .map(|r| match op {
+                PeerOp::Get => (
+                    format!("redis-benchmark {}", r.best_get.label()),
+                    r.best_get_mops(),
+                ),
+                PeerOp::Set => (
+                    format!("redis-benchmark {}", r.best_set.label()),
+                    r.best_set_mops(),
+                ),
+            });
+        drivers
+            .chain(sweep)
+            .filter(|(_, m)| m.is_finite() && *m > 0.0)
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+    }
+
+    /// Redis's unpipelined GET p50 from a spinning client, µs.
+    pub fn redis_spin_get_p50_us(&self, value_size: usize) -> Option<f64> {
+        self.peers
+            .iter()
+            .filter(|p| p.value_size == value_size)
+            .find_map(|p| p.redis_unpipelined_spin.as_ref().map(|l| l.p50_us))
+    }
+
+    /// Spinning loopback TCP round-trip p50, µs, if it ran.
+    pub fn spin_rtt_p50_us(&self) -> Option<f64> {
+        self.raw_tcp.as_ref().map(RawTcpFloor::rtt_p50_us)
+    }
+
+    /// Redis baseline for `value_size`, if measured.
+    pub fn redis_for(&self, value_size: usize) -> Option<&RedisBaseline> {
+        self.redis.iter().find(|r| r.value_size == value_size)
+    }
+
+    /// Loopback TCP round-trip p50 in µs: the spinning ping-pong if it ran, else
+    /// sockperf's (blocking) figure.
+    pub fn raw_rtt_p50_us(&self) -> Option<f64> {
+        self.spin_rtt_p50_us()
+            .or_else(|| self.sockperf.as_ref().map(SockperfBaseline::rtt_p50_us))
+    }
+
+    /// Rows describing every baseline (redis, redis EVAL, then sockperf).
+    pub fn rows(&self) -> Vec<BenchRow> {
+        let mut rows: Vec<BenchRow> = self.redis.iter().flat_map(RedisBaseline::rows).collect();
+        rows.extend(self.redis_eval.iter().flat_map(RedisEvalBaseline::rows));
+        rows.extend(self.peers.iter().flat_map(PeerBaseline::rows));
+        if let Some(s) = &self.sockperf {
+            rows.extend(s.rows());
+        }
+        if let Some(t) = &self.raw_tcp {
+            rows.extend(t.rows());
+        }
+        rows
+    }
+}
+
+/// A complete benchmark report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BenchReport {
+    pub bench: String,
+    pub timestamp_unix: u64,
+    pub machine: MachineInfo,
+    pub baselines: Baselines,
+    pub rows: Vec<BenchRow>,
+    /// How to read the rows (method choices, data set shape); printed under the table.
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+/// Seconds since the Unix epoch (0 if the clock is before it): reports' timestamps.
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// `"dev"` or `"release"`: how this binary (and so the servers it starts) was built.
+pub fn build_kind() -> String {
+    if cfg!(debug_assertions) {
+        "dev"
+    } else {
+        "release"
+    }
+    .into()
+}
+
+impl BenchReport {
+    /// Empty report stamped with the current time and machine info.
+    pub fn new(bench: impl Into<String>) -> Self {
+        BenchReport {
+            bench: bench.into(),
+            timestamp_unix: unix_now(),
+            machine: MachineInfo::detect(),
+            baselines: Baselines::default(),
+            rows: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    /// Whether every row with a target met it (`None` if no row has a target).
+    pub fn all_targets_met(&self) -> Option<bool> {
+        let mut any = false;
+        for r in &self.rows {
+            if let Some(m) = r.meets_target {
+                any = true;
+                if !m {
+                    return Some(false);
+                }
+            }
+        }
+        any.then_some(true)
+    }
+}
