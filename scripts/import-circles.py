@@ -76,7 +76,7 @@ def graph(crate_dir, container=()):
     mods, edges = set(), {}
     n = len(container)
     for path in sorted(src.rglob("*.rs")):
-        if "bin" in path.relative_to(src).parts[:1]:
+        if "bin" in path.relative_to(src).parts[:1] or path.name == "tests.rs":
             continue
         here = module_path(src, path)
         if len(here) <= n or here[:n] != tuple(container):

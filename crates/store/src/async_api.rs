@@ -6,53 +6,18 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::mpsc;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
 
+use crate::lookup::Lookups;
 use crate::options::PutOptions;
+use crate::pool::Job;
 use crate::put::PutResult;
-use crate::store::{Lookups, Probe, Store};
+use crate::store::{Probe, Store};
 use crate::{Result, StoreError};
-
-/// Threads running async writes (per store handle, started on first use).
-const POOL_THREADS: usize = 2;
-
-type Job = Box<dyn FnOnce() + Send>;
-
-/// The pool's queue; its threads stop when the store handle (and this) is dropped.
-pub(crate) struct Pool {
-    tx: Mutex<mpsc::Sender<Job>>,
-}
-
-impl Pool {
-    fn start() -> Self {
-        let (tx, rx) = mpsc::channel::<Job>();
-        let rx = Arc::new(Mutex::new(rx));
-        for i in 0..POOL_THREADS {
-            let rx = rx.clone();
-            let _ = std::thread::Builder::new()
-                .name(format!("farcache-store-{i}"))
-                .spawn(move || {
-                    loop {
-                        let job = rx.lock().recv();
-                        match job {
-                            Ok(job) => job(),
-                            Err(_) => return,
-                        }
-                    }
-                });
-        }
-        Self { tx: Mutex::new(tx) }
-    }
-}
-
-/// The pool a store handle's async writes run on.
-#[derive(Default)]
-pub(crate) struct PoolCell(OnceLock<Pool>);
 
 struct Slot<T> {
     value: Option<T>,
@@ -114,9 +79,7 @@ impl Store {
             done.0.lock().value = Some(v);
             drop(done);
         });
-        let pool = self.inner.pool.0.get_or_init(Pool::start);
-        // A send fails only if every pool thread died; the future then says so.
-        let _ = pool.tx.lock().send(job);
+        self.inner.pool.get().run(job);
         StoreFuture { slot }
     }
 

@@ -10,9 +10,10 @@ use farcache_client::Ticket;
 use farcache_kvformat::item;
 use farcache_kvformat::manifest::{self, Manifest};
 
+use crate::lookup::Lookups;
 use crate::options::Condition;
 use crate::put::{Entry, Guard, PutSpec};
-use crate::store::{Lookups, MAX_ATTEMPTS, Probe, Store};
+use crate::store::{MAX_ATTEMPTS, Probe, Store};
 use crate::{Result, StoreError};
 
 impl Store {

@@ -9,7 +9,7 @@ use farcache_kvformat::layout::{BUCKET_BYTES, EVICTIONS, GENERATION, HAND, SLOTS
 use farcache_kvformat::slot::TOMB;
 
 use crate::Result;
-use crate::alloc::le;
+use crate::free::le;
 use crate::store::Store;
 
 /// Buckets one sweep step looks at.

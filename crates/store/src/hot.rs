@@ -26,7 +26,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use farcache_kvformat::hash::{placed_shard, second_shard};
 use farcache_kvformat::layout::CONTROLLER;
 use farcache_kvformat::manifest::hot_key;
@@ -35,16 +34,10 @@ use farcache_kvformat::wire;
 use farcache_kvformat::{SlotWord, item};
 
 use crate::Result;
+pub use crate::hot_state::{COPY_HEAD, LEASE_MS, SKEW_MS};
 use crate::options::PutOptions;
 use crate::put::Entry;
 use crate::store::{Probe, Store, now_ms};
-
-/// How long a copy may be served after its value was read from the home.
-pub const LEASE_MS: u64 = 100;
-/// How far clients' clocks may disagree.
-pub const SKEW_MS: u64 = 5;
-/// Bytes before the value in a copy: `valid_until` (ms).
-pub const COPY_HEAD: usize = 8;
 
 /// How [`Store::spawn_hot_keys`] picks hot keys.
 #[derive(Debug, Clone, PartialEq)]
@@ -67,89 +60,6 @@ impl Default for HotOptions {
     }
 }
 
-/// A lookup rate estimate for one server, from its piggybacked counter.
-#[derive(Debug, Clone, Copy)]
-struct Load {
-    last: u32,
-    at: Instant,
-    rate: f64,
-}
-
-/// What a handle knows about hot keys and server load.
-#[derive(Default)]
-pub(crate) struct HotState {
-    pub any: AtomicBool,
-    pub inner: parking_lot::Mutex<HotInner>,
-    /// Reads this handle served from second copies.
-    pub copy_reads: std::sync::atomic::AtomicU64,
-}
-
-#[derive(Default)]
-pub(crate) struct HotInner {
-    keys: HashSet<Vec<u8>>,
-    loads: HashMap<u32, Load>,
-    /// Alternates ties between the two homes.
-    flip: bool,
-}
-
-impl HotInner {
-    /// Feeds a server's lookup counter (low 32 bits) into its rate estimate.
-    pub fn observe(&mut self, server: u32, count: u32) {
-        let now = Instant::now();
-        match self.loads.get_mut(&server) {
-            Some(l) => {
-                let dt = now.duration_since(l.at).as_secs_f64();
-                if dt >= 0.002 {
-                    let r = f64::from(count.wrapping_sub(l.last)) / dt;
-                    l.rate = 0.5 * l.rate + 0.5 * r;
-                    l.last = count;
-                    l.at = now;
-                }
-            }
-            None => {
-                self.loads.insert(
-                    server,
-                    Load {
-                        last: count,
-                        at: now,
-                        rate: 0.0,
-                    },
-                );
-            }
-        }
-    }
-
-    fn rate(&self, server: u32) -> f64 {
-        self.loads.get(&server).map_or(0.0, |l| l.rate)
-    }
-
-    /// Whether to read `key` from its copy on `copy_server` rather than its home on
-    /// `home_server`: the less loaded of the two.
-    pub fn prefer_copy(&mut self, key: &[u8], home_server: u32, copy_server: u32) -> bool {
-        if !self.keys.contains(key) || home_server == copy_server {
-            return false;
-        }
-        let (h, c) = (self.rate(home_server), self.rate(copy_server));
-        if (h - c).abs() <= 0.05 * h.max(c) {
-            self.flip = !self.flip;
-            self.flip
-        } else {
-            c < h
-        }
-    }
-
-    pub fn learn(&mut self, key: &[u8], hot: bool) -> bool {
-        if hot {
-            if !self.keys.contains(key) {
-                self.keys.insert(key.to_vec());
-            }
-        } else {
-            self.keys.remove(key);
-        }
-        !self.keys.is_empty()
-    }
-}
-
 /// The hot-key controller; stops when dropped (its copies then expire and their keys
 /// are cleared by the next controller, or stay marked until one runs).
 pub struct HotController {
@@ -166,17 +76,10 @@ impl Drop for HotController {
     }
 }
 
-/// The value of a copy read at `now`, if the copy is still valid.
-pub(crate) fn copy_value(raw: &Bytes, now: u64) -> Option<Bytes> {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(raw.get(..COPY_HEAD)?);
-    (now < u64::from_le_bytes(a)).then(|| raw.slice(COPY_HEAD..))
-}
-
 impl Store {
     /// Keys this handle knows to be hot (it learned them from their homes' replies).
     pub fn hot_keys(&self) -> Vec<Vec<u8>> {
-        self.inner.hot.inner.lock().keys.iter().cloned().collect()
+        self.inner.hot.inner.lock().keys()
     }
 
     /// Reads this handle served from hot keys' second copies.
@@ -238,7 +141,7 @@ impl Store {
     fn controller_lease(&self, opts: &HotOptions) -> Result<bool> {
         let now = now_ms();
         let at = CONTROLLER;
-        let cur = LockWord(crate::alloc::le(&self.inner.cache.read(at, 8)?));
+        let cur = LockWord(crate::free::le(&self.inner.cache.read(at, 8)?));
         let mine = cur.0 >> 48 == u64::from(self.inner.holder);
         if !mine && !cur.takeable(now) {
             return Ok(false);
@@ -410,14 +313,5 @@ impl Store {
                 self.retire(h.shard, SlotWord(w), f.generation);
             }
         }
-    }
-}
-
-/// Returns once no copy made before a swap at `swapped_at` can still be served.
-pub(crate) fn wait_lease(swapped_at: Instant) {
-    let until = swapped_at + Duration::from_millis(LEASE_MS + SKEW_MS);
-    let now = Instant::now();
-    if until > now {
-        std::thread::sleep(until - now);
     }
 }

@@ -324,7 +324,7 @@ impl<'k> Lookups<'k> {
             self.observe_get(store, info, r, j, second);
         }
         let copy = match store.get_reply(r, j) {
-            Ok((wire::HIT, Some((_, _, _, v)))) => crate::hot::copy_value(&v, now_ms()),
+            Ok((wire::HIT, Some((_, _, _, v)))) => crate::hot_state::copy_value(&v, now_ms()),
             _ => None,
         };
         match copy {

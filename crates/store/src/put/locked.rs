@@ -147,7 +147,7 @@ impl Store {
         job.cas = Some((ci, expect, new));
         if f.slot.is_some() && SlotWord(expect).is_hot() {
             self.drop_copy(job.key, job.h.shard);
-            crate::hot::wait_lease(swapped_at);
+            crate::hot_state::wait_lease(swapped_at);
         }
         if SlotWord::is_item(expect) {
             let old = SlotWord(expect);
@@ -182,7 +182,7 @@ impl Store {
         let ri = b.read(lay.refs_addr(job.h.shard, pair), SLOTS as u64);
         let r = b.run();
         let (raw, refs) = (r.data(wi)?, r.data(ri)?);
-        let pair_words: Vec<u64> = raw.chunks_exact(8).map(crate::alloc::le).collect();
+        let pair_words: Vec<u64> = raw.chunks_exact(8).map(crate::free::le).collect();
         if let Some(s) = pair_words.iter().position(|&w| w == TOMB) {
             return Ok((pair, s, TOMB));
         }

@@ -14,7 +14,7 @@ use farcache_kvformat::slot::{EMPTY, LockWord, TOMB};
 use farcache_kvformat::wire::{self, FindReply};
 use farcache_kvformat::{Layout, SlotWord, item};
 
-use crate::alloc::{bump_addr, carved};
+use crate::free::{bump_addr, carved};
 use crate::options::{Condition, PutOptions};
 use crate::store::{MAX_ATTEMPTS, Probe, Store, TRANSIENT_BUDGET, now_ms};
 use crate::{Result, StoreError};
@@ -544,7 +544,7 @@ impl Store {
         }
         if hot_written {
             // A hot key's old copy may be served until its lease runs out.
-            crate::hot::wait_lease(swapped_at);
+            crate::hot_state::wait_lease(swapped_at);
         }
         for j in locked {
             let job = &mut jobs[j].1;
