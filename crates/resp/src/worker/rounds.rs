@@ -1,0 +1,299 @@
+//! A turn's rounds: each connection's leading run of GETs/MGETs, plain SETs or
+//! counters joins one multi-get, multi-put or batched read-modify-write; other
+//! commands run one by one. Replies stay in each connection's command order.
+
+use super::*;
+
+impl Worker {
+    /// Runs every queued command.
+    pub(super) fn rounds(&mut self) {
+        loop {
+            let mut r = Round::default();
+            let ids: Vec<usize> = self
+                .conns
+                .iter()
+                .filter(|(_, c)| !c.queue.is_empty() && c.busy.is_none())
+                .map(|(i, _)| i)
+                .collect();
+            if ids.is_empty() {
+                return;
+            }
+            for id in ids {
+                self.take_from(id, &mut r);
+            }
+            if r.gets.is_empty() && r.sets.is_empty() && r.counters.is_empty() {
+                return;
+            }
+            let t = std::time::Instant::now();
+            let ops: usize = r.gets.iter().map(|g| g.args.len() - 1).sum::<usize>()
+                + r.sets.iter().map(|(_, a)| a.len() / 2).sum::<usize>()
+                + r.counters.len();
+            self.run_gets(&r);
+            self.run_sets(&r.sets);
+            self.run_counters(&r.counters);
+            self.shared.rounds.fetch_add(1, Ordering::Relaxed);
+            self.shared
+                .round_ops
+                .fetch_add(ops as u64, Ordering::Relaxed);
+            self.shared
+                .round_store_us
+                .fetch_add(t.elapsed().as_micros() as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Answers `id`'s leading commands that are not batched, then moves its leading
+    /// run of plain GETs or SETs into the round.
+    fn take_from(&mut self, id: usize, r: &mut Round) {
+        let Some(c) = self.conns.get_mut(id) else {
+            return;
+        };
+        while let Some(front) = c.queue.front() {
+            if c.s.quit {
+                c.queue.clear();
+                return;
+            }
+            if c.s.batched_read(front) {
+                while c.queue.front().is_some_and(|a| c.s.batched_read(a)) {
+                    let Some(args) = c.queue.pop_front() else {
+                        break;
+                    };
+                    let multi = !args[0].eq_ignore_ascii_case(b"get");
+                    r.gets.push(GetItem {
+                        conn: id,
+                        args,
+                        multi,
+                    });
+                }
+                return;
+            }
+            if c.s.counter_step(front).is_some() {
+                while let Some(step) = c.queue.front().and_then(|a| c.s.counter_step(a)) {
+                    let Some(args) = c.queue.pop_front() else {
+                        break;
+                    };
+                    r.counters.push((id, args, step));
+                }
+                return;
+            }
+            if c.s.plain_set(front) {
+                // A key set twice in the round is written once, with its last value
+                // (see `run_sets`).
+                while c.queue.front().is_some_and(|a| c.s.plain_set(a)) {
+                    let Some(args) = c.queue.pop_front() else {
+                        break;
+                    };
+                    r.sets.push((id, args));
+                }
+                return;
+            }
+            let Some(a) = c.queue.pop_front() else {
+                return;
+            };
+            if c.s.heavy(&a) {
+                self.send_off(id, a);
+                return;
+            }
+            let mut out = Out {
+                buf: &mut c.out,
+                proto: c.s.proto,
+            };
+            cmd::dispatch(&mut c.s, &a, &mut out);
+        }
+    }
+
+    fn run_gets(&mut self, r: &Round) {
+        if r.gets.is_empty() {
+            return;
+        }
+        let keys: Vec<&[u8]> = r
+            .gets
+            .iter()
+            .flat_map(|g| g.args[1..].iter().map(|k| &k[..]))
+            .collect();
+        let res = self.shared.store.mget(&keys);
+        let mut first = 0;
+        for g in &r.gets {
+            let n = g.args.len() - 1;
+            let span = first..first + n;
+            first += n;
+            let Some(c) = self.conns.get_mut(g.conn) else {
+                continue;
+            };
+            let mut out = Out {
+                buf: &mut c.out,
+                proto: c.s.proto,
+            };
+            let vals = match &res {
+                Ok(v) => match v.get(span) {
+                    Some(vals) if !vals.is_empty() => vals,
+                    _ => {
+                        out.error("ERR the store answered fewer keys than asked");
+                        continue;
+                    }
+                },
+                Err(e) => {
+                    out.error(&store_error_line(e));
+                    continue;
+                }
+            };
+            if !g.multi {
+                match &vals[0] {
+                    Ok(v) => out.opt_bulk(v.as_deref()),
+                    Err(e) => out.error(&store_error_line(e)),
+                }
+                continue;
+            }
+            // A key that cannot be read fails its MGET: a nil would claim the key
+            // is absent.
+            if let Some(e) = vals.iter().find_map(|v| v.as_ref().err()) {
+                out.error(&store_error_line(e));
+                continue;
+            }
+            out.array(vals.len());
+            for v in vals.iter().flatten() {
+                out.opt_bulk(v.as_deref());
+            }
+        }
+    }
+
+    /// The round's plain SETs and MSETs as one multi-put. None of them has been
+    /// answered, so they are concurrent and any order is theirs: a key set several
+    /// times is written once, with the value of the last one taken (which is what
+    /// applying them in that order leaves), and each command gets the answer of the
+    /// writes it asked for (an MSET: OK if all of its keys were written).
+    fn run_sets(&mut self, sets: &[(usize, Args)]) {
+        if sets.is_empty() {
+            return;
+        }
+        // Every (command, key, value) in the order taken.
+        let flat: Vec<(usize, &[u8], &[u8])> = sets
+            .iter()
+            .enumerate()
+            .flat_map(|(c, (_, a))| {
+                a[1..]
+                    .chunks_exact(2)
+                    .map(move |p| (c, &p[0][..], &p[1][..]))
+            })
+            .collect();
+        let mut last: HashMap<&[u8], usize> = HashMap::with_capacity(flat.len());
+        for (i, (_, k, _)) in flat.iter().enumerate() {
+            last.insert(k, i);
+        }
+        let mut writes: Vec<usize> = last.values().copied().collect();
+        writes.sort_unstable();
+        let pairs: Vec<(&[u8], &[u8])> = writes.iter().map(|&i| (flat[i].1, flat[i].2)).collect();
+        let results = {
+            let _held = self.shared.lock_keys(pairs.iter().map(|p| &p.0));
+            self.shared.store.mput(&pairs)
+        };
+        let by_write: HashMap<usize, &farcache_store::Result<()>> =
+            writes.iter().copied().zip(results.iter()).collect();
+        // Per command: the first failure among its keys' writes.
+        let mut failed: Vec<Option<String>> = vec![None; sets.len()];
+        for (c, k, _) in &flat {
+            let r = last.get(k).and_then(|w| by_write.get(w));
+            let err = match r {
+                Some(Ok(())) => continue,
+                Some(Err(e)) => store_error_line(e),
+                None => "ERR the store answered fewer keys than asked".into(),
+            };
+            failed[*c].get_or_insert(err);
+        }
+        for ((id, _), f) in sets.iter().zip(failed) {
+            let Some(c) = self.conns.get_mut(*id) else {
+                continue;
+            };
+            let mut out = Out {
+                buf: &mut c.out,
+                proto: c.s.proto,
+            };
+            match f {
+                None => out.ok(),
+                Some(e) => out.error(&e),
+            }
+        }
+    }
+
+    /// The round's `INCR`-family commands: their keys are locked, and each key is
+    /// stepped in one read-modify-write ([`farcache_store::Store::update_many`]: two
+    /// round trips for the round), in the order the commands were taken (each gets
+    /// the value after its own step), keeping its expiry. A key that is not an
+    /// integer, a step that would overflow, or a failed read or write fails only
+    /// the commands it concerns, and a failed step changes nothing.
+    fn run_counters(&mut self, counters: &[(usize, Args, i64)]) {
+        if counters.is_empty() {
+            return;
+        }
+        // Per key: the commands stepping it, in order.
+        let mut slot_of: HashMap<&[u8], usize> = HashMap::new();
+        let mut keys: Vec<&[u8]> = Vec::new();
+        let mut steps: Vec<Vec<usize>> = Vec::new();
+        for (c, (_, a, _)) in counters.iter().enumerate() {
+            let k = *slot_of.entry(&a[1][..]).or_insert_with(|| {
+                keys.push(&a[1][..]);
+                steps.push(Vec::new());
+                keys.len() - 1
+            });
+            steps[k].push(c);
+        }
+        let shared = self.shared.clone();
+        let _held = shared.lock_keys(keys.iter());
+        let mut replies: Vec<Result<i64, String>> = vec![Ok(0); counters.len()];
+        let results = shared.store.update_many(&keys, |k, entry| {
+            let (mut cur, expires_ms) = match entry {
+                None => (0, None),
+                Some(e) => match std::str::from_utf8(&e.value)
+                    .ok()
+                    .and_then(|t| t.parse::<i64>().ok())
+                {
+                    Some(n) => (n, cmd::keep_expiry(e)),
+                    None => {
+                        for &c in &steps[k] {
+                            replies[c] = Err("ERR value is not an integer or out of range".into());
+                        }
+                        return Update::Keep;
+                    }
+                },
+            };
+            let mut changed = false;
+            for &c in &steps[k] {
+                replies[c] = match cur.checked_add(counters[c].2) {
+                    Some(n) => {
+                        cur = n;
+                        changed = true;
+                        Ok(n)
+                    }
+                    None => Err("ERR increment or decrement would overflow".into()),
+                };
+            }
+            match changed {
+                true => Update::Put {
+                    value: cur.to_string().into_bytes(),
+                    expires_ms,
+                },
+                false => Update::Keep,
+            }
+        });
+        for (k, r) in results.into_iter().enumerate() {
+            if let Err(e) = r {
+                let line = store_error_line(&e);
+                for &c in &steps[k] {
+                    replies[c] = Err(line.clone());
+                }
+            }
+        }
+        for ((id, _, _), reply) in counters.iter().zip(replies) {
+            let Some(c) = self.conns.get_mut(*id) else {
+                continue;
+            };
+            let mut out = Out {
+                buf: &mut c.out,
+                proto: c.s.proto,
+            };
+            match reply {
+                Ok(n) => out.int(n),
+                Err(e) => out.error(&e),
+            }
+        }
+    }
+}
