@@ -502,7 +502,7 @@ fn unknown_op_codes_frame_kinds_and_malformed_batches() {
         (
             "second hello",
             hello_frame(Role::Client),
-            "not allowed after the handshake",
+            "frame not allowed: a hello frame after the handshake",
         ),
     ];
     for (what, bytes, expect) in cases {
@@ -1133,6 +1133,8 @@ fn hostile_peer_frames() {
     send(&mut s, &good);
     let text = expect_error_and_close(&mut s, "peer frame from a client");
     assert!(text.contains("only from servers"), "{text}");
+    // The handshake succeeded: the error must not blame it.
+    assert!(!text.contains("handshake"), "{text}");
     f.assert_healthy("peer frame from a client");
 
     let mut truncated = good.clone();

@@ -284,3 +284,28 @@ fn tls_clients_work_and_plaintext_clients_are_refused() {
     // The data is still there for the right client.
     assert!(diff(&cache.read(0, CAPACITY).expect("read"), &img).is_none());
 }
+
+#[test]
+fn operator_commands_refuse_a_cache_token_up_front() {
+    // No cluster needed: the refusal comes before any call, naming what is missing.
+    let out = std::process::Command::new(bin())
+        .args([
+            "reclaim",
+            "--manager",
+            "127.0.0.1:9",
+            "--server",
+            "1",
+            "--grace",
+            "1s",
+            "--token",
+            "not-even-parsed",
+        ])
+        .output()
+        .expect("run farcache reclaim");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("reclaiming a server needs the cluster secret (--secret-file)"),
+        "{err}"
+    );
+}

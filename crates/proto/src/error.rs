@@ -26,6 +26,9 @@ pub enum DecodeError {
     TrailingBytes(usize),
     #[error("bad handshake: {0}")]
     BadHello(String),
+    /// A frame the peer's proven role may not send (after a handshake that succeeded).
+    #[error("frame not allowed: {0}")]
+    NotAllowed(String),
     #[error("bad control message: {0}")]
     BadControl(String),
     #[error("invalid utf-8 in {0}")]

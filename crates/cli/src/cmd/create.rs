@@ -63,6 +63,7 @@ fn parse_rate(s: &str) -> Result<f64, String> {
 }
 
 pub fn run(a: Args) -> Result<()> {
+    a.creds.require_secret("creating a cache")?;
     let from_file = match &a.from_file {
         Some(p) => {
             Some(std::fs::canonicalize(p).with_context(|| format!("cannot find {}", p.display()))?)

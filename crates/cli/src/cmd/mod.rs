@@ -75,6 +75,18 @@ pub struct Credentials {
 }
 
 impl Credentials {
+    /// Refuses a cache token for an operation only the cluster's operator may do,
+    /// before any call fails on it with a less direct message.
+    pub fn require_secret(&self, what: &str) -> Result<()> {
+        if self.token.is_some() {
+            anyhow::bail!(
+                "{what} needs the cluster secret (--secret-file); a cache token reaches \
+                 its one cache only"
+            );
+        }
+        Ok(())
+    }
+
     pub fn config(&self, manager: &str) -> Result<ClientConfig> {
         let mut c = ClientConfig::new(manager);
         if let Some(p) = &self.secret_file {

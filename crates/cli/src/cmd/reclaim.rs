@@ -43,6 +43,7 @@ pub struct Args {
 
 /// Sends the reclaim and, unless `--no-wait`, reports how the regions moved.
 pub fn run(a: Args) -> Result<()> {
+    a.creds.require_secret("reclaiming a server")?;
     let client = Client::with_config(a.creds.config(&a.manager)?)?;
     let before = client.status()?;
     let Some(server) = before.servers.iter().find(|s| s.id == a.server) else {

@@ -19,6 +19,7 @@ pub struct Args {
 
 /// Prints a token for one cache (needs the cluster secret).
 pub fn run(a: Args) -> Result<()> {
+    a.creds.require_secret("issuing a token")?;
     let client = Client::with_config(a.creds.config(&a.manager)?)?;
     let rights = if a.read_only {
         Rights::ReadOnly

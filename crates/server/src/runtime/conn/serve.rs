@@ -118,12 +118,12 @@ impl Conn {
             }
             (FrameKind::Peer, role) => {
                 GuardCounters::bump(&sh.metrics.guard.forbidden);
-                Err(DecodeError::BadHello(format!(
+                Err(DecodeError::NotAllowed(format!(
                     "Peer frames are accepted only from servers that proved the cluster secret; this connection is a {role:?}"
                 )))
             }
-            (kind, _) => Err(DecodeError::BadHello(format!(
-                "{kind:?} frame not allowed after the handshake"
+            (kind, _) => Err(DecodeError::NotAllowed(format!(
+                "a {kind:?} frame after the handshake"
             ))),
         }
     }
