@@ -49,11 +49,13 @@ enum Command {
     /// Reclaim, kill and add servers under a verifying load; report what was lost.
     Chaos(cmd::chaos::Args),
     /// Benchmarks against Redis and raw TCP.
+    #[cfg(feature = "bench")]
     #[command(subcommand)]
     Bench(cmd::bench::BenchCommand),
     /// Serve a keyed store over the Redis protocol (redis-cli, redis-benchmark, redis-py).
     Resp(cmd::resp::Args),
     /// Measure the SLO performance model on this machine (for `manager --slo-model`).
+    #[cfg(feature = "bench")]
     Calibrate(cmd::calibrate::Args),
 }
 
@@ -126,6 +128,7 @@ fn run(cli: Cli) -> Result<()> {
             init_logging("warn");
             cmd::reclaim::run(a)
         }
+        #[cfg(feature = "bench")]
         Command::Bench(b) => {
             init_logging("warn");
             cmd::bench::run(b)
@@ -134,6 +137,7 @@ fn run(cli: Cli) -> Result<()> {
             init_logging("info");
             cmd::resp::run(a)
         }
+        #[cfg(feature = "bench")]
         Command::Calibrate(a) => {
             init_logging("warn");
             cmd::calibrate::run(a)

@@ -19,6 +19,7 @@ macro_rules! outln {
 }
 
 /// `print!` to stdout; a closed stdout is `Err(StdoutClosed)`.
+#[cfg_attr(not(feature = "bench"), allow(unused_macros))] // only the bench commands print without a newline
 macro_rules! out {
     ($($arg:tt)*) => {
         $crate::stdout::check({

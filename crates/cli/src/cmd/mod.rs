@@ -1,6 +1,10 @@
+#[cfg(feature = "bench")]
 pub mod bench;
+#[cfg(feature = "bench")]
 pub mod bench_resp;
+#[cfg(feature = "bench")]
 pub mod bench_slo;
+#[cfg(feature = "bench")]
 pub mod calibrate;
 pub mod chaos;
 pub mod create;

@@ -317,9 +317,17 @@ fn run_in(a: Args, lab: Option<Arc<Lab>>) -> Result<()> {
         .map(|e| (e.at_ms as f64 / 1e3, e.kind))
         .collect();
     let bucket = farcache_testkit::verify::BUCKET;
+    #[cfg(feature = "bench")]
     match farcache_bench::write_chaos_chart(&png, &title, &report.timeline, bucket, &marks) {
         Ok(()) => outln!("chart: {}", png.display())?,
         Err(e) => eprintln!("warning: could not draw the chart {}: {e}", png.display()),
+    }
+    #[cfg(not(feature = "bench"))]
+    {
+        let _ = (&png, &title, &marks, bucket);
+        eprintln!(
+            "note: built without the bench feature: no chart (the JSON report has the timeline)"
+        );
     }
     Ok(())
 }
