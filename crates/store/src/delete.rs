@@ -140,7 +140,7 @@ impl Store {
                 if SlotWord(w).is_hot() {
                     let at = std::time::Instant::now();
                     self.drop_copy(key, h.shard);
-                    crate::hot_state::wait_lease(at);
+                    self.inner.hot.wait_lease(at);
                 }
                 self.retire(h.shard, SlotWord(w), f.generation);
                 return Ok(!f.expired);

@@ -87,6 +87,12 @@ impl Store {
         self.inner.hot.copy_reads.load(Ordering::Relaxed)
     }
 
+    /// Writes and deletes of hot keys by this handle that waited out the copies'
+    /// lease before acknowledging ([`LEASE_MS`] + [`SKEW_MS`] each).
+    pub fn lease_waits(&self) -> u64 {
+        self.inner.hot.lease_waits.load(Ordering::Relaxed)
+    }
+
     /// The shard of `key`'s second copy: picked by the independent hash, then moved
     /// on to the next shard held by a server other than the home's (two homes on
     /// one server would balance nothing). Readers and the controller both use the

@@ -31,6 +31,18 @@ pub(crate) struct HotState {
     pub inner: parking_lot::Mutex<HotInner>,
     /// Reads this handle served from second copies.
     pub copy_reads: std::sync::atomic::AtomicU64,
+    /// Writes of hot keys that waited out the copies' lease before acknowledging.
+    pub lease_waits: std::sync::atomic::AtomicU64,
+}
+
+impl HotState {
+    /// Returns once no copy made before a swap at `swapped_at` can still be served
+    /// (and counts the wait).
+    pub fn wait_lease(&self, swapped_at: Instant) {
+        self.lease_waits
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        wait_lease(swapped_at);
+    }
 }
 
 #[derive(Default)]

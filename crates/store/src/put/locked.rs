@@ -147,7 +147,7 @@ impl Store {
         job.cas = Some((ci, expect, new));
         if f.slot.is_some() && SlotWord(expect).is_hot() {
             self.drop_copy(job.key, job.h.shard);
-            crate::hot_state::wait_lease(swapped_at);
+            self.inner.hot.wait_lease(swapped_at);
         }
         if SlotWord::is_item(expect) {
             let old = SlotWord(expect);

@@ -544,7 +544,7 @@ impl Store {
         }
         if hot_written {
             // A hot key's old copy may be served until its lease runs out.
-            crate::hot_state::wait_lease(swapped_at);
+            self.inner.hot.wait_lease(swapped_at);
         }
         for j in locked {
             let job = &mut jobs[j].1;
