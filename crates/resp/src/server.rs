@@ -1,6 +1,6 @@
-//! The listener: one thread per connection (each drives its own store calls, so a
-//! pipelined burst on one connection becomes one batch per server), a cap on
-//! connections, and the counters `INFO` reports.
+//! The listener: one accepting thread (`farcache_net::accept`, as the server's and
+//! the manager's) that deals connections to the event loops, a cap on connections,
+//! and the counters `INFO` reports.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use farcache_net::{Accepted, Stream, accept_next};
 use farcache_store::Store;
 
 use crate::auth::AuthPolicy;
@@ -81,9 +82,11 @@ impl Frontend {
         }
         let sh = shared.clone();
         let max = cfg.max_clients;
+        listener.set_nonblocking(true)?;
+        let poll = mio::Poll::new()?;
         let accept = std::thread::Builder::new()
             .name("resp-accept".into())
-            .spawn(move || accept_loop(listener, sh, max, handoff))?;
+            .spawn(move || accept_loop(listener, poll, sh, max, handoff))?;
         tracing::info!(%addr, "RESP front end listening");
         Ok(Self {
             shared,
@@ -126,45 +129,79 @@ impl Drop for Frontend {
     }
 }
 
-type Handoff = (std::sync::mpsc::Sender<TcpStream>, Arc<mio::Waker>);
+type Handoff = (
+    std::sync::mpsc::Sender<mio::net::TcpStream>,
+    Arc<mio::Waker>,
+);
+
+/// After a failed accept (out of descriptors), retry this soon.
+const ACCEPT_RETRY: Duration = Duration::from_millis(10);
 
 fn accept_loop(
     listener: TcpListener,
+    mut poll: mio::Poll,
     shared: Arc<Shared>,
     max_clients: usize,
     workers: Vec<Handoff>,
 ) {
+    let mut listener = mio::net::TcpListener::from_std(listener);
+    if let Err(e) = poll
+        .registry()
+        .register(&mut listener, mio::Token(0), mio::Interest::READABLE)
+    {
+        tracing::error!(error = %e, "cannot register the RESP listener");
+        return;
+    }
+    let mut events = mio::Events::with_capacity(16);
     let mut next = 0;
-    for conn in listener.incoming() {
+    let mut retry = false;
+    loop {
+        if let Err(e) = poll.poll(&mut events, retry.then_some(ACCEPT_RETRY))
+            && e.kind() != std::io::ErrorKind::Interrupted
+        {
+            tracing::error!(error = %e, "RESP accept poll failed");
+            return;
+        }
+        retry = false;
         if shared.stopping() {
             for (_, waker) in &workers {
                 let _ = waker.wake();
             }
             return;
         }
-        let stream = match conn {
-            Ok(s) => s,
-            Err(e) => {
-                // Out of descriptors and the like: back off instead of spinning.
-                tracing::warn!(error = %e, "accept failed");
-                std::thread::sleep(Duration::from_millis(10));
-                continue;
+        loop {
+            let admit = |_| shared.connected.load(Ordering::SeqCst) < max_clients as u64;
+            let stream = match accept_next(&listener, None, admit) {
+                Accepted::Conn { stream, .. } => stream,
+                Accepted::Refused { stream, .. } => {
+                    shared.rejected.fetch_add(1, Ordering::Relaxed);
+                    // Best effort, as Redis: a fresh socket takes a short line.
+                    if let Stream::Plain(mut tcp) = stream {
+                        let _ = std::io::Write::write_all(
+                            &mut tcp,
+                            b"-ERR max number of clients reached\r\n",
+                        );
+                    }
+                    continue;
+                }
+                Accepted::Drained => break,
+                Accepted::TlsFailed { .. } => continue,
+                Accepted::Failed(e) => {
+                    // Out of descriptors and the like: existing clients go on.
+                    tracing::warn!(error = %e, "accept failed");
+                    retry = true;
+                    break;
+                }
+            };
+            let Stream::Plain(tcp) = stream else { continue };
+            shared.connected.fetch_add(1, Ordering::SeqCst);
+            shared.connections_total.fetch_add(1, Ordering::Relaxed);
+            let (tx, waker) = &workers[next % workers.len()];
+            next += 1;
+            if tx.send(tcp).is_err() || waker.wake().is_err() {
+                tracing::warn!("a RESP worker is gone; connection dropped");
+                shared.connected.fetch_sub(1, Ordering::SeqCst);
             }
-        };
-        if shared.connected.load(Ordering::SeqCst) >= max_clients as u64 {
-            shared.rejected.fetch_add(1, Ordering::Relaxed);
-            let mut s = stream;
-            let _ = std::io::Write::write_all(&mut s, b"-ERR max number of clients reached\r\n");
-            continue;
-        }
-        let _ = stream.set_nodelay(true);
-        shared.connected.fetch_add(1, Ordering::SeqCst);
-        shared.connections_total.fetch_add(1, Ordering::Relaxed);
-        let (tx, waker) = &workers[next % workers.len()];
-        next += 1;
-        if tx.send(stream).is_err() || waker.wake().is_err() {
-            tracing::warn!("a RESP worker is gone; connection dropped");
-            shared.connected.fetch_sub(1, Ordering::SeqCst);
         }
     }
 }

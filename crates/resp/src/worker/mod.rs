@@ -93,7 +93,7 @@ pub struct Worker {
     shared: Arc<Shared>,
     poll: Poll,
     conns: Slab<Conn>,
-    incoming: Receiver<std::net::TcpStream>,
+    incoming: Receiver<TcpStream>,
     scratch: Vec<u8>,
     /// Connections to read again without waiting for an event.
     again: Vec<usize>,
@@ -111,7 +111,7 @@ pub struct Worker {
 impl Worker {
     pub fn new(
         shared: Arc<Shared>,
-        incoming: Receiver<std::net::TcpStream>,
+        incoming: Receiver<TcpStream>,
         offload: Sender<Job>,
         auth_timeout: Duration,
     ) -> std::io::Result<(Self, Arc<Waker>)> {
@@ -208,12 +208,7 @@ impl Worker {
 
     /// Takes the connections the acceptor handed over.
     fn adopt(&mut self) {
-        while let Ok(std_stream) = self.incoming.try_recv() {
-            if std_stream.set_nonblocking(true).is_err() {
-                self.shared.connected.fetch_sub(1, Ordering::SeqCst);
-                continue;
-            }
-            let mut stream = TcpStream::from_std(std_stream);
+        while let Ok(mut stream) = self.incoming.try_recv() {
             let entry = self.conns.vacant_entry();
             let id = entry.key();
             if let Err(e) =

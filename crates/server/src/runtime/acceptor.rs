@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use farcache_net::Stream;
+use farcache_net::{Accepted, accept_next};
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token};
 use tracing::{debug, warn};
@@ -60,49 +60,44 @@ pub fn run(
             return;
         }
         retry = false;
-        for (l, tls) in [(Some(&listener), false), (tls_listener.as_ref(), true)] {
+        let tls = shared.config.tls.as_ref();
+        for (l, tls) in [(Some(&listener), None), (tls_listener.as_ref(), tls)] {
             let Some(l) = l else { continue };
-            while let Some(stream) = accept_one(l, &shared, tls, &mut retry) {
-                let inbox = &inboxes[next % inboxes.len()];
-                next = next.wrapping_add(1);
-                inbox.send(WorkerMsg::Conn(stream));
+            loop {
+                let admit = |peer| admit(&shared, peer);
+                match accept_next(l, tls, admit) {
+                    Accepted::Conn { stream, .. } => {
+                        let inbox = &inboxes[next % inboxes.len()];
+                        next = next.wrapping_add(1);
+                        inbox.send(WorkerMsg::Conn(stream));
+                    }
+                    // Dropping it closes it (counted in `admit`).
+                    Accepted::Refused { .. } => {}
+                    Accepted::Drained => break,
+                    Accepted::TlsFailed { peer, error } => {
+                        warn!(%peer, "cannot start a TLS session: {error}");
+                    }
+                    Accepted::Failed(e) => {
+                        // EMFILE and friends: keep serving existing connections.
+                        warn!("accept failed: {e}");
+                        retry = true;
+                        break;
+                    }
+                }
             }
         }
     }
 }
 
-/// Accepts one connection; `None` when there is none left (or accepting failed, in
-/// which case `retry` is set).
-fn accept_one(l: &TcpListener, sh: &Shared, tls: bool, retry: &mut bool) -> Option<Stream> {
-    loop {
-        let (tcp, peer) = match l.accept() {
-            Ok(a) => a,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return None,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                // EMFILE and friends: keep serving existing connections, try again soon.
-                warn!("accept failed: {e}");
-                *retry = true;
-                return None;
-            }
-        };
-        let open = sh.metrics.connections.load(Ordering::Relaxed);
-        if open as usize >= sh.config.guard.max_connections {
-            sh.metrics.guard.refused.fetch_add(1, Ordering::Relaxed);
-            debug!(%peer, open, "connection cap reached, refusing");
-            continue; // dropping `tcp` closes it
-        }
-        let _ = tcp.set_nodelay(true);
-        // Counted here, not when a worker adopts it, so a burst cannot overshoot.
-        sh.metrics.connections.fetch_add(1, Ordering::Relaxed);
-        if !tls {
-            return Some(Stream::Plain(tcp));
-        }
-        match sh.config.tls.as_ref().map(|t| t.session()) {
-            Some(Ok(session)) => return Some(Stream::tls_server(tcp, session)),
-            Some(Err(e)) => warn!(%peer, "cannot start a TLS session: {e}"),
-            None => warn!(%peer, "TLS listener without TLS settings"),
-        }
-        sh.metrics.connections.fetch_sub(1, Ordering::Relaxed);
+/// The connection cap: a connection is counted here, not when a worker adopts it, so
+/// a burst cannot overshoot.
+fn admit(sh: &Shared, peer: std::net::SocketAddr) -> bool {
+    let open = sh.metrics.connections.load(Ordering::Relaxed);
+    if open as usize >= sh.config.guard.max_connections {
+        sh.metrics.guard.refused.fetch_add(1, Ordering::Relaxed);
+        debug!(%peer, open, "connection cap reached, refusing");
+        return false;
     }
+    sh.metrics.connections.fetch_add(1, Ordering::Relaxed);
+    true
 }

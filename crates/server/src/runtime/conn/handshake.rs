@@ -1,6 +1,8 @@
 //! The handshake: a Hello must answer this side's challenge before anything else is
 //! read; the proof it carries decides the peer's role and rights.
 
+use farcache_net::Refusal;
+
 use super::*;
 
 impl Conn {
@@ -8,14 +10,15 @@ impl Conn {
     pub(super) fn handshake(
         &mut self,
         sh: &Shared,
-        challenge: &Challenge,
+        greeting: &Greeting,
         hdr: FrameHeader,
         payload: &[u8],
     ) -> Result<(), DecodeError> {
-        let hello = Hello::decode(payload)?;
-        let v = sh.authority.verify(challenge, &hello).map_err(|e| {
-            GuardCounters::bump(&sh.metrics.guard.auth_failures);
-            DecodeError::BadHello(e.to_string())
+        let v = greeting.verify(&sh.authority, payload).map_err(|r| {
+            if let Refusal::Unproven(_) = r {
+                GuardCounters::bump(&sh.metrics.guard.auth_failures);
+            }
+            DecodeError::from(r)
         })?;
         if v.role == Role::Client && sh.tls_advertise.is_some() && !self.stream.is_tls() {
             GuardCounters::bump(&sh.metrics.guard.forbidden);
@@ -35,14 +38,13 @@ impl Conn {
                 v.identity
             )));
         }
-        let ack = sh
-            .authority
-            .ack(&v, challenge, sh.server_id(), sh.config.max_frame);
-        encode_frame(
-            &mut self.out.buf,
-            FrameKind::HelloAck,
+        greeting.answer(
+            &sh.authority,
+            &v,
+            sh.server_id(),
+            sh.config.max_frame,
             hdr.seq,
-            &ack.encode(),
+            &mut self.out.buf,
         );
         debug!(peer = %self.peer, role = ?v.role, access = ?v.access, "peer authenticated");
         self.auth = Auth::Ready(Peer {

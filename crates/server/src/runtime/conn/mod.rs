@@ -19,13 +19,12 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
-use farcache_net::{FrameBuf, GuardConfig, OutBuf, Stream};
+pub use farcache_net::Expiry;
+use farcache_net::{Clocks, FrameBuf, Greeting, GuardConfig, OutBuf, Stream};
 use farcache_proto::control::{ControlErrorCode, ControlRequest, ControlResponse};
 use farcache_proto::frame::encode_frame;
 use farcache_proto::peer::{PeerDecoder, PeerEncoder, PeerMsg};
-use farcache_proto::{
-    Access, Challenge, DecodeError, FrameHeader, FrameKind, HEADER_LEN, Hello, Role, Status,
-};
+use farcache_proto::{Access, DecodeError, FrameHeader, FrameKind, HEADER_LEN, Role, Status};
 use mio::Registry;
 use tracing::{debug, warn};
 
@@ -50,8 +49,6 @@ const READS_PER_TURN: usize = 4;
 /// delay everyone else's by a bounded amount. At least one frame (or peer message) is
 /// served per turn.
 const TURN_WORK: usize = 64 << 10;
-/// Largest Hello payload accepted (a real one is under 400 bytes).
-const MAX_HELLO: u32 = 512;
 /// Write-buffer capacity kept once it drains; a larger one is given back.
 const RETAIN_WBUF: usize = 4 << 20;
 
@@ -90,7 +87,7 @@ struct Peer {
 
 enum Auth {
     /// Waiting for a Hello answering this challenge.
-    Challenged(Challenge),
+    Challenged(Greeting),
     Ready(Peer),
 }
 
@@ -129,16 +126,15 @@ pub struct Conn {
 impl Conn {
     /// A new connection, with this side's challenge queued as its first frame.
     pub fn new(stream: Stream, peer: SocketAddr, serial: u64, sh: &Shared) -> Self {
-        let challenge = sh.authority.challenge();
         let mut out = OutBuf::default();
-        encode_frame(&mut out.buf, FrameKind::Challenge, 0, &challenge.encode());
+        let greeting = Greeting::start(&sh.authority, &mut out.buf);
         Self {
             stream,
             peer,
             serial,
             inbuf: FrameBuf::new(),
             out,
-            auth: Auth::Challenged(challenge),
+            auth: Auth::Challenged(greeting),
             pending: PendingResponses::default(),
             awaiting_control: false,
             closing: false,
@@ -355,43 +351,17 @@ impl Conn {
     /// Whether a deadline passed: the handshake, a frame that stopped arriving, or
     /// replies the peer does not take. Returns what to log and count.
     pub fn expired(&self, now: Instant, g: &GuardConfig) -> Option<Expiry> {
-        if !self.is_authenticated() && now.duration_since(self.accepted) > g.handshake_timeout {
-            return Some(Expiry::Handshake);
-        }
+        // A frame waiting on this connection's own work is not stalled.
         let idle = !self.awaiting_control && self.pending.is_empty();
-        if idle
-            && self
-                .frame_since
-                .is_some_and(|t| now.duration_since(t) > g.frame_timeout)
-        {
-            return Some(Expiry::Frame);
-        }
-        if self
-            .out
-            .stalled_since()
-            .is_some_and(|t| now.duration_since(t) > g.write_stall_timeout)
-        {
-            return Some(Expiry::NotReading);
-        }
-        None
-    }
-}
-
-/// Why a connection was closed by the sweep.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Expiry {
-    Handshake,
-    Frame,
-    NotReading,
-}
-
-impl Expiry {
-    pub fn why(self) -> &'static str {
-        match self {
-            Self::Handshake => "handshake not finished in time",
-            Self::Frame => "frame stalled: no bytes of it arrived in time",
-            Self::NotReading => "peer does not read its replies",
-        }
+        g.expired(
+            now,
+            Clocks {
+                accepted: self.accepted,
+                authenticated: self.is_authenticated(),
+                frame_since: self.frame_since.filter(|_| idle),
+                stalled_since: self.out.stalled_since(),
+            },
+        )
     }
 }
 

@@ -29,12 +29,10 @@ impl Conn {
                     return data.len();
                 }
             };
-            if !self.is_authenticated() && (hdr.kind != FrameKind::Hello || hdr.len > MAX_HELLO) {
-                let why = format!(
-                    "{:?} frame of {} bytes before the handshake (a Hello of at most {MAX_HELLO} bytes answering the challenge comes first)",
-                    hdr.kind, hdr.len
-                );
-                self.fatal(sh, &why);
+            if !self.is_authenticated()
+                && let Err(e) = Greeting::admit(&hdr)
+            {
+                self.fatal(sh, &e.to_string());
                 return data.len();
             }
             if avail.len() < hdr.frame_len() {
@@ -58,9 +56,9 @@ impl Conn {
         payload: &[u8],
     ) -> Result<(), DecodeError> {
         let (kind, peer) = match &self.auth {
-            Auth::Challenged(ch) => {
-                let ch = *ch;
-                return self.handshake(sh, &ch, hdr, payload);
+            Auth::Challenged(g) => {
+                let g = *g;
+                return self.handshake(sh, &g, hdr, payload);
             }
             Auth::Ready(p) => (hdr.kind, p),
         };
