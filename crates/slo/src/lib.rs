@@ -7,10 +7,13 @@
 //! - [`grid`]: power-of-two measurements and the interpolation between them.
 //! - [`search`]: cost-ordered branch-and-bound search, and the exhaustive oracle it
 //!   must agree with.
+//! - [`calibration`]: which settings `farcache calibrate` measures, its held-out
+//!   error check and its table (the measuring itself runs clusters, in the bench).
 //!
 //! Pure computation over a file: no sockets, no threads. The manager answers
 //! `create` with it; the bench draws SLOs from it.
 
+pub mod calibration;
 pub mod error;
 pub(crate) mod grid;
 pub mod machine;

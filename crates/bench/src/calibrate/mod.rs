@@ -4,10 +4,7 @@
 //! termination ([`grid`]); then a seeded sample of settings the model interpolates is
 //! measured too, to report the model's error ([`held_out`]).
 
-pub mod grid;
-pub mod held_out;
 mod runner;
-mod table;
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -20,10 +17,11 @@ use farcache_slo::{
 
 use crate::error::{BenchError, Result};
 use crate::io_suite::progress;
-use grid::{Plan, Walk, powers};
+use farcache_slo::calibration::held_out;
+use farcache_slo::calibration::plan::{Plan, Walk, powers};
 use runner::Runner;
 
-pub use table::format_calibration_table;
+pub use farcache_slo::calibration::format_calibration_table;
 
 /// Payload per batch at most: larger records get smaller `b` (as `bench io` sizes
 /// batches by bytes).

@@ -2,7 +2,8 @@
 
 use std::fmt::Write;
 
-use farcache_slo::{ModelFile, Point};
+use crate::model::ModelFile;
+use crate::point::Point;
 
 /// One row per section: points measured, the best throughput and where, the lowest
 /// p50 and where.

@@ -5,12 +5,15 @@
 use std::collections::HashSet;
 
 use farcache_proto::slo::Transport;
-use farcache_slo::{Model, Perf, SearchLimits, settings};
+
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 
-use crate::error::Result;
+use crate::error::SloError;
+use crate::model::Model;
+use crate::point::Perf;
+use crate::search::{SearchLimits, settings};
 
 /// Up to `n` configurations of the section that the model predicts and that were not
 /// measured, with the prediction.
@@ -21,7 +24,7 @@ pub fn choose(
     measured: &HashSet<Transport>,
     n: usize,
     seed: u64,
-) -> Result<Vec<(Transport, Perf)>> {
+) -> Result<Vec<(Transport, Perf)>, SloError> {
     let mut candidates: Vec<(Transport, Perf)> =
         settings(model, record_size, read_fraction, &SearchLimits::default())?
             .into_iter()
@@ -74,7 +77,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use farcache_slo::{Machine, ModelFile, Point, Section};
+    use crate::{Machine, ModelFile, Point, Section};
 
     use super::*;
 

@@ -4,9 +4,8 @@
 //! knob is not raised further in that subtree.
 
 use farcache_proto::slo::Transport;
-use farcache_slo::{Perf, Point};
 
-use crate::error::Result;
+use crate::point::{Perf, Point};
 
 /// `1, 2, 4, …` up to `max` (at least `[1]`).
 pub fn powers(max: u32) -> Vec<u32> {
@@ -97,11 +96,11 @@ impl Walk {
     /// Measures the subtree of `s` (called with increasing `s`). Returns how many grid
     /// configurations early termination skipped, this subtree and, when `s` stopped
     /// paying, every larger `s`.
-    pub fn measure_s(
+    pub fn measure_s<E>(
         &mut self,
         s: u32,
-        measure: &mut dyn FnMut(Transport) -> Result<Perf>,
-    ) -> Result<u64> {
+        measure: &mut dyn FnMut(Transport) -> Result<Perf, E>,
+    ) -> Result<u64, E> {
         let cs = self.plan.cs(s);
         let mut skipped = 0;
         let (mut prev, mut best) = (None, 0f64);
@@ -132,13 +131,13 @@ impl Walk {
     }
 
     /// Best throughput over the `(s, c)` subtree.
-    fn measure_c(
+    fn measure_c<E>(
         &mut self,
         s: u32,
         c: u32,
-        measure: &mut dyn FnMut(Transport) -> Result<Perf>,
+        measure: &mut dyn FnMut(Transport) -> Result<Perf, E>,
         skipped: &mut u64,
-    ) -> Result<f64> {
+    ) -> Result<f64, E> {
         let bs = powers(self.plan.max_b);
         let nq = powers(self.plan.max_q).len() as u64;
         let (mut prev, mut best) = (None, 0f64);
@@ -155,14 +154,14 @@ impl Walk {
     }
 
     /// Best throughput over the `(s, c, b)` subtree: `q` raised while it pays.
-    fn measure_b(
+    fn measure_b<E>(
         &mut self,
         s: u32,
         c: u32,
         b: u32,
-        measure: &mut dyn FnMut(Transport) -> Result<Perf>,
+        measure: &mut dyn FnMut(Transport) -> Result<Perf, E>,
         skipped: &mut u64,
-    ) -> Result<f64> {
+    ) -> Result<f64, E> {
         let qs = powers(self.plan.max_q);
         let (mut prev, mut best) = (None, 0f64);
         for (i, &q) in qs.iter().enumerate() {
@@ -226,7 +225,7 @@ mod tests {
             max_q: 8,
         };
         let mut w = Walk::new(plan, 0.05);
-        let mut f = |t: Transport| Ok(perf(f64::from((t.b * t.q).min(8))));
+        let mut f = |t: Transport| Ok::<_, ()>(perf(f64::from((t.b * t.q).min(8))));
         let mut skipped = 0;
         for s in powers(plan.max_s) {
             if w.wants(s) {
