@@ -18,10 +18,13 @@ use std::sync::mpsc::{Receiver, Sender, channel};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use farcache_net::{FrameBuf, GuardConfig, OutBuf, Stream, TlsAcceptor};
+use farcache_net::handshake::MAX_HELLO;
+use farcache_net::{
+    Accepted, Clocks, FrameBuf, Greeting, GuardConfig, OutBuf, Stream, TlsAcceptor, accept_next,
+};
 use farcache_proto::control::ControlRequest;
 use farcache_proto::frame::encode_frame;
-use farcache_proto::{Authority, Challenge, FrameHeader, FrameKind, HEADER_LEN, Hello, Role};
+use farcache_proto::{Authority, DecodeError, FrameHeader, FrameKind, HEADER_LEN, Role};
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token, Waker};
 use parking_lot::Mutex;
@@ -32,8 +35,6 @@ use crate::service::{Caller, Service};
 /// Control messages are small JSON, but a procedure's code rides along (up to
 /// `MAX_PROC_CODE`): the limit leaves room for both.
 pub const MAX_CONTROL_FRAME: u32 = crate::service::MAX_PROC_CODE as u32 + (1 << 20);
-/// Largest Hello accepted.
-const MAX_HELLO: u32 = 512;
 const LISTENER: Token = Token(0);
 const TLS_LISTENER: Token = Token(1);
 const WAKER: Token = Token(2);
@@ -203,7 +204,7 @@ fn nonblocking(l: std::net::TcpListener) -> io::Result<std::net::TcpListener> {
 }
 
 enum Auth {
-    Challenged(Challenge),
+    Challenged(Greeting),
     Ready(Caller),
 }
 
@@ -298,36 +299,27 @@ impl EventLoop {
     /// Accepts what is waiting; true if accepting failed and should be retried soon.
     fn accept(&mut self, tls: bool) -> bool {
         loop {
-            let accepted = match (tls, self.tls.as_ref()) {
-                (false, _) => self.listener.accept(),
-                (true, Some((l, _))) => l.accept(),
+            let (l, acceptor) = match (tls, self.tls.as_ref()) {
+                (false, _) => (&self.listener, None),
+                (true, Some((l, t))) => (l, Some(t)),
                 (true, None) => return false,
             };
-            let (tcp, peer) = match accepted {
-                Ok(a) => a,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
+            let (open, cap) = (self.conns.len(), self.guard.max_connections);
+            match accept_next(l, acceptor, |_| open < cap) {
+                Accepted::Conn { stream, peer } => self.adopt(stream, peer),
+                // Dropping it closes it.
+                Accepted::Refused { peer, .. } => {
+                    tracing::debug!(%peer, "connection cap reached, refusing");
+                }
+                Accepted::TlsFailed { peer, error } => {
+                    tracing::warn!(%peer, "cannot start a TLS session: {error}");
+                }
+                Accepted::Drained => return false,
+                Accepted::Failed(e) => {
                     tracing::warn!(error = %e, "accept failed");
                     return true;
                 }
-            };
-            if self.conns.len() >= self.guard.max_connections {
-                tracing::debug!(%peer, "connection cap reached, refusing");
-                continue;
             }
-            let _ = tcp.set_nodelay(true);
-            let stream = match (tls, self.tls.as_ref()) {
-                (true, Some((_, t))) => match t.session() {
-                    Ok(s) => Stream::tls_server(tcp, s),
-                    Err(e) => {
-                        tracing::warn!(%peer, "cannot start a TLS session: {e}");
-                        continue;
-                    }
-                },
-                _ => Stream::Plain(tcp),
-            };
-            self.adopt(stream, peer);
         }
     }
 
@@ -342,9 +334,8 @@ impl EventLoop {
             tracing::warn!(%peer, "register failed: {e}");
             return;
         }
-        let challenge = self.authority.challenge();
         let mut out = OutBuf::default();
-        encode_frame(&mut out.buf, FrameKind::Challenge, 0, &challenge.encode());
+        let greeting = Greeting::start(&self.authority, &mut out.buf);
         self.serial += 1;
         entry.insert(Conn {
             stream,
@@ -352,7 +343,7 @@ impl EventLoop {
             serial: self.serial,
             inbuf: FrameBuf::new(),
             out,
-            auth: Auth::Challenged(challenge),
+            auth: Auth::Challenged(greeting),
             busy: false,
             closing: false,
             closed: false,
@@ -473,25 +464,14 @@ impl EventLoop {
             .conns
             .iter()
             .filter_map(|(k, c)| {
-                let why = if matches!(c.auth, Auth::Challenged(_))
-                    && now.duration_since(c.accepted) > g.handshake_timeout
-                {
-                    "handshake not finished in time"
-                } else if !c.busy
-                    && c.frame_since
-                        .is_some_and(|t| now.duration_since(t) > g.frame_timeout)
-                {
-                    "frame stalled: no bytes of it arrived in time"
-                } else if c
-                    .out
-                    .stalled_since()
-                    .is_some_and(|t| now.duration_since(t) > g.write_stall_timeout)
-                {
-                    "peer does not read its replies"
-                } else {
-                    return None;
+                let clocks = Clocks {
+                    accepted: c.accepted,
+                    authenticated: !matches!(c.auth, Auth::Challenged(_)),
+                    // A frame behind a request still with a pool is not stalled.
+                    frame_since: c.frame_since.filter(|_| !c.busy),
+                    stalled_since: c.out.stalled_since(),
                 };
-                Some((k, why))
+                g.expired(now, clocks).map(|e| (k, e.why()))
             })
             .collect();
         for (k, why) in overdue {
@@ -552,19 +532,17 @@ impl Conn {
         payload: &[u8],
     ) -> Option<Job> {
         match (&self.auth, hdr.kind) {
-            (Auth::Challenged(ch), FrameKind::Hello) => {
-                let ch = *ch;
-                let verified = Hello::decode(payload)
-                    .map_err(|e| e.to_string())
-                    .and_then(|h| authority.verify(&ch, &h).map_err(|e| e.to_string()));
-                match verified {
+            (Auth::Challenged(g), FrameKind::Hello) => {
+                let g = *g;
+                match g.verify(authority, payload) {
                     Ok(v) => {
-                        let ack = authority.ack(&v, &ch, 0, MAX_CONTROL_FRAME);
-                        encode_frame(
-                            &mut self.out.buf,
-                            FrameKind::HelloAck,
+                        g.answer(
+                            authority,
+                            &v,
+                            0,
+                            MAX_CONTROL_FRAME,
                             hdr.seq,
-                            &ack.encode(),
+                            &mut self.out.buf,
                         );
                         tracing::debug!(peer = %self.peer, role = ?v.role, "control peer authenticated");
                         self.auth = Auth::Ready(Caller {
@@ -574,6 +552,7 @@ impl Conn {
                         });
                     }
                     Err(why) => {
+                        let why = DecodeError::from(why).to_string();
                         tracing::warn!(peer = %self.peer, "handshake refused: {why}");
                         self.fail(&why);
                     }
