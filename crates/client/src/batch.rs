@@ -2,93 +2,29 @@
 
 use std::sync::Arc;
 
-use crate::cache::CacheShared;
+use crate::lane::RouteTable;
+use crate::op::{BatchOp, INLINE_ARGS, Kind};
 use crate::results::BatchResults;
 use crate::ticket::Ticket;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
-    Read,
-    Write,
-    Cas,
-    FetchAdd,
-    /// A stored procedure: name at `data_off` (`name_len` bytes, shared by consecutive
-    /// calls of one procedure) in the names buffer, `len` bytes of arguments (see
-    /// [`BatchOp::args`]).
-    Execute,
-}
-
-/// Arguments up to this long travel inside the op instead of the data buffer.
-const INLINE_ARGS: usize = 16;
-
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct BatchOp {
-    pub kind: Kind,
-    /// EXECUTE: the procedure name's length (saturating).
-    pub name_len: u16,
-    pub addr: u64,
-    pub len: u64,
-    /// WRITE payload offset in the data buffer; EXECUTE name offset in the names buffer.
-    pub data_off: usize,
-    /// CAS expected and new value, FETCH_ADD delta ([`a`](Self::a), [`b`](Self::b));
-    /// EXECUTE arguments of up to [`INLINE_ARGS`] bytes, else their offset in the data
-    /// buffer as `a`.
-    pub ab: [u8; 16],
-}
-
-impl BatchOp {
-    fn new(kind: Kind, addr: u64, len: u64, data_off: usize, a: u64, b: u64) -> Self {
-        let mut ab = [0u8; 16];
-        ab[..8].copy_from_slice(&a.to_le_bytes());
-        ab[8..].copy_from_slice(&b.to_le_bytes());
-        Self {
-            kind,
-            name_len: 0,
-            addr,
-            len,
-            data_off,
-            ab,
-        }
-    }
-
-    pub fn a(&self) -> u64 {
-        u64::from_le_bytes(self.ab[..8].try_into().unwrap_or_default())
-    }
-
-    pub fn b(&self) -> u64 {
-        u64::from_le_bytes(self.ab[8..].try_into().unwrap_or_default())
-    }
-
-    /// An EXECUTE's arguments: inline, or in the batch's `data`.
-    #[inline]
-    pub fn args<'a>(&'a self, data: &'a [u8]) -> &'a [u8] {
-        let n = self.len as usize;
-        if n <= INLINE_ARGS {
-            &self.ab[..n]
-        } else {
-            let at = self.a() as usize;
-            data.get(at..at + n).unwrap_or_default()
-        }
-    }
-}
 
 /// A group of ops submitted together; results come back in the order ops were added.
 /// Ops in a batch (and across batches of one thread) execute in program order on each
 /// server.
 pub struct Batch {
-    pub(crate) cache: Arc<CacheShared>,
-    pub(crate) ops: Vec<BatchOp>,
-    pub(crate) data: Vec<u8>,
+    /// The cache's route table: what its lane routes the ops by.
+    route: Arc<RouteTable>,
+    ops: Vec<BatchOp>,
+    data: Vec<u8>,
     /// Procedure names, kept as a `str` so sending one needs no UTF-8 check.
-    pub(crate) names: String,
+    names: String,
     /// The last EXECUTE's name (offset, length) in `names`, reused by repeats.
     last_proc: Option<(usize, usize)>,
 }
 
 impl Batch {
-    pub(crate) fn new(cache: Arc<CacheShared>) -> Self {
+    pub(crate) fn new(route: Arc<RouteTable>) -> Self {
         Self {
-            cache,
+            route,
             ops: Vec::new(),
             data: Vec::new(),
             names: String::new(),
@@ -183,7 +119,16 @@ impl Batch {
 
     /// Sends the batch without waiting; the ticket yields the results (`wait` or `.await`).
     pub fn submit(self) -> Ticket {
-        crate::lane::submit(self)
+        let Self {
+            route,
+            ops,
+            data,
+            names,
+            ..
+        } = self;
+        let transport = route.transport().clone();
+        let (lane, key, id) = transport.submit(route, ops, data, names);
+        Ticket::new(transport, lane, key, id)
     }
 
     /// Submits and waits.

@@ -1,131 +1,28 @@
 //! `Cache`: a handle to one cache, with blocking, async and batch access.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
 
 use bytes::Bytes;
 use farcache_proto::CacheId;
 use farcache_proto::control::{CacheInfo, CacheTokens, ControlRequest, ControlResponse};
-use parking_lot::{Mutex, RwLock};
 
 use crate::batch::Batch;
-use crate::client::ClientShared;
 use crate::error::ClientError;
+use crate::lane::RouteTable;
 use crate::results::BatchResults;
 use crate::ticket::OpFuture;
 
+/// What the handles of one cache share: its route table (which the tickets of its
+/// batches hold too) and the tokens `create` returned.
 pub(crate) struct CacheShared {
-    pub client: Arc<ClientShared>,
-    info: RwLock<Arc<CacheInfo>>,
+    route: Arc<RouteTable>,
     /// The tokens the manager issued, on a handle from `create`.
     tokens: Option<CacheTokens>,
-    /// A [`refresh_soon`](Self::refresh_soon) is under way.
-    refreshing: AtomicBool,
-    /// When the last refresh that got a table began.
-    refreshed: Mutex<Option<Instant>>,
 }
 
 impl CacheShared {
-    pub fn new(
-        client: Arc<ClientShared>,
-        info: CacheInfo,
-        tokens: Option<CacheTokens>,
-    ) -> Arc<Self> {
-        Arc::new(Self {
-            client,
-            info: RwLock::new(Arc::new(info)),
-            tokens,
-            refreshing: AtomicBool::new(false),
-            refreshed: Mutex::new(None),
-        })
-    }
-
-    pub fn info(&self) -> Arc<CacheInfo> {
-        self.info.read().clone()
-    }
-
-    pub fn id(&self) -> CacheId {
-        self.info.read().id
-    }
-
-    pub fn info_write(&self) -> parking_lot::RwLockWriteGuard<'_, Arc<CacheInfo>> {
-        self.info.write()
-    }
-
-    /// Points the region holding `addr` at the server whose data address is `owner`
-    /// (what a `wrong server` reply named), if the table lists that server. Returns
-    /// the patched table; `None` means the table must come from the manager.
-    pub fn follow_hint(&self, addr: u64, owner: &str) -> Option<Arc<CacheInfo>> {
-        let mut g = self.info.write();
-        let id = g
-            .servers
-            .iter()
-            .find(|s| s.addr == owner || s.tls_addr.as_deref() == Some(owner))?
-            .id;
-        let idx = g.region_of(addr);
-        if g.regions.get(idx) == Some(&id) {
-            // Already pointing there: the hint does not help, ask the manager.
-            return None;
-        }
-        let mut next = CacheInfo::clone(&g);
-        *next.regions.get_mut(idx)? = id;
-        *g = Arc::new(next);
-        Some(g.clone())
-    }
-
-    /// Fetches the region table again from the manager.
-    pub fn refresh(&self) -> Result<Arc<CacheInfo>, ClientError> {
-        let began = Instant::now();
-        let name = self.info.read().name.clone();
-        match self
-            .client
-            .manager
-            .lookup(&ControlRequest::OpenCache { name })?
-        {
-            ControlResponse::Cache(info) => {
-                let info = Arc::new(info);
-                let mut g = self.info.write();
-                if info.epoch >= g.epoch || info.id != g.id {
-                    *g = info.clone();
-                }
-                let mut r = self.refreshed.lock();
-                *r = Some(r.map_or(began, |t| t.max(began)));
-                Ok(g.clone())
-            }
-            other => Err(ClientError::InvalidArgument(format!(
-                "unexpected manager reply: {other:?}"
-            ))),
-        }
-    }
-}
-
-impl CacheShared {
-    /// Fetches the table on a thread of its own, unless such a fetch is under way:
-    /// for a lane, which must not hold its lock while a manager out of reach makes
-    /// the call wait out its timeouts. [`refreshed_since`](Self::refreshed_since)
-    /// tells when a table has come.
-    pub fn refresh_soon(self: &Arc<Self>) {
-        if self.refreshing.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let me = self.clone();
-        let spawned = std::thread::Builder::new()
-            .name("fc-table".into())
-            .spawn(move || {
-                if let Err(e) = me.refresh() {
-                    tracing::debug!(cache = me.id(), "table refresh failed: {e}");
-                }
-                me.refreshing.store(false, Ordering::Release);
-            });
-        if spawned.is_err() {
-            self.refreshing.store(false, Ordering::Release);
-        }
-    }
-
-    /// Whether the table was fetched by a call that began at `t` or later.
-    pub fn refreshed_since(&self, t: Instant) -> bool {
-        self.refreshed.lock().is_some_and(|r| r >= t)
+    pub fn new(route: Arc<RouteTable>, tokens: Option<CacheTokens>) -> Arc<Self> {
+        Arc::new(Self { route, tokens })
     }
 }
 
@@ -176,36 +73,36 @@ impl Cache {
     }
 
     pub fn info(&self) -> Arc<CacheInfo> {
-        self.shared.info()
+        self.shared.route.info()
     }
 
     /// The SLO this cache was created with and the transport chosen for it.
     pub fn slo(&self) -> Option<farcache_proto::slo::SloChoice> {
-        self.shared.info().slo.clone()
+        self.shared.route.info().slo.clone()
     }
 
     /// The transport settings this handle runs with (`connections` = `c`,
     /// `batch_size` = `b`, `queue_depth` = `q`): a cache with an SLO gets those chosen
     /// for it.
     pub fn config(&self) -> &crate::ClientConfig {
-        &self.shared.client.config
+        &self.shared.route.transport().config
     }
 
     pub fn id(&self) -> CacheId {
-        self.shared.id()
+        self.shared.route.id()
     }
 
     pub fn name(&self) -> String {
-        self.shared.info().name.clone()
+        self.shared.route.info().name.clone()
     }
 
     pub fn capacity(&self) -> u64 {
-        self.shared.info().capacity
+        self.shared.route.info().capacity
     }
 
     /// Re-reads the region table from the manager (done automatically on `wrong server`).
     pub fn refresh(&self) -> Result<Arc<CacheInfo>, ClientError> {
-        self.shared.refresh()
+        self.shared.route.refresh()
     }
 
     /// Registers a WebAssembly procedure (binary or text format) under `name` on every
@@ -218,7 +115,7 @@ impl Cache {
             proc_name: name.to_string(),
             code: code.to_vec(),
         };
-        match self.shared.client.manager.call(&req)? {
+        match self.shared.route.transport().manager.call(&req)? {
             ControlResponse::Ok => Ok(()),
             other => Err(ClientError::InvalidArgument(format!(
                 "unexpected manager reply: {other:?}"
@@ -231,7 +128,8 @@ impl Cache {
         let name = self.name();
         match self
             .shared
-            .client
+            .route
+            .transport()
             .manager
             .call(&ControlRequest::ReshapeCache { name, capacity })?
         {
@@ -260,7 +158,7 @@ impl Cache {
             addr,
             len,
         };
-        match self.shared.client.manager.call(&req)? {
+        match self.shared.route.transport().manager.call(&req)? {
             ControlResponse::Ok => Ok(()),
             other => Err(ClientError::InvalidArgument(format!(
                 "unexpected manager reply: {other:?}"
@@ -269,12 +167,12 @@ impl Cache {
     }
 
     fn shared_info_mut(&self) -> parking_lot::RwLockWriteGuard<'_, Arc<CacheInfo>> {
-        self.shared.info_write()
+        self.shared.route.info_write()
     }
 
     /// An empty batch on this cache.
     pub fn batch(&self) -> Batch {
-        Batch::new(self.shared.clone())
+        Batch::new(self.shared.route.clone())
     }
 
     pub fn read(&self, addr: u64, len: u64) -> Result<Bytes, ClientError> {

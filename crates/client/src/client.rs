@@ -1,33 +1,25 @@
-//! `Client`: the entry point; owns lanes, the manager link and the async driver.
+//! `Client`: the entry point; holds the transport (lanes, the manager link, the async
+//! driver) and opens caches on it.
 
-use std::sync::{Arc, Weak};
-use std::thread::Thread;
+use std::sync::Arc;
 use std::time::Duration;
 
 use farcache_proto::control::{
     CacheInfo, ClusterStatus, ControlRequest, ControlResponse, MigrationMode,
 };
-use farcache_proto::slo::{Slo, Transport};
+use farcache_proto::slo::{Slo, Transport as SloTransport};
 use farcache_proto::{Rights, ServerId};
-use parking_lot::Mutex;
 
 use crate::cache::{Cache, CacheShared};
 use crate::config::ClientConfig;
 use crate::error::ClientError;
-use crate::lane::Lane;
+use crate::lane::{RouteTable, Transport};
 use crate::manager_link::ManagerLink;
-
-pub(crate) struct ClientShared {
-    pub config: ClientConfig,
-    pub manager: ManagerLink,
-    pub lanes: Vec<Lane>,
-    async_driver: Mutex<Option<Thread>>,
-}
 
 /// A connection to a farcache cluster. Cheap to clone; share it between threads.
 #[derive(Clone)]
 pub struct Client {
-    shared: Arc<ClientShared>,
+    shared: Arc<Transport>,
 }
 
 fn unexpected(r: ControlResponse) -> ClientError {
@@ -45,22 +37,14 @@ impl Client {
     pub fn with_config(config: ClientConfig) -> Result<Self, ClientError> {
         let config = config.resolve()?;
         let cred = config.credential.clone().ok_or(ClientError::NoCredential)?;
-        let lanes = (0..config.connections.max(1))
-            .map(|_| Lane::new(config.clone()))
-            .collect::<std::io::Result<Vec<_>>>()
-            .map_err(|e| ClientError::InvalidArgument(format!("cannot create poller: {e}")))?;
         let manager = ManagerLink::new(
             config.manager.clone(),
             config.connect_timeout,
             cred,
             config.tls.clone(),
         );
-        let shared = Arc::new(ClientShared {
-            manager,
-            config,
-            lanes,
-            async_driver: Mutex::new(None),
-        });
+        let shared = Transport::new(config, manager)
+            .map_err(|e| ClientError::InvalidArgument(format!("cannot create poller: {e}")))?;
         // Fail fast on a wrong manager address or credential.
         shared.manager.check()?;
         Ok(Self { shared })
@@ -80,12 +64,13 @@ impl Client {
             Some(choice) => self.shared_for(choice.transport)?,
             None => self.shared.clone(),
         };
-        Ok(Cache::new(CacheShared::new(client, info, tokens)))
+        let route = RouteTable::new(client, info);
+        Ok(Cache::new(CacheShared::new(route, tokens)))
     }
 
     /// This client's connections when they already run transport `t`'s `c`, `b`
     /// and `q`; otherwise a client of its own for the cache, configured so.
-    fn shared_for(&self, t: Transport) -> Result<Arc<ClientShared>, ClientError> {
+    fn shared_for(&self, t: SloTransport) -> Result<Arc<Transport>, ClientError> {
         let cfg = &self.shared.config;
         let (c, b, q) = (t.c as usize, t.b as usize, t.q as usize);
         if cfg.connections == c && cfg.batch_size == b && cfg.queue_depth == q {
@@ -263,87 +248,6 @@ impl Client {
         match self.shared.manager.call(&ControlRequest::Status)? {
             ControlResponse::Status(s) => Ok(s),
             other => Err(unexpected(other)),
-        }
-    }
-}
-
-impl ClientShared {
-    /// A client that has not talked to any manager (lane tests against fake servers).
-    #[cfg(test)]
-    pub(crate) fn for_test(config: ClientConfig) -> Arc<Self> {
-        let lanes = (0..config.connections.max(1))
-            .map(|_| Lane::new(config.clone()))
-            .collect::<std::io::Result<Vec<_>>>()
-            .expect("poller");
-        let cred = config.credential.clone().expect("a credential");
-        let manager = ManagerLink::new(config.manager.clone(), config.connect_timeout, cred, None);
-        Arc::new(Self {
-            config,
-            manager,
-            lanes,
-            async_driver: Mutex::new(None),
-        })
-    }
-
-    /// Wakes (starting it on first use) the thread that drives lanes for pending futures.
-    pub fn kick_async_driver(self: &Arc<Self>) {
-        let mut g = self.async_driver.lock();
-        if let Some(t) = g.as_ref() {
-            t.unpark();
-            return;
-        }
-        let weak = Arc::downgrade(self);
-        match std::thread::Builder::new()
-            .name("fc-client-async".into())
-            .spawn(move || async_driver(weak))
-        {
-            Ok(h) => *g = Some(h.thread().clone()),
-            Err(e) => tracing::error!("cannot start the async driver thread: {e}"),
-        }
-    }
-}
-
-/// Polls lanes that have futures waiting, or work nobody else will drive (see
-/// `LaneInner::orphaned_work`); exits when the client is dropped.
-fn async_driver(client: Weak<ClientShared>) {
-    use std::sync::atomic::Ordering;
-    loop {
-        let Some(c) = client.upgrade() else { return };
-        // `busy`: futures wait, so spin; `orphans`: only left-behind work, so look
-        // again shortly without holding the lane (its caller may be back).
-        let (mut busy, mut orphans) = (false, false);
-        for lane in &c.lanes {
-            let futures = lane.async_pending.load(Ordering::Acquire) > 0;
-            if !futures && !lane.background.load(Ordering::Acquire) {
-                continue;
-            }
-            match lane.inner.try_lock() {
-                Some(mut g) => {
-                    let block = if futures {
-                        Duration::from_millis(1)
-                    } else {
-                        Duration::ZERO
-                    };
-                    g.drive_once(Some(block));
-                    let waiting = g.async_waiters();
-                    let left = g.orphaned_work();
-                    lane.async_pending.store(waiting, Ordering::Release);
-                    lane.background.store(left, Ordering::Release);
-                    busy |= waiting > 0;
-                    orphans |= left;
-                }
-                None if futures => busy = true,
-                // A caller drives it now, and hands it back if it leaves work.
-                None => orphans = true,
-            }
-        }
-        drop(c);
-        if busy {
-            std::thread::yield_now();
-        } else if orphans {
-            std::thread::park_timeout(Duration::from_micros(500));
-        } else {
-            std::thread::park_timeout(Duration::from_millis(100));
         }
     }
 }

@@ -16,9 +16,8 @@ use farcache_proto::{
 };
 use mio::{Interest, Registry, Token};
 
-use crate::batch::Kind;
 use crate::error::OpError;
-use crate::lane::PartRef;
+use crate::op::{Kind, PartRef};
 use crate::parts::{Entry, PartList};
 
 const MIN_READ: usize = 64 << 10;

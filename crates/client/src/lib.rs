@@ -40,6 +40,7 @@ pub mod error;
 mod idmap;
 mod lane;
 mod manager_link;
+mod op;
 mod parts;
 mod results;
 mod routing;
@@ -59,3 +60,6 @@ pub use farcache_proto::control::{
 pub use farcache_proto::{CacheId, CacheToken, ClusterSecret, Rights, ServerId, Status};
 pub use results::{BatchResults, OpOutput, OpResult};
 pub use ticket::{OpFuture, Ticket};
+
+#[cfg(test)]
+mod tests;

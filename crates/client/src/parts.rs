@@ -4,8 +4,7 @@
 //! counter, and completing a run looks its ticket up once. Parts that are not whole
 //! ops (a piece of a split op, a redirected or paused part) stay single entries.
 
-use crate::batch::Kind;
-use crate::lane::PartRef;
+use crate::op::{Kind, PartRef};
 
 /// Ops `first..first + count` of ticket `key`, each sent whole (offset 0, its own
 /// address) and never redirected yet. `len` is each op's part length: the bytes a

@@ -7,16 +7,16 @@ use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use crate::client::ClientShared;
 use crate::error::ClientError;
-use crate::lane::LaneInner;
+use crate::lane::{LaneInner, Transport};
 use crate::results::BatchResults;
 use parking_lot::MutexGuard;
 
 /// A submitted batch. `wait()` blocks (driving the connections on this thread);
 /// awaiting it works on any executor.
 pub struct Ticket {
-    client: Arc<ClientShared>,
+    /// The lanes of the client that submitted the batch.
+    transport: Arc<Transport>,
     lane: usize,
     key: usize,
     id: u64,
@@ -24,9 +24,9 @@ pub struct Ticket {
 }
 
 impl Ticket {
-    pub(crate) fn new(client: Arc<ClientShared>, lane: usize, key: usize, id: u64) -> Self {
+    pub(crate) fn new(transport: Arc<Transport>, lane: usize, key: usize, id: u64) -> Self {
         Self {
-            client,
+            transport,
             lane,
             key,
             id,
@@ -50,7 +50,7 @@ impl Ticket {
     }
 
     fn wait_inner(&mut self, deadline: Option<Instant>) -> Option<BatchResults> {
-        let lane = &self.client.lanes[self.lane];
+        let lane = &self.transport.lanes[self.lane];
         let mut g = lane.inner.lock();
         let mut idle_rounds = 0;
         let spin_until = Instant::now() + g.spin();
@@ -102,10 +102,10 @@ impl Ticket {
         let orphaned = g.orphaned_work();
         drop(g);
         if orphaned {
-            self.client.lanes[self.lane]
+            self.transport.lanes[self.lane]
                 .background
                 .store(true, Ordering::Release);
-            self.client.kick_async_driver();
+            self.transport.kick_async_driver();
         }
     }
 
@@ -116,7 +116,7 @@ impl Ticket {
         if self.taken {
             return None;
         }
-        let lane = &self.client.lanes[self.lane];
+        let lane = &self.transport.lanes[self.lane];
         let mut g = lane.inner.lock();
         if !g.is_done(self.key, self.id) {
             g.drive_once(Some(Duration::ZERO));
@@ -136,7 +136,7 @@ impl Ticket {
 
     /// True once all results are in (does not drive I/O).
     pub fn is_ready(&self) -> bool {
-        self.client.lanes[self.lane]
+        self.transport.lanes[self.lane]
             .inner
             .lock()
             .is_done(self.key, self.id)
@@ -147,7 +147,7 @@ impl Future for Ticket {
     type Output = BatchResults;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<BatchResults> {
-        let lane = &self.client.lanes[self.lane];
+        let lane = &self.transport.lanes[self.lane];
         let mut g = lane.inner.lock();
         if !g.is_done(self.key, self.id) {
             g.drive_once(Some(Duration::ZERO));
@@ -161,7 +161,7 @@ impl Future for Ticket {
         g.set_waker(self.key, self.id, cx.waker());
         drop(g);
         lane.async_pending.fetch_add(1, Ordering::AcqRel);
-        self.client.kick_async_driver();
+        self.transport.kick_async_driver();
         Poll::Pending
     }
 }
@@ -169,7 +169,7 @@ impl Future for Ticket {
 impl Drop for Ticket {
     fn drop(&mut self) {
         if !self.taken {
-            let mut g = self.client.lanes[self.lane].inner.lock();
+            let mut g = self.transport.lanes[self.lane].inner.lock();
             g.abandon(self.key, self.id);
             self.release(g);
         }

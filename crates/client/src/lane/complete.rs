@@ -2,6 +2,10 @@
 //! whole ops (see `parts.rs`) take a short road with their ticket looked up once;
 //! everything else (`PAUSED`, `WRONG_SERVER`, hops, errors, split reads) the general
 //! one, which may queue the part to be sent again.
+//!
+//! Invariant: a frame's replies are matched to its parts in order, one each; a frame
+//! that ends early or does not decode gives its unanswered parts back to the
+//! connection, so the connection's failure fails (or re-routes) them.
 
 use std::time::Instant;
 
@@ -11,10 +15,11 @@ use farcache_proto::response::{Reply, ReplyBody};
 use farcache_proto::{DoneOutputs, ResponseDecoder, ServerId, Status};
 use slab::Slab;
 
-use super::{Parked, Parking, PartRef, Retry, TicketState, pause_backoff};
-use crate::batch::Kind;
+use super::retry::{Parked, Parking, Retry, pause_backoff, unleased_backoff};
+use super::tickets::{TicketState, part_done, ticket_done};
 use crate::conn::{InFlight, ServerConn};
 use crate::error::OpError;
+use crate::op::{Kind, PartRef};
 use crate::parts::{Item, Run};
 use crate::results::Cell;
 
@@ -274,7 +279,7 @@ impl Completion<'_> {
                 return;
             }
             (Status::OutOfRange, ..) if part.redirects == 0 => {
-                retries.push((part, Retry::Shrunk(t.cache.info().epoch)));
+                retries.push((part, Retry::Shrunk(t.route.info().epoch)));
                 return;
             }
             // The region is mid-migration (`PAUSED`): send the part again shortly,
@@ -290,7 +295,7 @@ impl Completion<'_> {
                     let mut next = part;
                     next.pauses = next.pauses.saturating_add(1);
                     let wait = if refresh {
-                        super::unleased_backoff(next.pauses)
+                        unleased_backoff(next.pauses)
                     } else {
                         pause_backoff(next.pauses)
                     };
@@ -307,7 +312,7 @@ impl Completion<'_> {
             (Status::DataLost, kind, _) => {
                 let (addr, len) = if kind == Kind::Execute {
                     // A procedure names no range: report the region it ran in.
-                    let info = t.cache.info();
+                    let info = t.route.info();
                     let size = info.region_size;
                     (part.addr - part.addr % size.max(1), size)
                 } else {
@@ -325,42 +330,5 @@ impl Completion<'_> {
             (s, ..) => res.fail(i, OpError::Status(s)),
         }
         part_done(tickets, key, i);
-    }
-}
-
-pub(super) fn part_done(tickets: &mut Slab<TicketState>, key: usize, op: usize) {
-    let t = &mut tickets[key];
-    let pending = &mut t.pending[op];
-    *pending = pending.saturating_sub(1);
-    if *pending > 0 {
-        return;
-    }
-    if t.results.is_pending(op) {
-        let assembled = if t.assembly.is_empty() {
-            None
-        } else {
-            t.assembly.remove(&(op as u32))
-        };
-        match (t.ops[op].kind, assembled) {
-            (Kind::Read, Some(buf)) => t.results.set_owned(op, Bytes::from(buf)),
-            (Kind::Read, None) => t.results.set_owned(op, Bytes::new()),
-            _ => t.results.set(op, Cell::Done),
-        }
-    }
-    t.remaining -= 1;
-    if t.remaining == 0 {
-        ticket_done(tickets, key);
-    }
-}
-
-/// Every op of ticket `key` has its result: wake its waiter, or drop it if nobody
-/// waits any more.
-fn ticket_done(tickets: &mut Slab<TicketState>, key: usize) {
-    let t = &mut tickets[key];
-    if let Some(w) = t.waker.take() {
-        w.wake();
-    }
-    if t.abandoned {
-        tickets.remove(key);
     }
 }
