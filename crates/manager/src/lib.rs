@@ -19,8 +19,10 @@
 //! ```
 
 mod catalogue;
+mod cluster;
 mod config;
 mod error;
+mod events;
 mod lease;
 mod listener;
 mod liveness;
@@ -66,8 +68,6 @@ impl Manager {
         let status = catalogue.status();
         let planner = slo::Planner::load(&config.slo)?;
         let service = Arc::new(Service::new(&config, catalogue, store, planner));
-        // Only fails if already set, which cannot happen to a fresh service.
-        let _ = service.this.set(Arc::downgrade(&service));
         let listener = TcpListener::bind(config.listen)?;
         let tls = match (config.tls_listen, config.tls.clone()) {
             (Some(at), Some(t)) => Some((TcpListener::bind(at)?, t)),

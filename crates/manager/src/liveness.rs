@@ -1,8 +1,8 @@
 //! Heartbeat monitor: a thread that periodically declares silent servers dead (and
 //! promotes their regions' backups), and an upkeep thread that gives regions short of
 //! copies new backups, frees regions servers hold that no cache places there
-//! ([`Service::reconcile`]) and rebalances. They are apart so a failover never waits
-//! behind a copy: copying a large region takes as long as its bytes need.
+//! (`Cluster::reconcile`, in `membership`) and rebalances. They are apart so a failover
+//! never waits behind a copy: copying a large region takes as long as its bytes need.
 
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
@@ -74,10 +74,10 @@ fn run_upkeep(service: &Service, stop: &Receiver<()>, tick: Duration) {
         match stop.recv_timeout(tick) {
             Err(RecvTimeoutError::Timeout) => {
                 // Regions short of copies get new backups soon after a failure.
-                service.repair(REPAIR_BUDGET);
+                service.cluster.repair(REPAIR_BUDGET);
                 if Instant::now() >= next_reconcile {
-                    service.reconcile();
-                    service.rebalance_once();
+                    service.cluster.reconcile();
+                    service.cluster.rebalance_once();
                     next_reconcile = Instant::now() + RECONCILE_EVERY;
                 }
             }

@@ -5,9 +5,9 @@
 use farcache_proto::ServerId;
 use farcache_proto::control::{HeldRegion, MigrationMode};
 
-use crate::service::Service;
+use crate::cluster::Cluster;
 
-impl Service {
+impl Cluster {
     /// Moves at most one region to a strictly cheaper server with room. Returns true
     /// if one moved.
     pub(crate) fn rebalance_once(&self) -> bool {

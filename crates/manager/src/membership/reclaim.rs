@@ -2,7 +2,6 @@
 //! at a time, to the cheapest servers with room, before its grace period ends.
 
 use std::collections::HashSet;
-use std::sync::Weak;
 use std::time::{Duration, Instant};
 
 use farcache_proto::control::{
@@ -11,9 +10,9 @@ use farcache_proto::control::{
 };
 use farcache_proto::{CacheId, ServerId};
 
+use crate::cluster::{Cluster, Target};
 use crate::error::Reject;
 use crate::placement;
-use crate::service::{Service, Target};
 use crate::store::Write;
 
 /// The manager gives up on regions this long before the grace ends, so the losses are
@@ -30,7 +29,7 @@ fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
-impl Service {
+impl Cluster {
     /// Starts draining server `id`; returns at once (the moves go on in the background).
     pub(crate) fn reclaim(
         &self,
@@ -61,8 +60,7 @@ impl Service {
         }
         let this = self
             .this
-            .get()
-            .and_then(Weak::upgrade)
+            .upgrade()
             .ok_or_else(|| Reject::unavailable("the manager is shutting down"))?;
         let deadline = Instant::now() + grace.saturating_sub(MARGIN);
         tracing::info!(
@@ -358,7 +356,7 @@ impl Service {
             incoming: true,
             // A read-only cache's region loads from its file (and stays read-only).
             load: rec.from_file.as_deref().map(|path| {
-                crate::service::file_slice(path, rec.capacity, rec.region_size, region)
+                crate::cluster::file_slice(path, rec.capacity, rec.region_size, region)
             }),
         };
         self.links

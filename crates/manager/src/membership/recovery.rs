@@ -11,12 +11,12 @@ use std::collections::BTreeMap;
 use farcache_proto::control::{ControlRequest, HeldRegion, LostRegion};
 use farcache_proto::{CacheId, ServerId};
 
+use crate::cluster::Cluster;
 use crate::error::Reject;
 use crate::placement;
-use crate::service::Service;
 use crate::store::Write;
 
-impl Service {
+impl Cluster {
     /// Server `id` died: backups take over the regions it owned, its backups are
     /// dropped, and regions without a surviving copy are re-placed as lost.
     pub(crate) fn recover_dead(&self, id: ServerId) {
@@ -209,7 +209,7 @@ impl Service {
         for (region, t) in &plan {
             // A read-only cache loaded from a file reloads the region from it.
             let load = rec.from_file.as_deref().map(|path| {
-                crate::service::file_slice(path, rec.capacity, rec.region_size, *region)
+                crate::cluster::file_slice(path, rec.capacity, rec.region_size, *region)
             });
             let req = ControlRequest::AllocRegion {
                 cache,

@@ -7,12 +7,12 @@ use std::time::{Duration, Instant};
 use farcache_proto::control::HeldRegion;
 
 use crate::catalogue::up;
-use crate::service::Service;
+use crate::cluster::Cluster;
 
 /// Longest a single copy may take before it is given up (and tried again later).
 const COPY_DEADLINE: Duration = Duration::from_secs(120);
 
-impl Service {
+impl Cluster {
     /// Gives regions short of copies new backups, one after another, for about
     /// `budget` (then the caller's other duties come first). Returns how many.
     pub(crate) fn repair(&self, budget: Duration) -> usize {

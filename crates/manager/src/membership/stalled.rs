@@ -10,11 +10,11 @@
 use farcache_proto::ServerId;
 use farcache_proto::control::{ControlErrorCode, ControlResponse};
 
+use crate::cluster::Cluster;
 use crate::error::Reject;
-use crate::service::Service;
 use crate::store::Write;
 
-impl Service {
+impl Cluster {
     /// Server `owner` cannot replicate to the server at `backup` (its writes have
     /// waited `stalled_ms`): drops that backup from every region `owner` owns.
     pub(crate) fn backup_stalled(
