@@ -1,3 +1,4 @@
+use super::chunk::CHUNK;
 use super::*;
 use crate::engine::store::{Arrival, RegionStore};
 use farcache_proto::{HEADER_LEN, RequestEncoder, ResponseDecoder, Rights, response::ReplyBody};
