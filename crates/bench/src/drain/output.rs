@@ -1,14 +1,16 @@
 //! What `bench drain` reports: one run's figures, printed as a table and written as
 //! JSON next to the other benches' results.
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use farcache_client::MigrationRecord;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
-use crate::report::{MachineInfo, align_cells, nan_as_null, write_json_as};
+use crate::report::Align::L;
+use crate::report::{
+    MachineInfo, Table, heading, mib, nan_as_null, num, push_notes, write_json_as,
+};
 
 /// A whole `bench drain` run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -201,22 +203,6 @@ impl DrainReport {
     }
 }
 
-fn num(v: f64, decimals: usize) -> String {
-    if v.is_finite() {
-        format!("{v:.decimals$}")
-    } else {
-        "-".into()
-    }
-}
-
-fn mib(b: u64) -> String {
-    if b.is_multiple_of(1 << 20) {
-        format!("{} MiB", b >> 20)
-    } else {
-        format!("{b} B")
-    }
-}
-
 /// The report as an aligned two-column table.
 pub fn format_drain_table(r: &DrainReport) -> String {
     let load = if r.load {
@@ -289,25 +275,19 @@ pub fn format_drain_table(r: &DrainReport) -> String {
             ),
         ),
     ];
-    let mut cells = vec![vec!["".to_string(), "".to_string()]];
-    cells.extend(rows.into_iter().map(|(k, v)| vec![k.to_string(), v]));
-    let table = align_cells(&cells, &[false, false]);
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "== drain @ {} ({} cores, {}, {} build; {} server thread(s), grace {} s) ==",
-        r.timestamp_unix,
-        r.machine.cores,
-        r.machine.hostname,
+    let mut t = Table::new(&[("", L), ("", L)]);
+    for (k, v) in rows {
+        t.row(vec![k.to_string(), v]);
+    }
+    let rest = format!(
+        "{} build; {} server thread(s), grace {} s",
         r.build,
         r.server_threads,
         num(r.grace_s, 1),
     );
-    // No header row: skip the blank line and its rule.
-    out.extend(table.lines().skip(2).map(|l| format!("{l}\n")));
-    for n in &r.notes {
-        let _ = writeln!(out, "note: {n}");
-    }
+    let mut out = heading("drain", r.timestamp_unix, &r.machine, &rest);
+    out.push_str(&t.render_body());
+    push_notes(&mut out, &r.notes);
     out
 }
 

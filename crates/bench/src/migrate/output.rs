@@ -8,7 +8,8 @@ use farcache_client::MigrationRecord;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
-use crate::report::{MachineInfo, align_cells, nan_as_null, write_json_as};
+use crate::report::Align::{L, R};
+use crate::report::{MachineInfo, Table, heading, nan_as_null, num, push_notes, write_json_as};
 
 /// A whole `bench migrate` run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -131,32 +132,22 @@ impl MigrateReport {
     }
 }
 
-fn num(v: f64, decimals: usize) -> String {
-    if v.is_finite() {
-        format!("{v:.decimals$}")
-    } else {
-        "-".into()
-    }
-}
-
 /// The report as an aligned table, one row per mode.
 pub fn format_migrate_table(report: &MigrateReport) -> String {
-    const HEADER: [&str; 10] = [
-        "mode",
-        "sent",
-        "migration MiB/s",
-        "regions MiB/s",
-        "reads Mops/s",
-        "writes Mops/s",
-        "read ratio",
-        "write ratio",
-        "longest write pause ms",
-        "errors",
-    ];
-    const RIGHT: [bool; 10] = [false, true, true, true, true, true, true, true, true, true];
-    let mut cells: Vec<Vec<String>> = vec![HEADER.iter().map(|s| s.to_string()).collect()];
+    let mut t = Table::new(&[
+        ("mode", L),
+        ("sent", R),
+        ("migration MiB/s", R),
+        ("regions MiB/s", R),
+        ("reads Mops/s", R),
+        ("writes Mops/s", R),
+        ("read ratio", R),
+        ("write ratio", R),
+        ("longest write pause ms", R),
+        ("errors", R),
+    ]);
     for r in &report.rows {
-        cells.push(vec![
+        t.row(vec![
             r.mode.clone(),
             format!("{} MiB", r.bytes_moved >> 20),
             num(r.migration_gib_per_s * 1024.0, 0),
@@ -170,27 +161,21 @@ pub fn format_migrate_table(report: &MigrateReport) -> String {
         ]);
     }
     let c = &report.config;
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "== migrate @ {} ({} cores, {}, {} build; {} regions of {} MiB, steps {:?}) ==",
-        report.timestamp_unix,
-        report.machine.cores,
-        report.machine.hostname,
+    let rest = format!(
+        "{} build; {} regions of {} MiB, steps {:?}",
         report.build,
         c.regions,
         c.region_size >> 20,
         c.steps,
     );
-    out.push_str(&align_cells(&cells, &RIGHT));
+    let mut out = heading("migrate", report.timestamp_unix, &report.machine, &rest);
+    out.push_str(&t.render());
     let _ = writeln!(
         out,
         "sent: bytes copied, re-sends included; regions MiB/s: region bytes ÷ copy time;\n\
          Mops/s: before the first move; ratios: mean throughput while regions move ÷ before"
     );
-    for n in &report.notes {
-        let _ = writeln!(out, "note: {n}");
-    }
+    push_notes(&mut out, &report.notes);
     out
 }
 

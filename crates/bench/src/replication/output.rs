@@ -8,7 +8,10 @@ use serde::{Deserialize, Serialize};
 
 use super::ReplicationBenchOptions;
 use crate::error::Result;
-use crate::report::{MachineInfo, align_cells, nan_as_null, write_json_as};
+use crate::report::Align::{L, R};
+use crate::report::{
+    MachineInfo, Table, heading, nan_as_null, num, pct, push_notes, write_json_as,
+};
 
 /// A whole `bench replication` run. The flat fields are the headline figures (from
 /// `rows`); ratios are r=2 ÷ r=1.
@@ -204,27 +207,15 @@ impl ReplicationReport {
     }
 }
 
-fn pct(v: f64) -> String {
-    if v.is_finite() {
-        format!("{:.0} %", v * 100.0)
-    } else {
-        "-".into()
-    }
-}
-
-fn num(v: f64, decimals: usize) -> String {
-    if v.is_finite() {
-        format!("{v:.decimals$}")
-    } else {
-        "-".into()
-    }
-}
-
 /// The report as an aligned table: the six rows, then the ratios and the target.
 pub fn format_replication_table(report: &ReplicationReport) -> String {
-    const HEADER: [&str; 5] = ["row", "result", "ops", "errors", "backup writes"];
-    const RIGHT: [bool; 5] = [false, true, true, true, true];
-    let mut cells: Vec<Vec<String>> = vec![HEADER.iter().map(|s| s.to_string()).collect()];
+    let mut t = Table::new(&[
+        ("row", L),
+        ("result", R),
+        ("ops", R),
+        ("errors", R),
+        ("backup writes", R),
+    ]);
     let mut order: Vec<&ReplicationRow> = report.rows.iter().filter(|r| r.batched).collect();
     order.extend(report.rows.iter().filter(|r| !r.batched));
     for r in order {
@@ -233,7 +224,7 @@ pub fn format_replication_table(report: &ReplicationReport) -> String {
         } else {
             format!("{} / {} µs", num(r.p50_us, 1), num(r.p99_us, 1))
         };
-        cells.push(vec![
+        t.row(vec![
             r.name.clone(),
             result,
             r.ops.to_string(),
@@ -245,21 +236,16 @@ pub fn format_replication_table(report: &ReplicationReport) -> String {
         ("writes r=2 / r=1", report.write_ratio),
         ("reads r=2 / r=1", report.read_ratio),
     ] {
-        cells.push(vec![
+        t.row(vec![
             name.into(),
-            format!("{} ({})", num(v, 2), pct(v)),
+            format!("{} ({})", num(v, 2), pct(v, 0)),
             String::new(),
             String::new(),
             String::new(),
         ]);
     }
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "== replication @ {} ({} cores, {}, {} build; {} servers, s={}; two {} MiB caches of {} MiB regions; {} B ops, b={} q={}; {} s per row) ==",
-        report.timestamp_unix,
-        report.machine.cores,
-        report.machine.hostname,
+    let rest = format!(
+        "{} build; {} servers, s={}; two {} MiB caches of {} MiB regions; {} B ops, b={} q={}; {} s per row",
         report.build,
         report.servers,
         report.server_threads,
@@ -270,13 +256,14 @@ pub fn format_replication_table(report: &ReplicationReport) -> String {
         report.depth,
         report.seconds,
     );
-    out.push_str(&align_cells(&cells, &RIGHT));
+    let mut out = heading("replication", report.timestamp_unix, &report.machine, &rest);
+    out.push_str(&t.render());
     let _ = writeln!(
         out,
         "target: r=2 writes ≥ {:.0} % of r=1: {} ({} of r=1)",
         report.target_write_ratio * 100.0,
         if report.target_met { "met" } else { "NOT met" },
-        pct(report.write_ratio),
+        pct(report.write_ratio, 0),
     );
     let _ = writeln!(
         out,
@@ -286,9 +273,7 @@ pub fn format_replication_table(report: &ReplicationReport) -> String {
         num(report.backup_writes_per_write_r1, 3),
         num(report.backup_writes_per_write_r2, 3),
     );
-    for n in &report.notes {
-        let _ = writeln!(out, "note: {n}");
-    }
+    push_notes(&mut out, &report.notes);
     out
 }
 

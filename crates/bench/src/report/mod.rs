@@ -1,4 +1,6 @@
-//! Benchmark reports: rows, plain-text table, JSON files and a PNG chart.
+//! Benchmark reports: rows, plain-text table, JSON files and a PNG chart, and the
+//! pieces every suite's report shares (number formatting, aligned tables, JSON
+//! writers, chart set-up).
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -12,20 +14,22 @@ use crate::baseline::sockperf::SockperfBaseline;
 /// Conventional output directory for reports.
 pub const DEFAULT_RESULTS_DIR: &str = "bench-results";
 
+pub(crate) mod canvas;
 mod chart;
 mod format;
 mod output;
+mod table;
 #[cfg(test)]
 pub(crate) mod tests;
 
 pub use crate::row::BenchRow;
 pub(crate) use crate::row::nan_as_null;
-pub(crate) use chart::locate_chart_font;
 pub use chart::{register_chart_font, write_chart, write_chart_with_font};
-pub(crate) use format::align_cells;
+pub(crate) use format::{fmt_lat, mib, num, pct, verdict};
 pub use format::{fmt_size, format_table, print_table};
 pub use output::write_json;
-pub(crate) use output::write_json_as;
+pub(crate) use output::{write_json_as, write_json_to};
+pub(crate) use table::{Align, Table, heading, push_notes};
 
 /// The machine a report was produced on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -13,7 +13,7 @@ use crate::error::Result;
 use crate::histogram::LatencySummary;
 use crate::report::{
     Baselines, BenchReport, BenchRow, MachineInfo, build_kind, format_table, unix_now,
-    write_json_as,
+    write_json_as, write_json_to,
 };
 
 /// A whole `bench store` run.
@@ -368,13 +368,4 @@ pub fn write_store_json(report: &StoreReport, dir: &Path) -> Result<PathBuf> {
 /// Writes the report to `path` exactly (creating its directory).
 pub fn write_store_json_to(report: &StoreReport, path: &Path) -> Result<()> {
     write_json_to(report, path)
-}
-
-/// Writes `value` as pretty JSON to `path` (creating its directory).
-pub(super) fn write_json_to<T: Serialize>(value: &T, path: &Path) -> Result<()> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::write(path, serde_json::to_string_pretty(value)?)?;
-    Ok(())
 }
