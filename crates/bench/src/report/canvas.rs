@@ -4,13 +4,14 @@
 //! charts, and writing `<stem>-<timestamp>.png` with its `<stem>-latest.png` copy.
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use plotters::coord::{CoordTranslate, Shift};
 use plotters::prelude::*;
 
-use super::chart::{locate_chart_font, register_chart_font};
 use super::output::file_stem;
 use crate::error::{BenchError, Result};
+use crate::tools::{Tool, ensure_tools, find_font, is_root};
 
 /// A chart's drawing area (the whole canvas or a panel of it).
 pub(crate) type Area<'a> = DrawingArea<BitMapBackend<'a>, Shift>;
@@ -107,4 +108,49 @@ pub(crate) fn write_with_latest(
     render(&path)?;
     std::fs::copy(&path, dir.join(format!("{stem}-latest.png")))?;
     Ok(path)
+}
+
+static FONT_REGISTERED: OnceLock<bool> = OnceLock::new();
+
+/// Registers the TTF at `path` as plotters' "sans-serif" font (once per
+/// process; later calls return the first outcome).
+pub fn register_chart_font(path: &Path) -> bool {
+    *FONT_REGISTERED.get_or_init(|| match std::fs::read(path) {
+        Ok(bytes) => {
+            let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+            match plotters::style::register_font(
+                "sans-serif",
+                plotters::style::FontStyle::Normal,
+                bytes,
+            ) {
+                Ok(()) => true,
+                Err(_) => {
+                    eprintln!(
+                        "[farcache-bench] {} is not a usable font; chart without text",
+                        path.display()
+                    );
+                    false
+                }
+            }
+        }
+        Err(e) => {
+            eprintln!(
+                "[farcache-bench] cannot read font {}: {e}; chart without text",
+                path.display()
+            );
+            false
+        }
+    })
+}
+
+/// The chart font, installed first when missing and running as root.
+pub(crate) fn locate_chart_font() -> Option<PathBuf> {
+    let font = find_font();
+    if font.is_some() || !is_root() {
+        return font;
+    }
+    if let Err(e) = ensure_tools(&[Tool::DejaVuFont]) {
+        eprintln!("[farcache-bench] could not install a font ({e}); chart without text");
+    }
+    find_font()
 }

@@ -1,18 +1,19 @@
 //! The PNG chart of a report (plotters), and the font its text needs.
 
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
 use plotters::coord::Shift;
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use super::BenchReport;
-use super::canvas::{self, BLUE as FARCACHE, GREEN as OTHER, GREY as RAW_TCP, RED as REDIS, err};
+use super::canvas::{
+    self, BLUE as FARCACHE, GREEN as OTHER, GREY as RAW_TCP, RED as REDIS, err, locate_chart_font,
+    register_chart_font,
+};
 use crate::error::BenchError;
 use crate::error::Result;
 use crate::row::BenchRow;
-use crate::tools::{Tool, ensure_tools, find_font, is_root};
 
 fn color(system: &str) -> RGBColor {
     match system {
@@ -361,39 +362,6 @@ fn draw_legend<'a, 'b: 'a>(chart: &mut Chart<'a, 'b>, panel: &Panel<'_>) -> Resu
     Ok(())
 }
 
-static FONT_REGISTERED: OnceLock<bool> = OnceLock::new();
-
-/// Registers the TTF at `path` as plotters' "sans-serif" font (once per
-/// process; later calls return the first outcome).
-pub fn register_chart_font(path: &Path) -> bool {
-    *FONT_REGISTERED.get_or_init(|| match std::fs::read(path) {
-        Ok(bytes) => {
-            let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-            match plotters::style::register_font(
-                "sans-serif",
-                plotters::style::FontStyle::Normal,
-                bytes,
-            ) {
-                Ok(()) => true,
-                Err(_) => {
-                    eprintln!(
-                        "[farcache-bench] {} is not a usable font; chart without text",
-                        path.display()
-                    );
-                    false
-                }
-            }
-        }
-        Err(e) => {
-            eprintln!(
-                "[farcache-bench] cannot read font {}: {e}; chart without text",
-                path.display()
-            );
-            false
-        }
-    })
-}
-
 /// Renders the report chart to `<dir>/<bench>-<timestamp>.png` (and copies it
 /// to `<bench>-latest.png`): throughput bars (farcache vs Redis baseline) and
 /// p50 latency bars vs the raw TCP RTT.
@@ -402,18 +370,6 @@ pub fn register_chart_font(path: &Path) -> bool {
 /// root); without a font the bars are drawn without labels.
 pub fn write_chart(report: &BenchReport, dir: impl AsRef<Path>) -> Result<PathBuf> {
     write_chart_with_font(report, dir, locate_chart_font().as_deref())
-}
-
-/// The chart font, installed first when missing and running as root.
-pub(crate) fn locate_chart_font() -> Option<PathBuf> {
-    let font = find_font();
-    if font.is_some() || !is_root() {
-        return font;
-    }
-    if let Err(e) = ensure_tools(&[Tool::DejaVuFont]) {
-        eprintln!("[farcache-bench] could not install a font ({e}); chart without text");
-    }
-    find_font()
 }
 
 /// Like [`write_chart`] with an explicit font file (`None`: no text at all).

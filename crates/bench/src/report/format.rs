@@ -64,6 +64,21 @@ pub fn fmt_size(bytes: usize) -> String {
     }
 }
 
+/// `1MiB`, `128MiB`, `1GiB`, `4096B`: a working set in a row's name. Unlike
+/// [`fmt_size`] (the table's size column), binary units are spelt out and a size
+/// that is no whole number of them is rounded down.
+pub(crate) fn fmt_bytes(b: u64) -> String {
+    if b >= 1 << 30 && b.is_multiple_of(1 << 30) {
+        format!("{}GiB", b >> 30)
+    } else if b >= 1 << 20 {
+        format!("{}MiB", b >> 20)
+    } else if b >= 1 << 10 {
+        format!("{}KiB", b >> 10)
+    } else {
+        format!("{b}B")
+    }
+}
+
 /// Round trips per op: whole numbers without decimals.
 fn fmt_rt(v: f64) -> String {
     if (v - v.round()).abs() < 0.005 {

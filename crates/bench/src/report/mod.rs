@@ -24,8 +24,9 @@ pub(crate) mod tests;
 
 pub use crate::row::BenchRow;
 pub(crate) use crate::row::nan_as_null;
-pub use chart::{register_chart_font, write_chart, write_chart_with_font};
-pub(crate) use format::{fmt_lat, mib, num, pct, verdict};
+pub use canvas::register_chart_font;
+pub use chart::{write_chart, write_chart_with_font};
+pub(crate) use format::{fmt_bytes, fmt_lat, mib, num, pct, verdict};
 pub use format::{fmt_size, format_table, print_table};
 pub use output::write_json;
 pub(crate) use output::{write_json_as, write_json_to};

@@ -194,6 +194,16 @@ fn shared_number_formats() {
     );
     assert_eq!(pct(f64::NAN, 1), "-");
     assert_eq!((mib(3 << 20), mib(1500)), ("3 MiB".into(), "1500 B".into()));
+    // Sizes: the table's column and the working set in `bench io`'s row names.
+    use super::format::fmt_bytes;
+    assert_eq!(
+        (fmt_size(1 << 20), fmt_bytes(1 << 20)),
+        ("1M".into(), "1MiB".into())
+    );
+    assert_eq!(
+        (fmt_size(1500), fmt_bytes(1500)),
+        ("1500B".into(), "1KiB".into())
+    );
     assert_eq!(
         [Some(true), Some(false), None].map(verdict),
         ["yes", "NO", "-"].map(String::from)
