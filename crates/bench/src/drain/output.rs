@@ -8,19 +8,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
 use crate::report::Align::L;
-use crate::report::{
-    MachineInfo, Table, heading, mib, nan_as_null, num, push_notes, write_json_as,
-};
+use crate::report::{ReportHead, Table, mib, nan_as_null, num, push_notes};
 
 /// A whole `bench drain` run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DrainReport {
-    /// `"drain"`.
-    pub bench: String,
-    pub timestamp_unix: u64,
-    pub machine: MachineInfo,
-    /// `"dev"` or `"release"`: the binary's build (servers run the same binary).
-    pub build: String,
+    #[serde(flatten)]
+    pub head: ReportHead,
     /// The cache, all of it on the drained server.
     pub size_bytes: u64,
     pub region_size: u64,
@@ -98,10 +92,7 @@ impl DrainReport {
         load: bool,
     ) -> Self {
         Self {
-            bench: "drain".into(),
-            timestamp_unix: crate::report::unix_now(),
-            machine: MachineInfo::detect(),
-            build: crate::report::build_kind(),
+            head: ReportHead::new("drain"),
             size_bytes,
             region_size,
             regions: size_bytes.div_ceil(region_size.max(1)) as u32,
@@ -281,11 +272,11 @@ pub fn format_drain_table(r: &DrainReport) -> String {
     }
     let rest = format!(
         "{} build; {} server thread(s), grace {} s",
-        r.build,
+        r.head.build,
         r.server_threads,
         num(r.grace_s, 1),
     );
-    let mut out = heading("drain", r.timestamp_unix, &r.machine, &rest);
+    let mut out = r.head.heading(&rest);
     out.push_str(&t.render_body());
     push_notes(&mut out, &r.notes);
     out
@@ -293,5 +284,5 @@ pub fn format_drain_table(r: &DrainReport) -> String {
 
 /// Writes `<dir>/drain-<timestamp>.json` and `<dir>/drain-latest.json`.
 pub fn write_drain_json(report: &DrainReport, dir: impl AsRef<Path>) -> Result<PathBuf> {
-    write_json_as(report, &report.bench, report.timestamp_unix, dir.as_ref())
+    report.head.write_json(report, dir.as_ref())
 }

@@ -18,7 +18,7 @@ const TITLE_H: u32 = 40;
 pub fn write_migrate_chart(report: &MigrateReport, dir: impl AsRef<Path>) -> Result<PathBuf> {
     let dir = dir.as_ref();
     let text = canvas::font_ready();
-    canvas::write_with_latest(dir, "migrate", report.timestamp_unix, |path| {
+    canvas::write_with_latest(dir, "migrate", report.head.timestamp_unix, |path| {
         render(report, path, text)
     })
 }
@@ -53,9 +53,9 @@ fn render(report: &MigrateReport, path: &Path, text: bool) -> Result<()> {
             report.config.regions,
             report.config.region_size >> 20,
             report.config.steps,
-            report.machine.cores,
-            report.machine.hostname,
-            report.build
+            report.head.machine.cores,
+            report.head.machine.hostname,
+            report.head.build
         );
         canvas::title(&title, caption, 20)?;
     }

@@ -9,17 +9,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
 use crate::report::Align::{L, R};
-use crate::report::{MachineInfo, Table, heading, nan_as_null, num, push_notes, write_json_as};
+use crate::report::{ReportHead, Table, nan_as_null, num, push_notes};
 
 /// A whole `bench migrate` run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MigrateReport {
-    /// `"migrate"`.
-    pub bench: String,
-    pub timestamp_unix: u64,
-    pub machine: MachineInfo,
-    /// `"dev"` or `"release"`: the binary's build (servers run the same binary).
-    pub build: String,
+    #[serde(flatten)]
+    pub head: ReportHead,
     pub config: MigrateConfig,
     pub rows: Vec<MigrateRow>,
     /// Lines printed under the table.
@@ -116,10 +112,7 @@ pub struct MoveWindow {
 impl MigrateReport {
     pub fn new(config: MigrateConfig) -> Self {
         Self {
-            bench: "migrate".into(),
-            timestamp_unix: crate::report::unix_now(),
-            machine: MachineInfo::detect(),
-            build: crate::report::build_kind(),
+            head: ReportHead::new("migrate"),
             config,
             rows: Vec::new(),
             notes: Vec::new(),
@@ -163,12 +156,12 @@ pub fn format_migrate_table(report: &MigrateReport) -> String {
     let c = &report.config;
     let rest = format!(
         "{} build; {} regions of {} MiB, steps {:?}",
-        report.build,
+        report.head.build,
         c.regions,
         c.region_size >> 20,
         c.steps,
     );
-    let mut out = heading("migrate", report.timestamp_unix, &report.machine, &rest);
+    let mut out = report.head.heading(&rest);
     out.push_str(&t.render());
     let _ = writeln!(
         out,
@@ -181,5 +174,5 @@ pub fn format_migrate_table(report: &MigrateReport) -> String {
 
 /// Writes `<dir>/migrate-<timestamp>.json` and `<dir>/migrate-latest.json`.
 pub fn write_migrate_json(report: &MigrateReport, dir: impl AsRef<Path>) -> Result<PathBuf> {
-    write_json_as(report, &report.bench, report.timestamp_unix, dir.as_ref())
+    report.head.write_json(report, dir.as_ref())
 }

@@ -9,20 +9,14 @@ use serde::{Deserialize, Serialize};
 use super::ReplicationBenchOptions;
 use crate::error::Result;
 use crate::report::Align::{L, R};
-use crate::report::{
-    MachineInfo, Table, heading, nan_as_null, num, pct, push_notes, write_json_as,
-};
+use crate::report::{ReportHead, Table, nan_as_null, num, pct, push_notes};
 
 /// A whole `bench replication` run. The flat fields are the headline figures (from
 /// `rows`); ratios are r=2 ÷ r=1.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReplicationReport {
-    /// `"replication"`.
-    pub bench: String,
-    pub timestamp_unix: u64,
-    pub machine: MachineInfo,
-    /// `"dev"` or `"release"`: the binary's build (servers run the same binary).
-    pub build: String,
+    #[serde(flatten)]
+    pub head: ReportHead,
     pub servers: usize,
     pub server_threads: usize,
     /// Capacity of each cache.
@@ -123,10 +117,7 @@ impl ReplicationReport {
         target_write_ratio: f64,
     ) -> Self {
         Self {
-            bench: "replication".into(),
-            timestamp_unix: crate::report::unix_now(),
-            machine: MachineInfo::detect(),
-            build: crate::report::build_kind(),
+            head: ReportHead::new("replication"),
             servers,
             server_threads: opts.server_threads,
             cache_size: opts.cache_size,
@@ -246,7 +237,7 @@ pub fn format_replication_table(report: &ReplicationReport) -> String {
     }
     let rest = format!(
         "{} build; {} servers, s={}; two {} MiB caches of {} MiB regions; {} B ops, b={} q={}; {} s per row",
-        report.build,
+        report.head.build,
         report.servers,
         report.server_threads,
         report.cache_size >> 20,
@@ -256,7 +247,7 @@ pub fn format_replication_table(report: &ReplicationReport) -> String {
         report.depth,
         report.seconds,
     );
-    let mut out = heading("replication", report.timestamp_unix, &report.machine, &rest);
+    let mut out = report.head.heading(&rest);
     out.push_str(&t.render());
     let _ = writeln!(
         out,
@@ -282,7 +273,7 @@ pub fn write_replication_json(
     report: &ReplicationReport,
     dir: impl AsRef<Path>,
 ) -> Result<PathBuf> {
-    write_json_as(report, &report.bench, report.timestamp_unix, dir.as_ref())
+    report.head.write_json(report, dir.as_ref())
 }
 
 #[cfg(test)]

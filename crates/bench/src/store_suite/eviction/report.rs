@@ -11,18 +11,13 @@ use super::trace::HitCount;
 use super::{STORE_TAKE, STORE_WINDOW, TARGET_POINTS};
 use crate::error::Result;
 use crate::report::Align::{L, R};
-use crate::report::{
-    BenchRow, MachineInfo, Table, heading, push_notes, write_json_as, write_json_to,
-};
+use crate::report::{BenchRow, ReportHead, Table, push_notes, write_json_to};
 
 /// A whole `bench store-evict` run.
 #[derive(Debug, Clone, Serialize)]
 pub struct StoreEvictReport {
-    /// `"store-evict"`.
-    pub bench: String,
-    pub timestamp_unix: u64,
-    pub machine: MachineInfo,
-    pub build: String,
+    #[serde(flatten)]
+    pub head: ReportHead,
     pub keys: u64,
     pub value_size: usize,
     pub zipf_theta: f64,
@@ -168,8 +163,8 @@ pub fn format_store_evict_table(r: &StoreEvictReport) -> String {
             "-".into(),
         ]);
     }
-    let kernel = format!("kernel {}", r.machine.kernel);
-    let mut out = heading(&r.bench, r.timestamp_unix, &r.machine, &kernel);
+    let kernel = format!("kernel {}", r.head.machine.kernel);
+    let mut out = r.head.heading(&kernel);
     out.push_str(&t.render());
     let target = r.rows.first().and_then(|x| x.meets_target);
     out.push_str(&format!(
@@ -185,7 +180,7 @@ pub fn format_store_evict_table(r: &StoreEvictReport) -> String {
 
 /// Writes `<dir>/store-evict-<timestamp>.json` and `<dir>/store-evict-latest.json`.
 pub fn write_store_evict_json(report: &StoreEvictReport, dir: &Path) -> Result<PathBuf> {
-    write_json_as(report, &report.bench, report.timestamp_unix, dir)
+    report.head.write_json(report, dir)
 }
 
 /// Writes the report to `path` exactly (creating its directory).

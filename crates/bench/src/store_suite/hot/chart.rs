@@ -34,9 +34,9 @@ pub fn write_store_hot_chart(report: &StoreHotReport, path: &Path) -> Result<()>
             report.keys,
             report.value_size,
             report.zipf_theta,
-            report.machine.cores,
-            report.machine.hostname,
-            report.build
+            report.head.machine.cores,
+            report.head.machine.hostname,
+            report.head.build
         );
         canvas::title(&title, caption, 20)?;
     }

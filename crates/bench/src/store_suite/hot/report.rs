@@ -14,17 +14,14 @@ use crate::baseline::driver::KEY_RING_MAX;
 use crate::error::Result;
 use crate::report::Align::{L, R};
 use crate::report::{
-    BenchRow, MachineInfo, Table, heading, num, push_notes, verdict, write_json_as, write_json_to,
+    BenchRow, ReportHead, Table, all_met, num, push_notes, verdict, write_json_to,
 };
 
 /// A whole `bench store-hot` run.
 #[derive(Debug, Clone, Serialize)]
 pub struct StoreHotReport {
-    /// `"store-hot"`.
-    pub bench: String,
-    pub timestamp_unix: u64,
-    pub machine: MachineInfo,
-    pub build: String,
+    #[serde(flatten)]
+    pub head: ReportHead,
     pub keys: u64,
     pub value_size: usize,
     pub zipf_theta: f64,
@@ -240,12 +237,7 @@ impl StoreHotReport {
 
     /// Whether every run with the layer met the max/mean goal.
     pub fn all_targets_met(&self) -> Option<bool> {
-        let with: Vec<bool> = self
-            .rows
-            .iter()
-            .filter_map(|r| r.row.meets_target)
-            .collect();
-        (!with.is_empty()).then(|| with.iter().all(|&m| m))
+        all_met(self.rows.iter().map(|r| &r.row))
     }
 }
 
@@ -286,8 +278,8 @@ pub fn format_store_hot_table(r: &StoreHotReport) -> String {
             verdict(x.row.meets_target),
         ]);
     }
-    let kernel = format!("kernel {}", r.machine.kernel);
-    let mut out = heading(&r.bench, r.timestamp_unix, &r.machine, &kernel);
+    let kernel = format!("kernel {}", r.head.machine.kernel);
+    let mut out = r.head.heading(&kernel);
     out.push_str(&t.render());
     push_notes(&mut out, &r.notes);
     out
@@ -295,7 +287,7 @@ pub fn format_store_hot_table(r: &StoreHotReport) -> String {
 
 /// Writes `<dir>/store-hot-<timestamp>.json` and `<dir>/store-hot-latest.json`.
 pub fn write_store_hot_json(report: &StoreHotReport, dir: &Path) -> Result<PathBuf> {
-    write_json_as(report, &report.bench, report.timestamp_unix, dir)
+    report.head.write_json(report, dir)
 }
 
 /// Writes the report to `path` exactly (creating its directory).

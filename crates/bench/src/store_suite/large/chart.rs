@@ -115,9 +115,9 @@ pub fn write_store_large_chart(report: &StoreLargeReport, path: &Path) -> Result
             report.client_batch,
             report.client_depth,
             report.op_timeout_ms,
-            report.machine.cores,
-            report.machine.hostname,
-            report.build
+            report.head.machine.cores,
+            report.head.machine.hostname,
+            report.head.build
         );
         canvas::title(&title, caption, 18)?;
     }

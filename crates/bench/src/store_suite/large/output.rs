@@ -12,20 +12,13 @@ use super::redis::RedisSize;
 use super::{Call, EC_DATA, EC_PARITY, Objects, REGION, Run, SERVERS, StoreLargeOptions};
 use crate::error::Result;
 use crate::report::Align::{L, R};
-use crate::report::{
-    BenchRow, MachineInfo, Table, build_kind, fmt_lat, fmt_size, heading, push_notes, unix_now,
-    write_json_as, write_json_to,
-};
+use crate::report::{BenchRow, ReportHead, Table, fmt_lat, fmt_size, push_notes, write_json_to};
 
 /// A whole `bench store-large` run.
 #[derive(Debug, Clone, Serialize)]
 pub struct StoreLargeReport {
-    /// `"store-large"`.
-    pub bench: String,
-    pub timestamp_unix: u64,
-    pub machine: MachineInfo,
-    /// `"dev"` or `"release"` (the servers run the same binary).
-    pub build: String,
+    #[serde(flatten)]
+    pub head: ReportHead,
     pub servers: usize,
     pub server_threads: usize,
     pub region_size: u64,
@@ -127,10 +120,7 @@ pub struct StoppedInfo {
 impl StoreLargeReport {
     pub(super) fn new(o: &StoreLargeOptions) -> Self {
         Self {
-            bench: "store-large".into(),
-            timestamp_unix: unix_now(),
-            machine: MachineInfo::detect(),
-            build: build_kind(),
+            head: ReportHead::new("store-large"),
             servers: SERVERS,
             server_threads: 1,
             region_size: REGION,
@@ -453,9 +443,9 @@ pub fn format_store_large_table(report: &StoreLargeReport) -> String {
             vs,
         ]);
     }
-    let m = &report.machine;
-    let rest = format!("kernel {}, {} build", m.kernel, report.build);
-    let mut out = heading(&report.bench, report.timestamp_unix, m, &rest);
+    let m = &report.head.machine;
+    let rest = format!("kernel {}, {} build", m.kernel, report.head.build);
+    let mut out = report.head.heading(&rest);
     out.push_str(&t.render());
     push_notes(&mut out, &report.notes);
     out
@@ -463,7 +453,7 @@ pub fn format_store_large_table(report: &StoreLargeReport) -> String {
 
 /// Writes `<dir>/store-large-<timestamp>.json` and `<dir>/store-large-latest.json`.
 pub fn write_store_large_json(report: &StoreLargeReport, dir: &Path) -> Result<PathBuf> {
-    write_json_as(report, &report.bench, report.timestamp_unix, dir)
+    report.head.write_json(report, dir)
 }
 
 /// Writes the report to `path` exactly (creating its directory).
