@@ -7,20 +7,14 @@ use std::time::Duration;
 use plotters::prelude::*;
 
 use crate::error::{BenchError, Result};
-use crate::report::{locate_chart_font, register_chart_font};
+use crate::report::canvas::{
+    self, BLUE as THROUGHPUT, GREEN as HEAL, ORANGE as RECLAIM, RED as KILL, err,
+};
 
-const THROUGHPUT: RGBColor = RGBColor(31, 119, 180);
-const RECLAIM: RGBColor = RGBColor(255, 127, 14);
-const KILL: RGBColor = RGBColor(214, 39, 40);
 const PARTITION: RGBColor = RGBColor(148, 103, 189);
 const VANISH: RGBColor = RGBColor(23, 190, 207);
-const HEAL: RGBColor = RGBColor(44, 160, 44);
 const OTHER: RGBColor = RGBColor(127, 127, 127);
 const SIZE: (u32, u32) = (1400, 560);
-
-fn err(e: impl std::fmt::Display) -> BenchError {
-    BenchError::Chart(e.to_string())
-}
 
 /// Colour and legend label of an event kind.
 fn style_of(kind: &str) -> (RGBColor, &'static str) {
@@ -51,12 +45,7 @@ pub fn write_chaos_chart(
             "chaos chart bucket must be longer than zero".into(),
         ));
     }
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
-    let text = locate_chart_font()
-        .as_deref()
-        .is_some_and(register_chart_font);
+    let text = canvas::prepare(path)?;
     render(path, title, timeline, bucket, events, text)
 }
 
@@ -117,8 +106,7 @@ fn render(
     // Headroom above the line for the legend.
     let y_max = (peak * if text { 1.3 } else { 1.1 }).max(1.0);
 
-    let root = BitMapBackend::new(path, SIZE).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
+    let root = canvas::canvas(path, SIZE)?;
     let mut b = ChartBuilder::on(&root);
     b.margin(15);
     if text {
@@ -179,14 +167,7 @@ fn render(
         .label("throughput")
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], THROUGHPUT.stroke_width(2)));
     if text {
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 14))
-            .draw()
-            .map_err(err)?;
+        canvas::legend(&mut chart, SeriesLabelPosition::UpperRight, 14, 0.85)?;
     }
     root.present().map_err(err)
 }

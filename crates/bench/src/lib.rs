@@ -37,8 +37,8 @@ pub use chaos_chart::write_chaos_chart;
 pub use error::{BenchError, Result};
 pub use histogram::{LatencyHistogram, LatencySummary};
 pub use report::{
-    Baselines, BenchReport, BenchRow, DEFAULT_RESULTS_DIR, MachineInfo, format_table, print_table,
-    write_chart, write_chart_with_font, write_json,
+    Baselines, BenchReport, BenchRow, DEFAULT_RESULTS_DIR, MachineInfo, ReportHead, format_table,
+    print_table, write_chart, write_chart_with_font, write_json,
 };
 pub use tools::{Tool, ensure_tools};
 pub use workload::{

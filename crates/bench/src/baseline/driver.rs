@@ -20,8 +20,7 @@
 //! of `key:%012d`, so the measured loop only copies bytes.
 
 use std::collections::VecDeque;
-use std::io::{self, Read, Write};
-use std::net::{Ipv4Addr, TcpStream};
+use std::io;
 use std::ops::Range;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
@@ -32,6 +31,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{BenchError, Result};
 use crate::histogram::{LatencyHistogram, LatencySummary};
+
+mod conn;
+pub(crate) use conn::SpinConn;
 
 /// Digits in a key's number: keys are `key:%012d`, the spelling redis-benchmark
 /// gives `key:__rand_int__` with `-r`, so both drivers hit the same keys.
@@ -58,14 +60,8 @@ pub const DEFAULT_WARMUP: Duration = Duration::from_millis(100);
 /// farcache's client default (`ClientConfig::spin`).
 pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
 
-/// Longest single `poll(2)` after the spin window (then check again).
-const BLOCK_TIMEOUT_MS: libc::c_int = 100;
-
 /// A run fails when a connection makes no progress at all for this long.
 const STALL_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Initial receive buffer per connection; grows if one reply token is larger.
-const INBUF_BYTES: usize = 1 << 20;
 
 /// The zero-padded digits of key `idx` (`idx` < [`MAX_KEYS`]).
 pub fn key_digits(idx: u64) -> KeyDigits {
@@ -299,140 +295,8 @@ impl KeySource {
     }
 }
 
-/// A non-blocking, `TCP_NODELAY` connection with a send buffer and a
-/// receive buffer parsed in place.
-#[derive(Debug)]
-pub(crate) struct SpinConn {
-    peer: &'static str,
-    stream: TcpStream,
-    inbuf: Vec<u8>,
-    head: usize,
-    tail: usize,
-    out: Vec<u8>,
-    sent: usize,
-    /// Idle busy-poll window before blocking in `poll(2)`.
-    spin: Duration,
-}
-
-impl SpinConn {
-    /// Connects (blocking) to 127.0.0.1:`port`, then switches to non-blocking.
-    pub(crate) fn connect(peer: &'static str, port: u16) -> Result<Self> {
-        let stream =
-            TcpStream::connect((Ipv4Addr::LOCALHOST, port)).map_err(|e| ctx(peer, "connect", e))?;
-        stream.set_nodelay(true)?;
-        stream.set_nonblocking(true)?;
-        Ok(SpinConn {
-            peer,
-            stream,
-            inbuf: vec![0; INBUF_BYTES],
-            head: 0,
-            tail: 0,
-            out: Vec::new(),
-            sent: 0,
-            spin: DEFAULT_SPIN,
-        })
-    }
-
-    /// Sets the idle polling window (see [`LoadOpts::spin`]).
-    pub(crate) fn with_spin(mut self, spin: Duration) -> Self {
-        self.spin = spin;
-        self
-    }
-
-    /// Writes as much pending output as the socket takes; whether any moved.
-    fn flush(&mut self) -> Result<bool> {
-        let mut moved = false;
-        while self.sent < self.out.len() {
-            match self.stream.write(&self.out[self.sent..]) {
-                Ok(0) => return Err(ctx(self.peer, "write", io::ErrorKind::WriteZero.into())),
-                Ok(n) => {
-                    self.sent += n;
-                    moved = true;
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(ctx(self.peer, "write", e)),
-            }
-        }
-        if self.sent == self.out.len() {
-            self.out.clear();
-            self.sent = 0;
-        }
-        Ok(moved)
-    }
-
-    /// Blocks until the socket is readable, or writable when output is
-    /// pending, for at most [`BLOCK_TIMEOUT_MS`].
-    fn wait(&self) -> Result<()> {
-        use std::os::fd::AsRawFd;
-        let events = if self.out.is_empty() {
-            libc::POLLIN
-        } else {
-            libc::POLLIN | libc::POLLOUT
-        };
-        let mut pfd = libc::pollfd {
-            fd: self.stream.as_raw_fd(),
-            events,
-            revents: 0,
-        };
-        // SAFETY: `pfd` is one valid, initialised pollfd that outlives the
-        // call, and the count passed is 1.
-        let r = unsafe { libc::poll(&mut pfd, 1, BLOCK_TIMEOUT_MS) };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(ctx(self.peer, "poll", e));
-            }
-        }
-        Ok(())
-    }
-
-    /// One `read` into the free end of the receive buffer; whether any
-    /// arrived. The peer closing the connection is an error.
-    fn fill(&mut self) -> Result<bool> {
-        if self.head == self.tail {
-            self.head = 0;
-            self.tail = 0;
-        } else if self.tail > self.inbuf.len() / 2 {
-            // Only a partial reply token is left over: move it to the front.
-            self.inbuf.copy_within(self.head..self.tail, 0);
-            self.tail -= self.head;
-            self.head = 0;
-        }
-        if self.tail == self.inbuf.len() {
-            // One token is larger than the buffer.
-            self.inbuf.resize(self.inbuf.len() * 2, 0);
-        }
-        match self.stream.read(&mut self.inbuf[self.tail..]) {
-            Ok(0) => Err(ctx(
-                self.peer,
-                "read",
-                io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed by server"),
-            )),
-            Ok(n) => {
-                self.tail += n;
-                Ok(true)
-            }
-            Err(e)
-                if e.kind() == io::ErrorKind::WouldBlock
-                    || e.kind() == io::ErrorKind::Interrupted =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(ctx(self.peer, "read", e)),
-        }
-    }
-
-    fn pending(&self) -> &[u8] {
-        &self.inbuf[self.head..self.tail]
-    }
-
-    fn consume(&mut self, n: usize) {
-        self.head = (self.head + n).min(self.tail);
-    }
-}
-
-fn ctx(peer: &str, what: &str, e: io::Error) -> BenchError {
+/// `e`, saying which peer and which step.
+pub(crate) fn ctx(peer: &str, what: &str, e: io::Error) -> BenchError {
     BenchError::Io(io::Error::new(e.kind(), format!("{peer} {what}: {e}")))
 }
 

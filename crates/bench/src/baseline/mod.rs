@@ -15,6 +15,7 @@ pub mod redis_eval;
 pub mod redis_eval_spin;
 pub mod redis_tool_batch;
 pub mod resp;
+pub(crate) mod resp_conn;
 pub mod sockperf;
 
 use std::fs::File;

@@ -14,8 +14,6 @@
 //! redis-benchmark's CSV output and spares Redis hashing the script on every call: it
 //! is the faster of the two, so the baseline is Redis's best case.
 
-use std::io::{BufRead, BufReader, BufWriter, Write};
-use std::net::TcpStream;
 use std::process::Command;
 use std::time::Duration;
 
@@ -24,6 +22,7 @@ use serde::{Deserialize, Serialize};
 pub use super::eval_script::{EvalScript, KEY_VALUE, key_name};
 use super::redis::{RedisBaselineOpts, RedisOpts, RedisResult, RedisServer, parse_redis_csv};
 use super::redis_eval_spin::{EvalSpinOpts, EvalSpinRun, run_spin};
+use super::resp_conn::{Reply, RespConn};
 use super::run_checked;
 use crate::error::{BenchError, Result, parse_err};
 use crate::row::BenchRow;
@@ -221,12 +220,12 @@ pub fn redis_eval_baselines(
         ));
     }
     let server = RedisServer::start()?;
-    let mut conn = Resp::connect(server.port())?;
+    let mut conn = RespConn::connect(server.port(), Duration::from_secs(30))?;
     eprintln!(
         "[farcache-bench] redis EVAL baseline: populating {} keys",
         opts.keyspace
     );
-    conn.populate(opts.keyspace)?;
+    populate(&mut conn, opts.keyspace)?;
     let mut combos: Vec<(usize, usize)> = Vec::new();
     for &p in &opts.pipelines {
         for &c in &opts.clients {
@@ -282,7 +281,7 @@ pub fn redis_eval_baselines(
         out.push(b);
     }
     // Every call of both drivers must have run the script without an error.
-    let stats = conn.command_stats("evalsha")?;
+    let stats = command_stats(&mut conn, "evalsha")?;
     if stats.failed > 0 {
         return Err(parse_err(
             "redis INFO commandstats",
@@ -334,140 +333,52 @@ fn run_evalsha(port: u16, o: &RedisOpts, sha: &str, s: &EvalScript) -> Result<Re
     Ok(r)
 }
 
-/// A RESP reply.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Reply {
-    Simple(String),
-    Error(String),
-    Int(i64),
-    Bulk(Option<Vec<u8>>),
-    Array(Option<Vec<Reply>>),
-}
-
 struct CommandStats {
     calls: u64,
     failed: u64,
 }
 
-/// A minimal blocking RESP connection (populate, SCRIPT LOAD, checks).
-struct Resp {
-    r: BufReader<TcpStream>,
-    w: BufWriter<TcpStream>,
+/// `SET key:i KEY_VALUE` for every `i < keyspace`, pipelined.
+fn populate(conn: &mut RespConn, keyspace: u64) -> Result<()> {
+    const CHUNK: u64 = 1000;
+    let mut i = 0;
+    while i < keyspace {
+        let n = CHUNK.min(keyspace - i);
+        for j in i..i + n {
+            conn.send(&[b"SET", key_name(j).as_bytes(), KEY_VALUE.as_bytes()])?;
+        }
+        conn.flush()?;
+        for _ in 0..n {
+            match conn.read()? {
+                Reply::Simple(s) if s == "OK" => {}
+                other => {
+                    return Err(parse_err("redis SET", format!("unexpected {other:?}")));
+                }
+            }
+        }
+        i += n;
+    }
+    Ok(())
 }
 
-impl Resp {
-    fn connect(port: u16) -> Result<Self> {
-        let s = TcpStream::connect(("127.0.0.1", port))?;
-        s.set_read_timeout(Some(Duration::from_secs(30)))?;
-        s.set_nodelay(true)?;
-        Ok(Self {
-            r: BufReader::new(s.try_clone()?),
-            w: BufWriter::new(s),
-        })
-    }
-
-    fn send(&mut self, args: &[&[u8]]) -> Result<()> {
-        write!(self.w, "*{}\r\n", args.len())?;
-        for a in args {
-            write!(self.w, "${}\r\n", a.len())?;
-            self.w.write_all(a)?;
-            self.w.write_all(b"\r\n")?;
-        }
-        Ok(())
-    }
-
-    fn call(&mut self, args: &[&[u8]]) -> Result<Reply> {
-        self.send(args)?;
-        self.w.flush()?;
-        match self.read()? {
-            Reply::Error(e) => Err(parse_err("redis", e)),
-            r => Ok(r),
-        }
-    }
-
-    fn line(&mut self) -> Result<String> {
-        let mut l = String::new();
-        if self.r.read_line(&mut l)? == 0 {
-            return Err(parse_err("redis", "connection closed"));
-        }
-        Ok(l.trim_end_matches(['\r', '\n']).to_string())
-    }
-
-    fn read(&mut self) -> Result<Reply> {
-        let l = self.line()?;
-        let (t, rest) = l.split_at(l.len().min(1));
-        let num = |s: &str| {
-            s.parse::<i64>()
-                .map_err(|_| parse_err("redis", format!("bad reply line {l:?}")))
-        };
-        Ok(match t {
-            "+" => Reply::Simple(rest.into()),
-            "-" => Reply::Error(rest.into()),
-            ":" => Reply::Int(num(rest)?),
-            "$" => match num(rest)? {
-                n if n < 0 => Reply::Bulk(None),
-                n => {
-                    let mut b = vec![0u8; n as usize + 2];
-                    std::io::Read::read_exact(&mut self.r, &mut b)?;
-                    b.truncate(n as usize);
-                    Reply::Bulk(Some(b))
-                }
-            },
-            "*" => match num(rest)? {
-                n if n < 0 => Reply::Array(None),
-                n => Reply::Array(Some(
-                    (0..n).map(|_| self.read()).collect::<Result<Vec<_>>>()?,
-                )),
-            },
-            _ => return Err(parse_err("redis", format!("bad reply line {l:?}"))),
-        })
-    }
-
-    /// `SET key:i KEY_VALUE` for every `i < keyspace`, pipelined.
-    fn populate(&mut self, keyspace: u64) -> Result<()> {
-        const CHUNK: u64 = 1000;
-        let mut i = 0;
-        while i < keyspace {
-            let n = CHUNK.min(keyspace - i);
-            for j in i..i + n {
-                self.send(&[b"SET", key_name(j).as_bytes(), KEY_VALUE.as_bytes()])?;
-            }
-            self.w.flush()?;
-            for _ in 0..n {
-                match self.read()? {
-                    Reply::Simple(s) if s == "OK" => {}
-                    other => {
-                        return Err(parse_err("redis SET", format!("unexpected {other:?}")));
-                    }
-                }
-            }
-            i += n;
-        }
-        Ok(())
-    }
-
-    /// `cmdstat_<cmd>` of `INFO commandstats`.
-    fn command_stats(&mut self, cmd: &str) -> Result<CommandStats> {
-        let text = match self.call(&[b"INFO", b"commandstats"])? {
-            Reply::Bulk(Some(b)) => String::from_utf8_lossy(&b).into_owned(),
-            other => return Err(parse_err("redis INFO", format!("unexpected {other:?}"))),
-        };
-        let prefix = format!("cmdstat_{cmd}:");
-        let line = text
-            .lines()
-            .find_map(|l| l.strip_prefix(&prefix))
-            .unwrap_or("");
-        let field = |name: &str| {
-            line.split(',')
-                .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0)
-        };
-        Ok(CommandStats {
-            calls: field("calls"),
-            failed: field("failed_calls") + field("rejected_calls"),
-        })
-    }
+/// `cmdstat_<cmd>` of `INFO commandstats`.
+fn command_stats(conn: &mut RespConn, cmd: &str) -> Result<CommandStats> {
+    let text = conn.info("commandstats")?;
+    let prefix = format!("cmdstat_{cmd}:");
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .unwrap_or("");
+    let field = |name: &str| {
+        line.split(',')
+            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    Ok(CommandStats {
+        calls: field("calls"),
+        failed: field("failed_calls") + field("rejected_calls"),
+    })
 }
 
 #[cfg(test)]

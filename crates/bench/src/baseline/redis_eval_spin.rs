@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use super::driver::{self, Codec, Decoded, FirstError, KeyDigits, LoadOpts, LoadOutcome, parse};
 use super::eval_script::{EvalScript, KEY_VALUE};
 use super::resp::{RespCodec, RespToken, parse_token};
+use super::resp_conn::{push_array_head, push_bulk};
 use crate::error::{BenchError, Result};
 use crate::row::{BenchRow, nan_as_null};
 
@@ -49,18 +50,14 @@ impl EvalCodec {
             )));
         }
         let k = script.keys.to_string();
-        let head = format!(
-            "*{}\r\n$7\r\nEVALSHA\r\n${}\r\n{sha}\r\n${}\r\n{k}\r\n",
-            3 + script.keys + script.args.len(),
-            sha.len(),
-            k.len()
-        )
-        .into_bytes();
+        let mut head = Vec::new();
+        push_array_head(&mut head, 3 + script.keys + script.args.len());
+        for a in [&b"EVALSHA"[..], sha.as_bytes(), k.as_bytes()] {
+            push_bulk(&mut head, a);
+        }
         let mut argv = Vec::new();
         for a in &script.args {
-            argv.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-            argv.extend_from_slice(a.as_bytes());
-            argv.extend_from_slice(b"\r\n");
+            push_bulk(&mut argv, a.as_bytes());
         }
         Ok(EvalCodec {
             head,

@@ -5,8 +5,8 @@
 //! Keys are `key:%012d`, the keys redis-benchmark's `-r` hits, so the same
 //! populated server serves both drivers.
 
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, TcpStream};
+use std::io::Write;
+
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -15,7 +15,8 @@ use super::driver::{
     self, Codec, Decoded, FirstError, KEY_LEN, KeyDigits, LoadOpts, LoadOutcome, find_crlf, parse,
     parse_int, validate_keyspace, value_bytes,
 };
-use crate::error::{BenchError, Result};
+use super::resp_conn::{Reply, RespConn, push_bulk};
+use crate::error::Result;
 use crate::histogram::LatencySummary;
 
 const WHAT: &str = "redis reply";
@@ -156,9 +157,8 @@ const _: () = assert!(KEY_LEN == 16);
 
 impl RespCodec {
     pub(crate) fn new(mode: RespMode, value_size: usize) -> Self {
-        let mut value_arg = format!("${value_size}\r\n").into_bytes();
-        value_arg.extend_from_slice(&value_bytes(value_size));
-        value_arg.extend_from_slice(b"\r\n");
+        let mut value_arg = Vec::new();
+        push_bulk(&mut value_arg, &value_bytes(value_size));
         RespCodec {
             mode,
             value_size,
@@ -370,42 +370,24 @@ pub fn unpipelined_get_latency(
 
 /// `GET key:%012d` on a fresh blocking connection: the value, or `None` for nil.
 pub fn get(port: u16, key: u64) -> Result<Option<Vec<u8>>> {
-    let mut req = b"*2\r\n$3\r\nGET\r\n".to_vec();
-    RespCodec::push_key(&mut req, &driver::key_digits(key));
-    one_reply(port, &req, |tok| match tok {
-        RespToken::Bulk(v) => Ok(v.map(<[u8]>::to_vec)),
+    let key = driver::key_name(key);
+    match one_call(port, &[b"GET", key.as_bytes()])? {
+        Reply::Bulk(v) => Ok(v),
         other => Err(parse(WHAT, format!("GET answered {other:?}"))),
-    })
+    }
 }
 
 /// Number of keys in the server's database (`DBSIZE`).
 pub fn dbsize(port: u16) -> Result<u64> {
-    one_reply(port, b"*1\r\n$6\r\nDBSIZE\r\n", |tok| match tok {
-        RespToken::Integer(n) if n >= 0 => Ok(n as u64),
+    match one_call(port, &[b"DBSIZE"])? {
+        Reply::Int(n) if n >= 0 => Ok(n as u64),
         other => Err(parse(WHAT, format!("DBSIZE answered {other:?}"))),
-    })
+    }
 }
 
-/// Sends `req` on a fresh blocking connection and maps the first reply token.
-fn one_reply<T>(port: u16, req: &[u8], map: impl FnOnce(RespToken<'_>) -> Result<T>) -> Result<T> {
-    let mut s = TcpStream::connect((Ipv4Addr::LOCALHOST, port))?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    s.write_all(req)?;
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 64 * 1024];
-    loop {
-        if let Some((tok, _)) = parse_token(&buf)? {
-            return map(tok);
-        }
-        let n = s.read(&mut chunk)?;
-        if n == 0 {
-            return Err(BenchError::Io(std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                "redis closed the connection before answering",
-            )));
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
+/// One command on a fresh blocking connection.
+fn one_call(port: u16, args: &[&[u8]]) -> Result<Reply> {
+    RespConn::connect(port, Duration::from_secs(5))?.call(args)
 }
 
 #[cfg(test)]

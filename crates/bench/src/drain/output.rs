@@ -1,24 +1,20 @@
 //! What `bench drain` reports: one run's figures, printed as a table and written as
 //! JSON next to the other benches' results.
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use farcache_client::MigrationRecord;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
-use crate::report::{MachineInfo, align_cells, nan_as_null, write_json_as};
+use crate::report::Align::L;
+use crate::report::{ReportHead, Table, mib, nan_as_null, num, push_notes};
 
 /// A whole `bench drain` run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DrainReport {
-    /// `"drain"`.
-    pub bench: String,
-    pub timestamp_unix: u64,
-    pub machine: MachineInfo,
-    /// `"dev"` or `"release"`: the binary's build (servers run the same binary).
-    pub build: String,
+    #[serde(flatten)]
+    pub head: ReportHead,
     /// The cache, all of it on the drained server.
     pub size_bytes: u64,
     pub region_size: u64,
@@ -96,10 +92,7 @@ impl DrainReport {
         load: bool,
     ) -> Self {
         Self {
-            bench: "drain".into(),
-            timestamp_unix: crate::report::unix_now(),
-            machine: MachineInfo::detect(),
-            build: crate::report::build_kind(),
+            head: ReportHead::new("drain"),
             size_bytes,
             region_size,
             regions: size_bytes.div_ceil(region_size.max(1)) as u32,
@@ -201,22 +194,6 @@ impl DrainReport {
     }
 }
 
-fn num(v: f64, decimals: usize) -> String {
-    if v.is_finite() {
-        format!("{v:.decimals$}")
-    } else {
-        "-".into()
-    }
-}
-
-fn mib(b: u64) -> String {
-    if b.is_multiple_of(1 << 20) {
-        format!("{} MiB", b >> 20)
-    } else {
-        format!("{b} B")
-    }
-}
-
 /// The report as an aligned two-column table.
 pub fn format_drain_table(r: &DrainReport) -> String {
     let load = if r.load {
@@ -289,29 +266,23 @@ pub fn format_drain_table(r: &DrainReport) -> String {
             ),
         ),
     ];
-    let mut cells = vec![vec!["".to_string(), "".to_string()]];
-    cells.extend(rows.into_iter().map(|(k, v)| vec![k.to_string(), v]));
-    let table = align_cells(&cells, &[false, false]);
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "== drain @ {} ({} cores, {}, {} build; {} server thread(s), grace {} s) ==",
-        r.timestamp_unix,
-        r.machine.cores,
-        r.machine.hostname,
-        r.build,
+    let mut t = Table::new(&[("", L), ("", L)]);
+    for (k, v) in rows {
+        t.row(vec![k.to_string(), v]);
+    }
+    let rest = format!(
+        "{} build; {} server thread(s), grace {} s",
+        r.head.build,
         r.server_threads,
         num(r.grace_s, 1),
     );
-    // No header row: skip the blank line and its rule.
-    out.extend(table.lines().skip(2).map(|l| format!("{l}\n")));
-    for n in &r.notes {
-        let _ = writeln!(out, "note: {n}");
-    }
+    let mut out = r.head.heading(&rest);
+    out.push_str(&t.render_body());
+    push_notes(&mut out, &r.notes);
     out
 }
 
 /// Writes `<dir>/drain-<timestamp>.json` and `<dir>/drain-latest.json`.
 pub fn write_drain_json(report: &DrainReport, dir: impl AsRef<Path>) -> Result<PathBuf> {
-    write_json_as(report, &report.bench, report.timestamp_unix, dir.as_ref())
+    report.head.write_json(report, dir.as_ref())
 }

@@ -3,35 +3,24 @@
 
 use std::path::{Path, PathBuf};
 
-use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use super::output::{MigrateReport, MigrateRow};
-use crate::error::{BenchError, Result};
-use crate::report::{locate_chart_font, register_chart_font};
+use crate::error::Result;
+use crate::report::canvas::{self, Area, BLUE as READS, RED as WRITES, err};
 
-const READS: RGBColor = RGBColor(31, 119, 180);
-const WRITES: RGBColor = RGBColor(214, 39, 40);
 const STEP: RGBColor = RGBColor(255, 221, 170);
 const PANEL_H: u32 = 300;
 const TITLE_H: u32 = 40;
-
-fn err(e: impl std::fmt::Display) -> BenchError {
-    BenchError::Chart(e.to_string())
-}
 
 /// Renders `<dir>/migrate-<timestamp>.png` (and a copy `migrate-latest.png`); text
 /// needs the chart font (see `write_chart`), without it only lines and shading.
 pub fn write_migrate_chart(report: &MigrateReport, dir: impl AsRef<Path>) -> Result<PathBuf> {
     let dir = dir.as_ref();
-    std::fs::create_dir_all(dir)?;
-    let text = locate_chart_font()
-        .as_deref()
-        .is_some_and(register_chart_font);
-    let path = dir.join(format!("migrate-{}.png", report.timestamp_unix));
-    render(report, &path, text)?;
-    std::fs::copy(&path, dir.join("migrate-latest.png"))?;
-    Ok(path)
+    let text = canvas::font_ready();
+    canvas::write_with_latest(dir, "migrate", report.head.timestamp_unix, |path| {
+        render(report, path, text)
+    })
 }
 
 /// Buckets averaged per point: a 10 ms bucket holds only a few batches, so single
@@ -56,8 +45,7 @@ fn series(counts: &[u64], bucket_ms: f64) -> Line {
 
 fn render(report: &MigrateReport, path: &Path, text: bool) -> Result<()> {
     let panels = report.rows.len().max(1) as u32;
-    let root = BitMapBackend::new(path, (1400, TITLE_H + panels * PANEL_H)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
+    let root = canvas::canvas(path, (1400, TITLE_H + panels * PANEL_H))?;
     let (title, rest) = root.split_vertically(TITLE_H);
     if text {
         let caption = format!(
@@ -65,17 +53,11 @@ fn render(report: &MigrateReport, path: &Path, text: bool) -> Result<()> {
             report.config.regions,
             report.config.region_size >> 20,
             report.config.steps,
-            report.machine.cores,
-            report.machine.hostname,
-            report.build
+            report.head.machine.cores,
+            report.head.machine.hostname,
+            report.head.build
         );
-        title
-            .draw(&Text::new(
-                caption,
-                (10, 10),
-                ("sans-serif", 20).into_font(),
-            ))
-            .map_err(err)?;
+        canvas::title(&title, caption, 20)?;
     }
     // Same axes in every panel, so the modes compare at a glance.
     let bucket = report.config.bucket_ms;
@@ -107,7 +89,7 @@ fn render(report: &MigrateReport, path: &Path, text: bool) -> Result<()> {
 }
 
 fn panel(
-    area: &DrawingArea<BitMapBackend<'_>, Shift>,
+    area: &Area<'_>,
     row: &MigrateRow,
     bucket_ms: f64,
     (reads, writes): (&Line, &Line),
@@ -181,12 +163,5 @@ fn panel(
     if !legend {
         return Ok(());
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 13))
-        .draw()
-        .map_err(err)
+    canvas::legend(&mut chart, SeriesLabelPosition::UpperRight, 13, 0.85)
 }

@@ -8,17 +8,14 @@ use farcache_client::MigrationRecord;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
-use crate::report::{MachineInfo, align_cells, nan_as_null, write_json_as};
+use crate::report::Align::{L, R};
+use crate::report::{ReportHead, Table, nan_as_null, num, push_notes};
 
 /// A whole `bench migrate` run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MigrateReport {
-    /// `"migrate"`.
-    pub bench: String,
-    pub timestamp_unix: u64,
-    pub machine: MachineInfo,
-    /// `"dev"` or `"release"`: the binary's build (servers run the same binary).
-    pub build: String,
+    #[serde(flatten)]
+    pub head: ReportHead,
     pub config: MigrateConfig,
     pub rows: Vec<MigrateRow>,
     /// Lines printed under the table.
@@ -115,10 +112,7 @@ pub struct MoveWindow {
 impl MigrateReport {
     pub fn new(config: MigrateConfig) -> Self {
         Self {
-            bench: "migrate".into(),
-            timestamp_unix: crate::report::unix_now(),
-            machine: MachineInfo::detect(),
-            build: crate::report::build_kind(),
+            head: ReportHead::new("migrate"),
             config,
             rows: Vec::new(),
             notes: Vec::new(),
@@ -131,32 +125,22 @@ impl MigrateReport {
     }
 }
 
-fn num(v: f64, decimals: usize) -> String {
-    if v.is_finite() {
-        format!("{v:.decimals$}")
-    } else {
-        "-".into()
-    }
-}
-
 /// The report as an aligned table, one row per mode.
 pub fn format_migrate_table(report: &MigrateReport) -> String {
-    const HEADER: [&str; 10] = [
-        "mode",
-        "sent",
-        "migration MiB/s",
-        "regions MiB/s",
-        "reads Mops/s",
-        "writes Mops/s",
-        "read ratio",
-        "write ratio",
-        "longest write pause ms",
-        "errors",
-    ];
-    const RIGHT: [bool; 10] = [false, true, true, true, true, true, true, true, true, true];
-    let mut cells: Vec<Vec<String>> = vec![HEADER.iter().map(|s| s.to_string()).collect()];
+    let mut t = Table::new(&[
+        ("mode", L),
+        ("sent", R),
+        ("migration MiB/s", R),
+        ("regions MiB/s", R),
+        ("reads Mops/s", R),
+        ("writes Mops/s", R),
+        ("read ratio", R),
+        ("write ratio", R),
+        ("longest write pause ms", R),
+        ("errors", R),
+    ]);
     for r in &report.rows {
-        cells.push(vec![
+        t.row(vec![
             r.mode.clone(),
             format!("{} MiB", r.bytes_moved >> 20),
             num(r.migration_gib_per_s * 1024.0, 0),
@@ -170,31 +154,25 @@ pub fn format_migrate_table(report: &MigrateReport) -> String {
         ]);
     }
     let c = &report.config;
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "== migrate @ {} ({} cores, {}, {} build; {} regions of {} MiB, steps {:?}) ==",
-        report.timestamp_unix,
-        report.machine.cores,
-        report.machine.hostname,
-        report.build,
+    let rest = format!(
+        "{} build; {} regions of {} MiB, steps {:?}",
+        report.head.build,
         c.regions,
         c.region_size >> 20,
         c.steps,
     );
-    out.push_str(&align_cells(&cells, &RIGHT));
+    let mut out = report.head.heading(&rest);
+    out.push_str(&t.render());
     let _ = writeln!(
         out,
         "sent: bytes copied, re-sends included; regions MiB/s: region bytes ÷ copy time;\n\
          Mops/s: before the first move; ratios: mean throughput while regions move ÷ before"
     );
-    for n in &report.notes {
-        let _ = writeln!(out, "note: {n}");
-    }
+    push_notes(&mut out, &report.notes);
     out
 }
 
 /// Writes `<dir>/migrate-<timestamp>.json` and `<dir>/migrate-latest.json`.
 pub fn write_migrate_json(report: &MigrateReport, dir: impl AsRef<Path>) -> Result<PathBuf> {
-    write_json_as(report, &report.bench, report.timestamp_unix, dir.as_ref())
+    report.head.write_json(report, dir.as_ref())
 }

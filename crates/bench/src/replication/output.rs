@@ -8,18 +8,15 @@ use serde::{Deserialize, Serialize};
 
 use super::ReplicationBenchOptions;
 use crate::error::Result;
-use crate::report::{MachineInfo, align_cells, nan_as_null, write_json_as};
+use crate::report::Align::{L, R};
+use crate::report::{ReportHead, Table, nan_as_null, num, pct, push_notes};
 
 /// A whole `bench replication` run. The flat fields are the headline figures (from
 /// `rows`); ratios are r=2 ÷ r=1.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReplicationReport {
-    /// `"replication"`.
-    pub bench: String,
-    pub timestamp_unix: u64,
-    pub machine: MachineInfo,
-    /// `"dev"` or `"release"`: the binary's build (servers run the same binary).
-    pub build: String,
+    #[serde(flatten)]
+    pub head: ReportHead,
     pub servers: usize,
     pub server_threads: usize,
     /// Capacity of each cache.
@@ -120,10 +117,7 @@ impl ReplicationReport {
         target_write_ratio: f64,
     ) -> Self {
         Self {
-            bench: "replication".into(),
-            timestamp_unix: crate::report::unix_now(),
-            machine: MachineInfo::detect(),
-            build: crate::report::build_kind(),
+            head: ReportHead::new("replication"),
             servers,
             server_threads: opts.server_threads,
             cache_size: opts.cache_size,
@@ -204,27 +198,15 @@ impl ReplicationReport {
     }
 }
 
-fn pct(v: f64) -> String {
-    if v.is_finite() {
-        format!("{:.0} %", v * 100.0)
-    } else {
-        "-".into()
-    }
-}
-
-fn num(v: f64, decimals: usize) -> String {
-    if v.is_finite() {
-        format!("{v:.decimals$}")
-    } else {
-        "-".into()
-    }
-}
-
 /// The report as an aligned table: the six rows, then the ratios and the target.
 pub fn format_replication_table(report: &ReplicationReport) -> String {
-    const HEADER: [&str; 5] = ["row", "result", "ops", "errors", "backup writes"];
-    const RIGHT: [bool; 5] = [false, true, true, true, true];
-    let mut cells: Vec<Vec<String>> = vec![HEADER.iter().map(|s| s.to_string()).collect()];
+    let mut t = Table::new(&[
+        ("row", L),
+        ("result", R),
+        ("ops", R),
+        ("errors", R),
+        ("backup writes", R),
+    ]);
     let mut order: Vec<&ReplicationRow> = report.rows.iter().filter(|r| r.batched).collect();
     order.extend(report.rows.iter().filter(|r| !r.batched));
     for r in order {
@@ -233,7 +215,7 @@ pub fn format_replication_table(report: &ReplicationReport) -> String {
         } else {
             format!("{} / {} µs", num(r.p50_us, 1), num(r.p99_us, 1))
         };
-        cells.push(vec![
+        t.row(vec![
             r.name.clone(),
             result,
             r.ops.to_string(),
@@ -245,22 +227,17 @@ pub fn format_replication_table(report: &ReplicationReport) -> String {
         ("writes r=2 / r=1", report.write_ratio),
         ("reads r=2 / r=1", report.read_ratio),
     ] {
-        cells.push(vec![
+        t.row(vec![
             name.into(),
-            format!("{} ({})", num(v, 2), pct(v)),
+            format!("{} ({})", num(v, 2), pct(v, 0)),
             String::new(),
             String::new(),
             String::new(),
         ]);
     }
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "== replication @ {} ({} cores, {}, {} build; {} servers, s={}; two {} MiB caches of {} MiB regions; {} B ops, b={} q={}; {} s per row) ==",
-        report.timestamp_unix,
-        report.machine.cores,
-        report.machine.hostname,
-        report.build,
+    let rest = format!(
+        "{} build; {} servers, s={}; two {} MiB caches of {} MiB regions; {} B ops, b={} q={}; {} s per row",
+        report.head.build,
         report.servers,
         report.server_threads,
         report.cache_size >> 20,
@@ -270,13 +247,14 @@ pub fn format_replication_table(report: &ReplicationReport) -> String {
         report.depth,
         report.seconds,
     );
-    out.push_str(&align_cells(&cells, &RIGHT));
+    let mut out = report.head.heading(&rest);
+    out.push_str(&t.render());
     let _ = writeln!(
         out,
         "target: r=2 writes ≥ {:.0} % of r=1: {} ({} of r=1)",
         report.target_write_ratio * 100.0,
         if report.target_met { "met" } else { "NOT met" },
-        pct(report.write_ratio),
+        pct(report.write_ratio, 0),
     );
     let _ = writeln!(
         out,
@@ -286,9 +264,7 @@ pub fn format_replication_table(report: &ReplicationReport) -> String {
         num(report.backup_writes_per_write_r1, 3),
         num(report.backup_writes_per_write_r2, 3),
     );
-    for n in &report.notes {
-        let _ = writeln!(out, "note: {n}");
-    }
+    push_notes(&mut out, &report.notes);
     out
 }
 
@@ -297,7 +273,7 @@ pub fn write_replication_json(
     report: &ReplicationReport,
     dir: impl AsRef<Path>,
 ) -> Result<PathBuf> {
-    write_json_as(report, &report.bench, report.timestamp_unix, dir.as_ref())
+    report.head.write_json(report, dir.as_ref())
 }
 
 #[cfg(test)]

@@ -1,23 +1,19 @@
 //! The PNG chart of a report (plotters), and the font its text needs.
 
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
 use plotters::coord::Shift;
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use super::BenchReport;
-use super::output::file_stem;
+use super::canvas::{
+    self, BLUE as FARCACHE, GREEN as OTHER, GREY as RAW_TCP, RED as REDIS, err, locate_chart_font,
+    register_chart_font,
+};
 use crate::error::BenchError;
 use crate::error::Result;
 use crate::row::BenchRow;
-use crate::tools::{Tool, ensure_tools, find_font, is_root};
-
-const FARCACHE: RGBColor = RGBColor(31, 119, 180);
-const REDIS: RGBColor = RGBColor(214, 39, 40);
-const RAW_TCP: RGBColor = RGBColor(120, 120, 120);
-const OTHER: RGBColor = RGBColor(44, 160, 44);
 
 fn color(system: &str) -> RGBColor {
     match system {
@@ -26,10 +22,6 @@ fn color(system: &str) -> RGBColor {
         "sockperf" => RAW_TCP,
         _ => OTHER,
     }
-}
-
-fn err(e: impl std::fmt::Display) -> BenchError {
-    BenchError::Chart(e.to_string())
 }
 
 /// One horizontal bar: (row index, value, color, optional text).
@@ -210,21 +202,14 @@ pub(super) fn render(
     let panel_h = |p: &Panel| 110 + 34 * p.names.len().max(2) as u32;
     let (h1, h2) = (panel_h(&tp), panel_h(&lat));
     let width = 1500u32;
-    let root = BitMapBackend::new(path, (width, h1 + h2 + 40)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
+    let root = canvas::canvas(path, (width, h1 + h2 + 40))?;
     let (title, rest) = root.split_vertically(40);
     if text {
         let caption = format!(
             "{} — {} cores, {} (unix time {})",
             report.bench, report.machine.cores, report.machine.hostname, report.timestamp_unix
         );
-        title
-            .draw(&Text::new(
-                caption,
-                (10, 10),
-                ("sans-serif", 20).into_font().color(&BLACK),
-            ))
-            .map_err(err)?;
+        canvas::title(&title, caption, 20)?;
     }
     let (top, bottom) = rest.split_vertically(h1);
     draw_panel(&top, &tp, text)?;
@@ -288,14 +273,7 @@ fn y_of(n: usize, b: &Bar) -> f64 {
 
 /// Axes with the row names on y and the unit on x.
 fn draw_mesh(chart: &mut Chart<'_, '_>, panel: &Panel<'_>, n: usize) -> Result<(), BenchError> {
-    let names = panel.names.clone();
-    let fmt = move |y: &f64| -> String {
-        let r = y.round();
-        if (y - r).abs() > 1e-6 || r < 0.0 || r as usize >= n {
-            return String::new();
-        }
-        names.get(n - 1 - r as usize).cloned().unwrap_or_default()
-    };
+    let fmt = canvas::row_names(panel.names.clone());
     chart
         .configure_mesh()
         .y_labels(n)
@@ -379,49 +357,9 @@ fn draw_legend<'a, 'b: 'a>(chart: &mut Chart<'a, 'b>, panel: &Panel<'_>) -> Resu
             .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], c.filled()));
     }
     if !panel.legend.is_empty() {
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 14))
-            .draw()
-            .map_err(err)?;
+        canvas::legend(chart, SeriesLabelPosition::LowerRight, 14, 0.85)?;
     }
     Ok(())
-}
-
-static FONT_REGISTERED: OnceLock<bool> = OnceLock::new();
-
-/// Registers the TTF at `path` as plotters' "sans-serif" font (once per
-/// process; later calls return the first outcome).
-pub fn register_chart_font(path: &Path) -> bool {
-    *FONT_REGISTERED.get_or_init(|| match std::fs::read(path) {
-        Ok(bytes) => {
-            let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-            match plotters::style::register_font(
-                "sans-serif",
-                plotters::style::FontStyle::Normal,
-                bytes,
-            ) {
-                Ok(()) => true,
-                Err(_) => {
-                    eprintln!(
-                        "[farcache-bench] {} is not a usable font; chart without text",
-                        path.display()
-                    );
-                    false
-                }
-            }
-        }
-        Err(e) => {
-            eprintln!(
-                "[farcache-bench] cannot read font {}: {e}; chart without text",
-                path.display()
-            );
-            false
-        }
-    })
 }
 
 /// Renders the report chart to `<dir>/<bench>-<timestamp>.png` (and copies it
@@ -434,30 +372,14 @@ pub fn write_chart(report: &BenchReport, dir: impl AsRef<Path>) -> Result<PathBu
     write_chart_with_font(report, dir, locate_chart_font().as_deref())
 }
 
-/// The chart font, installed first when missing and running as root.
-pub(crate) fn locate_chart_font() -> Option<PathBuf> {
-    let font = find_font();
-    if font.is_some() || !is_root() {
-        return font;
-    }
-    if let Err(e) = ensure_tools(&[Tool::DejaVuFont]) {
-        eprintln!("[farcache-bench] could not install a font ({e}); chart without text");
-    }
-    find_font()
-}
-
 /// Like [`write_chart`] with an explicit font file (`None`: no text at all).
 pub fn write_chart_with_font(
     report: &BenchReport,
     dir: impl AsRef<Path>,
     font: Option<&Path>,
 ) -> Result<PathBuf> {
-    let dir = dir.as_ref();
-    std::fs::create_dir_all(dir)?;
     let text = font.is_some_and(register_chart_font);
-    let stem = file_stem(&report.bench);
-    let path = dir.join(format!("{stem}-{}.png", report.timestamp_unix));
-    render(report, &path, text)?;
-    std::fs::copy(&path, dir.join(format!("{stem}-latest.png")))?;
-    Ok(path)
+    canvas::write_with_latest(dir.as_ref(), &report.bench, report.timestamp_unix, |path| {
+        render(report, path, text)
+    })
 }

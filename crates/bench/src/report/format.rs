@@ -1,11 +1,12 @@
-//! The plain-text table: number formatting and aligned columns.
-
-use std::fmt::Write as _;
+//! Number formatting shared by every suite's table (latency, Mops, sizes, ratios,
+//! percentages) and `bench io`'s own table.
 
 use super::BenchReport;
+use super::table::{Align::L, Align::R, Table, heading, push_notes};
 use crate::row::BenchRow;
 
-fn fmt_f(v: f64, decimals: usize) -> String {
+/// `v` with `decimals` decimals; `-` when not finite.
+pub(crate) fn num(v: f64, decimals: usize) -> String {
     if v.is_finite() {
         format!("{v:.decimals$}")
     } else {
@@ -13,7 +14,37 @@ fn fmt_f(v: f64, decimals: usize) -> String {
     }
 }
 
-fn fmt_lat(v: f64) -> String {
+/// `v × 100` as `45 %` (`decimals` decimals); `-` when not finite.
+pub(crate) fn pct(v: f64, decimals: usize) -> String {
+    if v.is_finite() {
+        format!("{:.decimals$} %", v * 100.0)
+    } else {
+        "-".into()
+    }
+}
+
+/// `1024 MiB` when whole MiB, else `1500 B`.
+pub(crate) fn mib(bytes: u64) -> String {
+    if bytes.is_multiple_of(1 << 20) {
+        format!("{} MiB", bytes >> 20)
+    } else {
+        format!("{bytes} B")
+    }
+}
+
+/// `yes`, `NO` or `-` for a row's `meets_target`.
+pub(crate) fn verdict(met: Option<bool>) -> String {
+    match met {
+        Some(true) => "yes",
+        Some(false) => "NO",
+        None => "-",
+    }
+    .into()
+}
+
+/// A latency (µs, or ms from µs ÷ 1000) at about three significant digits:
+/// `3.00`, `80.0`, `1200`; `-` when not finite.
+pub(crate) fn fmt_lat(v: f64) -> String {
     match v {
         v if !v.is_finite() => "-".into(),
         v if v < 10.0 => format!("{v:.2}"),
@@ -30,6 +61,21 @@ pub fn fmt_size(bytes: usize) -> String {
         b if b >= K * K && b % (K * K) == 0 => format!("{}M", b / (K * K)),
         b if b >= K && b % K == 0 => format!("{}K", b / K),
         b => format!("{b}B"),
+    }
+}
+
+/// `1MiB`, `128MiB`, `1GiB`, `4096B`: a working set in a row's name. Unlike
+/// [`fmt_size`] (the table's size column), binary units are spelt out and a size
+/// that is no whole number of them is rounded down.
+pub(crate) fn fmt_bytes(b: u64) -> String {
+    if b >= 1 << 30 && b.is_multiple_of(1 << 30) {
+        format!("{}GiB", b >> 30)
+    } else if b >= 1 << 20 {
+        format!("{}MiB", b >> 20)
+    } else if b >= 1 << 10 {
+        format!("{}KiB", b >> 10)
+    } else {
+        format!("{b}B")
     }
 }
 
@@ -82,28 +128,23 @@ fn fmt_ratios(r: &BenchRow) -> String {
 
 /// The report as an aligned plain-text table (with a header line).
 pub fn format_table(report: &BenchReport) -> String {
-    const HEADER: [&str; 13] = [
-        "name",
-        "system",
-        "op",
-        "size",
-        "dist",
-        "c/s/b/q",
-        "Mops/s",
-        "p50 µs",
-        "p99 µs",
-        "p99.9 µs",
-        "ratio",
-        "target",
-        "ok?",
-    ];
-    // Numeric columns are right-aligned.
-    const RIGHT: [bool; 13] = [
-        false, false, false, true, false, false, true, true, true, true, false, false, false,
-    ];
-    let mut cells: Vec<Vec<String>> = vec![HEADER.iter().map(|s| s.to_string()).collect()];
+    let mut t = Table::new(&[
+        ("name", L),
+        ("system", L),
+        ("op", L),
+        ("size", R),
+        ("dist", L),
+        ("c/s/b/q", L),
+        ("Mops/s", R),
+        ("p50 µs", R),
+        ("p99 µs", R),
+        ("p99.9 µs", R),
+        ("ratio", L),
+        ("target", L),
+        ("ok?", L),
+    ]);
     for r in &report.rows {
-        cells.push(vec![
+        t.row(vec![
             r.name.clone(),
             r.system.clone(),
             r.op.clone(),
@@ -114,66 +155,20 @@ pub fn format_table(report: &BenchReport) -> String {
                 r.distribution.clone()
             },
             r.params(),
-            fmt_f(r.mops, 3),
+            num(r.mops, 3),
             fmt_lat(r.p50_us),
             fmt_lat(r.p99_us),
             fmt_lat(r.p999_us),
             fmt_ratios(r),
             r.target.clone().unwrap_or_else(|| "-".into()),
-            match r.meets_target {
-                Some(true) => "yes".into(),
-                Some(false) => "NO".into(),
-                None => "-".into(),
-            },
+            verdict(r.meets_target),
         ]);
     }
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "== {} @ {} ({} cores, {}, kernel {}) ==",
-        report.bench,
-        report.timestamp_unix,
-        report.machine.cores,
-        report.machine.hostname,
-        report.machine.kernel
-    );
-    out.push_str(&align_cells(&cells, &RIGHT));
-    for n in &report.notes {
-        let _ = writeln!(out, "note: {n}");
-    }
-    out
-}
-
-/// `cells` (header first) as aligned columns with a rule under the header; a column
-/// whose `right` flag is set is right-aligned.
-pub(crate) fn align_cells(cells: &[Vec<String>], right: &[bool]) -> String {
-    let cols = cells.iter().map(Vec::len).max().unwrap_or(0);
-    let mut widths = vec![0usize; cols];
-    for row in cells {
-        for (w, c) in widths.iter_mut().zip(row) {
-            *w = (*w).max(c.chars().count());
-        }
-    }
-    let mut out = String::new();
-    for (i, row) in cells.iter().enumerate() {
-        let line: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .enumerate()
-            .map(|(col, (c, &w))| {
-                if right.get(col).copied().unwrap_or(false) {
-                    format!("{c:>w$}")
-                } else {
-                    format!("{c:<w$}")
-                }
-            })
-            .collect();
-        let _ = writeln!(out, "{}", line.join("  ").trim_end());
-        if i == 0 {
-            let total: usize = widths.iter().sum::<usize>() + 2 * cols.saturating_sub(1);
-            let _ = writeln!(out, "{}", "-".repeat(total));
-        }
-    }
+    let m = &report.machine;
+    let kernel = format!("kernel {}", m.kernel);
+    let mut out = heading(&report.bench, report.timestamp_unix, m, &kernel);
+    out.push_str(&t.render());
+    push_notes(&mut out, &report.notes);
     out
 }
 

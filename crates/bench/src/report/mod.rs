@@ -1,5 +1,8 @@
-//! Benchmark reports: rows, plain-text table, JSON files and a PNG chart.
+//! Benchmark reports: rows, plain-text table, JSON files and a PNG chart, and the
+//! pieces every suite's report shares (number formatting, aligned tables, JSON
+//! writers, chart set-up).
 
+use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -8,24 +11,29 @@ use crate::baseline::peers::{PeerBaseline, PeerOp, RawTcpFloor};
 use crate::baseline::redis::RedisBaseline;
 use crate::baseline::redis_eval::RedisEvalBaseline;
 use crate::baseline::sockperf::SockperfBaseline;
+use crate::error::Result;
 
 /// Conventional output directory for reports.
 pub const DEFAULT_RESULTS_DIR: &str = "bench-results";
 
+pub(crate) mod canvas;
 mod chart;
 mod format;
 mod output;
+mod table;
 #[cfg(test)]
 pub(crate) mod tests;
 
 pub use crate::row::BenchRow;
 pub(crate) use crate::row::nan_as_null;
-pub(crate) use chart::locate_chart_font;
-pub use chart::{register_chart_font, write_chart, write_chart_with_font};
-pub(crate) use format::align_cells;
+pub use canvas::register_chart_font;
+pub use chart::{write_chart, write_chart_with_font};
+pub(crate) use format::{fmt_bytes, fmt_lat, mib, num, pct, verdict};
 pub use format::{fmt_size, format_table, print_table};
 pub use output::write_json;
-pub(crate) use output::write_json_as;
+pub(crate) use output::{write_json_as, write_json_to};
+use table::heading as table_heading;
+pub(crate) use table::{Align, Table, push_notes};
 
 /// The machine a report was produced on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,6 +54,41 @@ impl MachineInfo {
             kernel: m.kernel,
             cpu_model: (!m.cpu_model.is_empty()).then_some(m.cpu_model),
         }
+    }
+}
+
+/// What every suite's report opens with (flattened into its JSON, so the fields
+/// stay at the top level): the bench, when and where it ran, the build.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReportHead {
+    pub bench: String,
+    pub timestamp_unix: u64,
+    pub machine: MachineInfo,
+    /// `"dev"` or `"release"`: the binary's build (servers run the same binary).
+    pub build: String,
+}
+
+impl ReportHead {
+    /// `bench`, stamped now, on this machine, with this binary's build.
+    pub fn new(bench: &str) -> Self {
+        Self {
+            bench: bench.into(),
+            timestamp_unix: unix_now(),
+            machine: MachineInfo::detect(),
+            build: build_kind(),
+        }
+    }
+
+    /// The table's first line: `== <bench> @ <timestamp> (<cores> cores, <host>,
+    /// <rest>) ==`.
+    pub(crate) fn heading(&self, rest: &str) -> String {
+        table_heading(&self.bench, self.timestamp_unix, &self.machine, rest)
+    }
+
+    /// Writes `report` to `<dir>/<bench>-<timestamp>.json` and
+    /// `<dir>/<bench>-latest.json`; returns the first.
+    pub(crate) fn write_json<T: Serialize>(&self, report: &T, dir: &Path) -> Result<PathBuf> {
+        write_json_as(report, &self.bench, self.timestamp_unix, dir)
     }
 }
 
@@ -151,6 +194,13 @@ pub struct BenchReport {
     pub notes: Vec<String>,
 }
 
+/// Whether every row with a target met it (`None` if no row has one).
+pub(crate) fn all_met<'a>(rows: impl IntoIterator<Item = &'a BenchRow>) -> Option<bool> {
+    rows.into_iter()
+        .filter_map(|r| r.meets_target)
+        .reduce(|a, b| a && b)
+}
+
 /// Seconds since the Unix epoch (0 if the clock is before it): reports' timestamps.
 pub fn unix_now() -> u64 {
     SystemTime::now()
@@ -183,15 +233,6 @@ impl BenchReport {
 
     /// Whether every row with a target met it (`None` if no row has a target).
     pub fn all_targets_met(&self) -> Option<bool> {
-        let mut any = false;
-        for r in &self.rows {
-            if let Some(m) = r.meets_target {
-                any = true;
-                if !m {
-                    return Some(false);
-                }
-            }
-        }
-        any.then_some(true)
+        all_met(self.rows.iter())
     }
 }

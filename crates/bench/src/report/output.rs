@@ -47,3 +47,12 @@ pub(crate) fn write_json_as<T: Serialize>(
     std::fs::write(dir.join(format!("{stem}-latest.json")), &json)?;
     Ok(path)
 }
+
+/// Writes `value` as pretty JSON to `path` exactly (creating its directory).
+pub(crate) fn write_json_to<T: Serialize>(value: &T, path: &Path) -> Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(path, serde_json::to_string_pretty(value)?)?;
+    Ok(())
+}

@@ -169,3 +169,65 @@ mod chart_preview {
             .expect("c");
     }
 }
+
+#[test]
+fn shared_number_formats() {
+    use super::format::{fmt_lat, mib, num, pct, verdict};
+    assert_eq!(
+        (num(1.23456, 3), num(f64::NAN, 1)),
+        ("1.235".into(), "-".into())
+    );
+    assert_eq!(
+        (
+            fmt_lat(3.0),
+            fmt_lat(80.0),
+            fmt_lat(1200.0),
+            fmt_lat(f64::INFINITY)
+        ),
+        ("3.00".into(), "80.0".into(), "1200".into(), "-".into())
+    );
+    // Replication's `45 %` and slo's `12.5 %` are one function; a non-finite share
+    // is `-` (slo only ever passes finite medians).
+    assert_eq!(
+        (pct(0.45, 0), pct(0.125, 1)),
+        ("45 %".into(), "12.5 %".into())
+    );
+    assert_eq!(pct(f64::NAN, 1), "-");
+    assert_eq!((mib(3 << 20), mib(1500)), ("3 MiB".into(), "1500 B".into()));
+    // Sizes: the table's column and the working set in `bench io`'s row names.
+    use super::format::fmt_bytes;
+    assert_eq!(
+        (fmt_size(1 << 20), fmt_bytes(1 << 20)),
+        ("1M".into(), "1MiB".into())
+    );
+    assert_eq!(
+        (fmt_size(1500), fmt_bytes(1500)),
+        ("1500B".into(), "1KiB".into())
+    );
+    assert_eq!(
+        [Some(true), Some(false), None].map(verdict),
+        ["yes", "NO", "-"].map(String::from)
+    );
+}
+
+#[test]
+fn table_aligns_and_heads() {
+    use super::table::{Align::L, Align::R, Table, heading, push_notes};
+    let mut t = Table::new(&[("name", L), ("Mops/s", R)]);
+    t.row(vec!["a".into(), "1.5".into()]);
+    t.row(vec!["longer".into(), "12.25".into()]);
+    assert_eq!(
+        t.render(),
+        "name    Mops/s\n--------------\na          1.5\nlonger   12.25\n"
+    );
+    assert_eq!(t.render_body(), "a          1.5\nlonger   12.25\n");
+    let m = MachineInfo {
+        cores: 2,
+        hostname: "h".into(),
+        kernel: "k".into(),
+        cpu_model: None,
+    };
+    let mut out = heading("store", 7, &m, "kernel k");
+    push_notes(&mut out, &["x".into()]);
+    assert_eq!(out, "== store @ 7 (2 cores, h, kernel k) ==\nnote: x\n");
+}

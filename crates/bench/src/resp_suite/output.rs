@@ -6,7 +6,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
-use crate::report::{BenchRow, MachineInfo};
+use crate::report::{BenchRow, MachineInfo, write_json_to};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RespReport {
@@ -55,10 +55,7 @@ pub fn format_resp_table(r: &RespReport) -> String {
     t
 }
 
+/// Writes the report to `path` exactly (creating its directory).
 pub fn write_resp_json_to(r: &RespReport, path: &Path) -> Result<()> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::write(path, serde_json::to_string_pretty(r)?)?;
-    Ok(())
+    write_json_to(r, path)
 }

@@ -6,16 +6,10 @@ use std::path::Path;
 use plotters::prelude::*;
 
 use super::output::SloReport;
-use crate::error::{BenchError, Result};
-use crate::report::{locate_chart_font, register_chart_font};
+use crate::error::Result;
+use crate::report::canvas::{self, Area, BLUE as PREDICTED, RED as MEASURED, err};
 
 const SLO: RGBColor = RGBColor(127, 127, 127);
-const PREDICTED: RGBColor = RGBColor(31, 119, 180);
-const MEASURED: RGBColor = RGBColor(214, 39, 40);
-
-fn err(e: impl std::fmt::Display) -> BenchError {
-    BenchError::Chart(e.to_string())
-}
 
 /// `(value, cumulative fraction)` steps of `v`.
 fn cdf(mut v: Vec<f64>) -> Vec<(f64, f64)> {
@@ -31,7 +25,7 @@ fn cdf(mut v: Vec<f64>) -> Vec<(f64, f64)> {
 type Series = (&'static str, RGBColor, Vec<(f64, f64)>);
 
 fn panel(
-    area: &DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>,
+    area: &Area<'_>,
     title: &str,
     x_label: &str,
     series: &[Series],
@@ -77,26 +71,15 @@ fn panel(
         }
     }
     if text {
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .position(SeriesLabelPosition::LowerRight)
-            .draw()
-            .map_err(err)?;
+        // plotters' default legend type is 12 pt.
+        canvas::legend(&mut chart, SeriesLabelPosition::LowerRight, 12, 0.8)?;
     }
     Ok(())
 }
 
 pub fn write_slo_chart(r: &SloReport, path: &Path) -> Result<()> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
-    let text = locate_chart_font()
-        .as_deref()
-        .is_some_and(register_chart_font);
-    let root = BitMapBackend::new(path, (1400, 560)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
+    let text = canvas::prepare(path)?;
+    let root = canvas::canvas(path, (1400, 560))?;
     let (left, right) = root.split_horizontally(700);
     let pick = |f: fn(&super::output::SloRun) -> f64| cdf(r.runs.iter().map(f).collect());
     panel(

@@ -9,7 +9,7 @@ use farcache_slo::CalibrationSummary;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
-use crate::report::MachineInfo;
+use crate::report::{MachineInfo, pct, write_json_to};
 
 /// Targets from the issue.
 pub const TARGET_MET: usize = 95;
@@ -152,7 +152,7 @@ impl SloReport {
 
     /// `(target, value, met)` lines for the table.
     pub fn targets(&self) -> Vec<(String, String, bool)> {
-        let pct = |v: Option<f64>| v.map_or("-".into(), |v| format!("{:.1} %", v * 100.0));
+        let pct1 = |v: Option<f64>| v.map_or("-".into(), |v| pct(v, 1));
         let within = |v: Option<f64>| v.is_some_and(|v| v <= TARGET_MODEL_ERROR);
         vec![
             (
@@ -184,12 +184,12 @@ impl SloReport {
             ),
             (
                 "held-out model error, latency, median <= 10 %".into(),
-                pct(self.model_error_latency_median),
+                pct1(self.model_error_latency_median),
                 within(self.model_error_latency_median),
             ),
             (
                 "held-out model error, throughput, median <= 10 %".into(),
-                pct(self.model_error_throughput_median),
+                pct1(self.model_error_throughput_median),
                 within(self.model_error_throughput_median),
             ),
         ]
@@ -273,13 +273,13 @@ pub fn format_slo_table(r: &SloReport) -> String {
         r.manager_agrees,
         r.slos
     );
-    let pct = |v: Option<f64>| v.map_or("-".into(), |v| format!("{:.1} %", v * 100.0));
+    let pct1 = |v: Option<f64>| v.map_or("-".into(), |v| pct(v, 1));
     let _ = writeln!(
         s,
         "prediction vs run (median): latency {} (runs are paced below saturation), throughput \
          vs SLO {}",
-        pct(r.run_error_latency_median),
-        pct(r.run_error_throughput_median)
+        pct1(r.run_error_latency_median),
+        pct1(r.run_error_throughput_median)
     );
     for (t, v, ok) in r.targets() {
         let _ = writeln!(s, "target {t}: {v} {}", if ok { "met" } else { "NOT MET" });
@@ -295,10 +295,7 @@ pub fn write_slo_json(r: &SloReport, dir: &Path) -> Result<PathBuf> {
     Ok(p)
 }
 
+/// Writes the report to `p` exactly (creating its directory).
 pub fn write_slo_json_to(r: &SloReport, p: &Path) -> Result<()> {
-    if let Some(d) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(d)?;
-    }
-    std::fs::write(p, serde_json::to_vec_pretty(r)?)?;
-    Ok(())
+    write_json_to(r, p)
 }

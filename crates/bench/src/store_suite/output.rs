@@ -12,19 +12,14 @@ use crate::baseline::peers::{PeerBaseline, PeerOp};
 use crate::error::Result;
 use crate::histogram::LatencySummary;
 use crate::report::{
-    Baselines, BenchReport, BenchRow, MachineInfo, build_kind, format_table, unix_now,
-    write_json_as,
+    Baselines, BenchReport, BenchRow, ReportHead, all_met, format_table, write_json_to,
 };
 
 /// A whole `bench store` run.
 #[derive(Debug, Clone, Serialize)]
 pub struct StoreReport {
-    /// `"store"`.
-    pub bench: String,
-    pub timestamp_unix: u64,
-    pub machine: MachineInfo,
-    /// `"dev"` or `"release"` (the server runs the same binary).
-    pub build: String,
+    #[serde(flatten)]
+    pub head: ReportHead,
     pub keys: u64,
     pub sizes: Vec<usize>,
     pub batch: usize,
@@ -88,10 +83,7 @@ pub struct SizeCensus {
 impl StoreReport {
     pub(super) fn new(o: &StoreBenchOptions) -> Self {
         Self {
-            bench: "store".into(),
-            timestamp_unix: unix_now(),
-            machine: MachineInfo::detect(),
-            build: build_kind(),
+            head: ReportHead::new("store"),
             keys: o.keys,
             sizes: o.sizes.clone(),
             batch: o.batch,
@@ -308,14 +300,14 @@ impl StoreReport {
 
     /// Whether every row with a target met it (`None` if no row has one).
     pub fn all_targets_met(&self) -> Option<bool> {
-        self.view().all_targets_met()
+        all_met(self.rows.iter().map(|r| &r.row))
     }
 
     /// The rows as a plain `BenchReport` (for the shared table code).
     fn view(&self) -> BenchReport {
-        let mut r = BenchReport::new(self.bench.clone());
-        r.timestamp_unix = self.timestamp_unix;
-        r.machine = self.machine.clone();
+        let mut r = BenchReport::new(self.head.bench.clone());
+        r.timestamp_unix = self.head.timestamp_unix;
+        r.machine = self.head.machine.clone();
         r.rows = self.rows.iter().map(|r| r.row.clone()).collect();
         r.notes = self.notes.clone();
         r
@@ -362,19 +354,10 @@ pub fn format_store_table(report: &StoreReport) -> String {
 
 /// Writes `<dir>/store-<timestamp>.json` and `<dir>/store-latest.json` (as `bench io`).
 pub fn write_store_json(report: &StoreReport, dir: &Path) -> Result<PathBuf> {
-    write_json_as(report, &report.bench, report.timestamp_unix, dir)
+    report.head.write_json(report, dir)
 }
 
 /// Writes the report to `path` exactly (creating its directory).
 pub fn write_store_json_to(report: &StoreReport, path: &Path) -> Result<()> {
     write_json_to(report, path)
-}
-
-/// Writes `value` as pretty JSON to `path` (creating its directory).
-pub(super) fn write_json_to<T: Serialize>(value: &T, path: &Path) -> Result<()> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::write(path, serde_json::to_string_pretty(value)?)?;
-    Ok(())
 }

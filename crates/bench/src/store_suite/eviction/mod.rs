@@ -37,7 +37,7 @@ use super::measure::key;
 use super::{cluster_err, start_cluster};
 use crate::baseline::driver::KEY_LEN;
 use crate::error::{BenchError, Result};
-use crate::report::{BenchRow, MachineInfo, build_kind, unix_now};
+use crate::report::{BenchRow, ReportHead};
 use measure::{run_store, shard_size};
 use report::notes;
 use simulators::split;
@@ -252,10 +252,7 @@ pub fn run_store_evict_bench(o: &StoreEvictOptions) -> Result<StoreEvictReport> 
         run.errors == 0 && points <= TARGET_POINTS,
     );
     let mut r = StoreEvictReport {
-        bench: "store-evict".into(),
-        timestamp_unix: unix_now(),
-        machine: MachineInfo::detect(),
-        build: build_kind(),
+        head: ReportHead::new("store-evict"),
         keys: o.keys,
         value_size: o.value_size,
         zipf_theta: o.theta,

@@ -10,17 +10,14 @@ use super::store_model::SLOTS;
 use super::trace::HitCount;
 use super::{STORE_TAKE, STORE_WINDOW, TARGET_POINTS};
 use crate::error::Result;
-use crate::report::{BenchRow, MachineInfo, align_cells, write_json_as};
-use crate::store_suite::output::write_json_to;
+use crate::report::Align::{L, R};
+use crate::report::{BenchRow, ReportHead, Table, push_notes, write_json_to};
 
 /// A whole `bench store-evict` run.
 #[derive(Debug, Clone, Serialize)]
 pub struct StoreEvictReport {
-    /// `"store-evict"`.
-    pub bench: String,
-    pub timestamp_unix: u64,
-    pub machine: MachineInfo,
-    pub build: String,
+    #[serde(flatten)]
+    pub head: ReportHead,
     pub keys: u64,
     pub value_size: usize,
     pub zipf_theta: f64,
@@ -138,30 +135,26 @@ pub(super) fn notes(r: &StoreEvictReport, shards: u64) -> Vec<String> {
 
 /// The result as an aligned table, the notes under it.
 pub fn format_store_evict_table(r: &StoreEvictReport) -> String {
-    let mut cells = vec![
-        [
-            "policy",
-            "capacity (items)",
-            "hit ratio",
-            "vs LRU (points)",
-            "evictions (counted part)",
-            "Mreq/s",
-        ]
-        .map(String::from)
-        .to_vec(),
-        vec![
-            "store CLOCK (real)".into(),
-            r.live_at_end.to_string(),
-            format!("{:.4}", r.store_hit_ratio),
-            format!("{:+.2}", -r.points_below_lru),
-            r.evictions_counted.to_string(),
-            r.rows
-                .first()
-                .map_or("-".into(), |x| format!("{:.3}", x.mops)),
-        ],
-    ];
+    let mut t = Table::new(&[
+        ("policy", L),
+        ("capacity (items)", R),
+        ("hit ratio", R),
+        ("vs LRU (points)", R),
+        ("evictions (counted part)", R),
+        ("Mreq/s", R),
+    ]);
+    t.row(vec![
+        "store CLOCK (real)".into(),
+        r.live_at_end.to_string(),
+        format!("{:.4}", r.store_hit_ratio),
+        format!("{:+.2}", -r.points_below_lru),
+        r.evictions_counted.to_string(),
+        r.rows
+            .first()
+            .map_or("-".into(), |x| format!("{:.3}", x.mops)),
+    ]);
     for x in &r.simulations {
-        cells.push(vec![
+        t.row(vec![
             format!("{} (simulated)", x.policy),
             x.capacity.to_string(),
             format!("{:.4}", x.hit_ratio),
@@ -170,11 +163,9 @@ pub fn format_store_evict_table(r: &StoreEvictReport) -> String {
             "-".into(),
         ]);
     }
-    let mut out = format!(
-        "== {} @ {} ({} cores, {}, kernel {}) ==\n",
-        r.bench, r.timestamp_unix, r.machine.cores, r.machine.hostname, r.machine.kernel
-    );
-    out.push_str(&align_cells(&cells, &[false, true, true, true, true, true]));
+    let kernel = format!("kernel {}", r.head.machine.kernel);
+    let mut out = r.head.heading(&kernel);
+    out.push_str(&t.render());
     let target = r.rows.first().and_then(|x| x.meets_target);
     out.push_str(&format!(
         "target: hit ratio within {TARGET_POINTS} points of LRU: {}\n",
@@ -183,15 +174,13 @@ pub fn format_store_evict_table(r: &StoreEvictReport) -> String {
             _ => "NOT met",
         }
     ));
-    for n in &r.notes {
-        out.push_str(&format!("note: {n}\n"));
-    }
+    push_notes(&mut out, &r.notes);
     out
 }
 
 /// Writes `<dir>/store-evict-<timestamp>.json` and `<dir>/store-evict-latest.json`.
 pub fn write_store_evict_json(report: &StoreEvictReport, dir: &Path) -> Result<PathBuf> {
-    write_json_as(report, &report.bench, report.timestamp_unix, dir)
+    report.head.write_json(report, dir)
 }
 
 /// Writes the report to `path` exactly (creating its directory).

@@ -3,32 +3,19 @@
 
 use std::path::Path;
 
-use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use super::TARGET_MAX_MEAN;
 use super::report::{StoreHotReport, StoreHotRow};
-use crate::error::{BenchError, Result};
-use crate::report::{locate_chart_font, register_chart_font};
+use crate::error::Result;
+use crate::report::canvas::{self, Area, BLUE as ON, GREY as GOAL, RED as OFF, err};
 
-const OFF: RGBColor = RGBColor(214, 39, 40);
-const ON: RGBColor = RGBColor(31, 119, 180);
-const GOAL: RGBColor = RGBColor(120, 120, 120);
 const PANEL_H: u32 = 380;
 const TITLE_H: u32 = 40;
 
-fn err(e: impl std::fmt::Display) -> BenchError {
-    BenchError::Chart(e.to_string())
-}
-
 /// Renders the chart to `path` (text needs the chart font, as `write_chart`).
 pub fn write_store_hot_chart(report: &StoreHotReport, path: &Path) -> Result<()> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
-    let text = locate_chart_font()
-        .as_deref()
-        .is_some_and(register_chart_font);
+    let text = canvas::prepare(path)?;
     // Rows come in (off, on) pairs, one pair per server count.
     let pairs: Vec<(&StoreHotRow, &StoreHotRow)> = report
         .rows
@@ -39,8 +26,7 @@ pub fn write_store_hot_chart(report: &StoreHotReport, path: &Path) -> Result<()>
         })
         .collect();
     let panels = pairs.len().max(1) as u32;
-    let root = BitMapBackend::new(path, (1100, TITLE_H + panels * PANEL_H)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
+    let root = canvas::canvas(path, (1100, TITLE_H + panels * PANEL_H))?;
     let (title, rest) = root.split_vertically(TITLE_H);
     if text {
         let caption = format!(
@@ -48,17 +34,11 @@ pub fn write_store_hot_chart(report: &StoreHotReport, path: &Path) -> Result<()>
             report.keys,
             report.value_size,
             report.zipf_theta,
-            report.machine.cores,
-            report.machine.hostname,
-            report.build
+            report.head.machine.cores,
+            report.head.machine.hostname,
+            report.head.build
         );
-        title
-            .draw(&Text::new(
-                caption,
-                (10, 10),
-                ("sans-serif", 20).into_font(),
-            ))
-            .map_err(err)?;
+        canvas::title(&title, caption, 20)?;
     }
     let y_max = pairs
         .iter()
@@ -86,7 +66,7 @@ fn shares(r: &StoreHotRow) -> Vec<f64> {
 }
 
 fn panel(
-    area: &DrawingArea<BitMapBackend<'_>, Shift>,
+    area: &Area<'_>,
     (off, on): (&StoreHotRow, &StoreHotRow),
     y_max: f64,
     text: bool,
@@ -160,12 +140,5 @@ fn panel(
     if !text {
         return Ok(());
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 13))
-        .draw()
-        .map_err(err)
+    canvas::legend(&mut chart, SeriesLabelPosition::UpperRight, 13, 0.85)
 }

@@ -33,7 +33,7 @@ use super::measure::Key;
 use super::{cluster_err, start_cluster};
 use crate::error::{BenchError, Result};
 use crate::io_suite::progress;
-use crate::report::{MachineInfo, build_kind, unix_now};
+use crate::report::ReportHead;
 use placement::{plan, probes};
 use reads::{load, timed_reads, zipf_ring};
 use report::row;
@@ -146,10 +146,7 @@ impl StoreHotOptions {
 pub fn run_store_hot_bench(o: &StoreHotOptions) -> Result<StoreHotReport> {
     o.validate()?;
     let mut report = StoreHotReport {
-        bench: "store-hot".into(),
-        timestamp_unix: unix_now(),
-        machine: MachineInfo::detect(),
-        build: build_kind(),
+        head: ReportHead::new("store-hot"),
         keys: o.keys,
         value_size: o.value_size,
         zipf_theta: o.theta,

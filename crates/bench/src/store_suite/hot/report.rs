@@ -12,17 +12,16 @@ use super::top_keys::{TopKey, top_keys};
 use super::{PLAIN_WARMUP, StoreHotOptions, TARGET_MAX_MEAN};
 use crate::baseline::driver::KEY_RING_MAX;
 use crate::error::Result;
-use crate::report::{BenchRow, MachineInfo, align_cells, write_json_as};
-use crate::store_suite::output::write_json_to;
+use crate::report::Align::{L, R};
+use crate::report::{
+    BenchRow, ReportHead, Table, all_met, num, push_notes, verdict, write_json_to,
+};
 
 /// A whole `bench store-hot` run.
 #[derive(Debug, Clone, Serialize)]
 pub struct StoreHotReport {
-    /// `"store-hot"`.
-    pub bench: String,
-    pub timestamp_unix: u64,
-    pub machine: MachineInfo,
-    pub build: String,
+    #[serde(flatten)]
+    pub head: ReportHead,
     pub keys: u64,
     pub value_size: usize,
     pub zipf_theta: f64,
@@ -238,43 +237,26 @@ impl StoreHotReport {
 
     /// Whether every run with the layer met the max/mean goal.
     pub fn all_targets_met(&self) -> Option<bool> {
-        let with: Vec<bool> = self
-            .rows
-            .iter()
-            .filter_map(|r| r.row.meets_target)
-            .collect();
-        (!with.is_empty()).then(|| with.iter().all(|&m| m))
-    }
-}
-
-fn fmt_num(v: f64, d: usize) -> String {
-    if v.is_finite() {
-        format!("{v:.d$}")
-    } else {
-        "-".into()
+        all_met(self.rows.iter().map(|r| &r.row))
     }
 }
 
 /// The runs as an aligned table (per-server loads in thousands of lookups), the notes
 /// under it.
 pub fn format_store_hot_table(r: &StoreHotReport) -> String {
-    let mut cells = vec![
-        [
-            "servers",
-            "hot-key layer",
-            "Mkeys/s",
-            "p50 µs",
-            "p99 µs",
-            "max/mean load",
-            "copy reads",
-            "hot keys",
-            "per-server lookups (k)",
-            "target",
-            "ok?",
-        ]
-        .map(String::from)
-        .to_vec(),
-    ];
+    let mut t = Table::new(&[
+        ("servers", R),
+        ("hot-key layer", L),
+        ("Mkeys/s", R),
+        ("p50 µs", R),
+        ("p99 µs", R),
+        ("max/mean load", R),
+        ("copy reads", R),
+        ("hot keys", R),
+        ("per-server lookups (k)", L),
+        ("target", L),
+        ("ok?", L),
+    ]);
     for x in &r.rows {
         let loads: Vec<String> = x
             .server_names
@@ -282,41 +264,30 @@ pub fn format_store_hot_table(r: &StoreHotReport) -> String {
             .zip(&x.server_loads)
             .map(|(n, l)| format!("{n}:{}", l / 1000))
             .collect();
-        cells.push(vec![
+        t.row(vec![
             x.servers.to_string(),
             if x.hot_key_layer { "on" } else { "off" }.into(),
-            fmt_num(x.row.mops, 3),
-            fmt_num(x.row.p50_us, 1),
-            fmt_num(x.row.p99_us, 1),
-            fmt_num(x.max_mean_load, 3),
+            num(x.row.mops, 3),
+            num(x.row.p50_us, 1),
+            num(x.row.p99_us, 1),
+            num(x.max_mean_load, 3),
             format!("{:.1} %", x.copy_read_share * 100.0),
             x.hot_keys.to_string(),
             loads.join(" "),
             x.row.target.clone().unwrap_or_else(|| "-".into()),
-            match x.row.meets_target {
-                Some(true) => "yes".into(),
-                Some(false) => "NO".into(),
-                None => "-".into(),
-            },
+            verdict(x.row.meets_target),
         ]);
     }
-    let right = [
-        true, false, true, true, true, true, true, true, false, false, false,
-    ];
-    let mut out = format!(
-        "== {} @ {} ({} cores, {}, kernel {}) ==\n",
-        r.bench, r.timestamp_unix, r.machine.cores, r.machine.hostname, r.machine.kernel
-    );
-    out.push_str(&align_cells(&cells, &right));
-    for n in &r.notes {
-        out.push_str(&format!("note: {n}\n"));
-    }
+    let kernel = format!("kernel {}", r.head.machine.kernel);
+    let mut out = r.head.heading(&kernel);
+    out.push_str(&t.render());
+    push_notes(&mut out, &r.notes);
     out
 }
 
 /// Writes `<dir>/store-hot-<timestamp>.json` and `<dir>/store-hot-latest.json`.
 pub fn write_store_hot_json(report: &StoreHotReport, dir: &Path) -> Result<PathBuf> {
-    write_json_as(report, &report.bench, report.timestamp_unix, dir)
+    report.head.write_json(report, dir)
 }
 
 /// Writes the report to `path` exactly (creating its directory).

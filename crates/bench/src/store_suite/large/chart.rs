@@ -7,27 +7,24 @@ use std::path::Path;
 use plotters::prelude::*;
 
 use super::output::{LargeRow, StoreLargeReport};
-use crate::error::{BenchError, Result};
-use crate::report::{fmt_size, locate_chart_font, register_chart_font};
+use crate::error::Result;
+use crate::report::canvas::{
+    self, Area, BLUE as FIRST_D, GREEN as HOME, ORANGE as WAIT_ALL, RED as REDIS, err,
+};
+use crate::report::fmt_size;
 
-const FIRST_D: RGBColor = RGBColor(31, 119, 180);
-const WAIT_ALL: RGBColor = RGBColor(255, 127, 14);
-const REDIS: RGBColor = RGBColor(214, 39, 40);
-const HOME: RGBColor = RGBColor(44, 160, 44);
 const TITLE_H: u32 = 40;
 const BAR_ROW_H: u32 = 60;
 
-/// Milliseconds from µs, three significant digits or whole ms.
+/// Milliseconds from µs, three significant digits or whole ms. Not the table's
+/// [`crate::report::fmt_lat`]: no `-` (only finite values get a label) and one
+/// decimal only below 100 ms.
 fn ms(us: f64) -> String {
     match us / 1e3 {
         v if v < 10.0 => format!("{v:.2}"),
         v if v < 100.0 => format!("{v:.1}"),
         v => format!("{v:.0}"),
     }
-}
-
-fn err(e: impl std::fmt::Display) -> BenchError {
-    BenchError::Chart(e.to_string())
 }
 
 /// One bar pair: a variant's p50 and p99.
@@ -80,12 +77,7 @@ fn bars(report: &StoreLargeReport, size: usize) -> Vec<Bar<'_>> {
 /// Renders the chart to `path` (PNG). Text needs the chart font (see `write_chart`);
 /// without it, bars only.
 pub fn write_store_large_chart(report: &StoreLargeReport, path: &Path) -> Result<()> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
-    let text = locate_chart_font()
-        .as_deref()
-        .is_some_and(register_chart_font);
+    let text = canvas::prepare(path)?;
     let panels: Vec<(usize, Vec<Bar<'_>>)> = report
         .sizes
         .iter()
@@ -110,8 +102,7 @@ pub fn write_store_large_chart(report: &StoreLargeReport, path: &Path) -> Result
         .map(|(_, b)| 90 + BAR_ROW_H * b.len() as u32)
         .collect();
     let total = TITLE_H + heights.iter().sum::<u32>().max(100);
-    let root = BitMapBackend::new(path, (1400, total)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
+    let root = canvas::canvas(path, (1400, total))?;
     let (title, mut rest) = root.split_vertically(TITLE_H);
     if text {
         let caption = format!(
@@ -124,17 +115,11 @@ pub fn write_store_large_chart(report: &StoreLargeReport, path: &Path) -> Result
             report.client_batch,
             report.client_depth,
             report.op_timeout_ms,
-            report.machine.cores,
-            report.machine.hostname,
-            report.build
+            report.head.machine.cores,
+            report.head.machine.hostname,
+            report.head.build
         );
-        title
-            .draw(&Text::new(
-                caption,
-                (10, 10),
-                ("sans-serif", 18).into_font(),
-            ))
-            .map_err(err)?;
+        canvas::title(&title, caption, 18)?;
     }
     for ((size, bars), h) in panels.iter().zip(&heights) {
         let (area, below) = rest.split_vertically(*h);
@@ -145,7 +130,7 @@ pub fn write_store_large_chart(report: &StoreLargeReport, path: &Path) -> Result
 }
 
 fn panel(
-    area: &DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>,
+    area: &Area<'_>,
     size: usize,
     bars: &[Bar<'_>],
     (lo, hi): (f64, f64),
@@ -170,14 +155,7 @@ fn panel(
         .map_err(err)?;
     let y_of = |i: usize| (n - 1 - i) as f64;
     if text {
-        let labels: Vec<String> = bars.iter().map(|b| b.label.clone()).collect();
-        let fmt = move |y: &f64| {
-            let r = y.round();
-            if (y - r).abs() > 1e-6 || r < 0.0 || r as usize >= n {
-                return String::new();
-            }
-            labels.get(n - 1 - r as usize).cloned().unwrap_or_default()
-        };
+        let fmt = canvas::row_names(bars.iter().map(|b| b.label.clone()).collect());
         chart
             .configure_mesh()
             .y_labels(n)

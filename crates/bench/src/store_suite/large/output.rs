@@ -2,7 +2,6 @@
 //! servers and the rates in objects and MiB beside them, the memory each system took,
 //! the table and the JSON file.
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use farcache_store::StoreStats;
@@ -12,19 +11,14 @@ use super::measure::SizeOutcome;
 use super::redis::RedisSize;
 use super::{Call, EC_DATA, EC_PARITY, Objects, REGION, Run, SERVERS, StoreLargeOptions};
 use crate::error::Result;
-use crate::report::{
-    BenchRow, MachineInfo, align_cells, build_kind, fmt_size, unix_now, write_json_as,
-};
+use crate::report::Align::{L, R};
+use crate::report::{BenchRow, ReportHead, Table, fmt_lat, fmt_size, push_notes, write_json_to};
 
 /// A whole `bench store-large` run.
 #[derive(Debug, Clone, Serialize)]
 pub struct StoreLargeReport {
-    /// `"store-large"`.
-    pub bench: String,
-    pub timestamp_unix: u64,
-    pub machine: MachineInfo,
-    /// `"dev"` or `"release"` (the servers run the same binary).
-    pub build: String,
+    #[serde(flatten)]
+    pub head: ReportHead,
     pub servers: usize,
     pub server_threads: usize,
     pub region_size: u64,
@@ -126,10 +120,7 @@ pub struct StoppedInfo {
 impl StoreLargeReport {
     pub(super) fn new(o: &StoreLargeOptions) -> Self {
         Self {
-            bench: "store-large".into(),
-            timestamp_unix: unix_now(),
-            machine: MachineInfo::detect(),
-            build: build_kind(),
+            head: ReportHead::new("store-large"),
             servers: SERVERS,
             server_threads: 1,
             region_size: REGION,
@@ -411,41 +402,33 @@ fn row(
     }
 }
 
+/// Milliseconds from µs, as the latency columns of `bench io` (`-` when not finite).
 fn ms(us: f64) -> String {
-    match us / 1e3 {
-        v if !v.is_finite() => "-".into(),
-        v if v < 10.0 => format!("{v:.2}"),
-        v if v < 1000.0 => format!("{v:.1}"),
-        v => format!("{v:.0}"),
-    }
+    fmt_lat(us / 1e3)
 }
 
 /// The report as an aligned table, the notes under it.
 pub fn format_store_large_table(report: &StoreLargeReport) -> String {
-    const HEADER: [&str; 12] = [
-        "name",
-        "op",
-        "size",
-        "stopped",
-        "calls",
-        "failed",
-        "obj/s",
-        "MiB/s",
-        "p50 ms",
-        "p99 ms",
-        "max ms",
-        "vs redis (obj/s, p50)",
-    ];
-    const RIGHT: [bool; 12] = [
-        false, false, true, true, true, true, true, true, true, true, true, false,
-    ];
-    let mut cells: Vec<Vec<String>> = vec![HEADER.iter().map(|s| s.to_string()).collect()];
+    let mut t = Table::new(&[
+        ("name", L),
+        ("op", L),
+        ("size", R),
+        ("stopped", R),
+        ("calls", R),
+        ("failed", R),
+        ("obj/s", R),
+        ("MiB/s", R),
+        ("p50 ms", R),
+        ("p99 ms", R),
+        ("max ms", R),
+        ("vs redis (obj/s, p50)", L),
+    ]);
     for r in &report.rows {
         let vs = match (r.row.ratio_vs_redis, r.p50_ratio_vs_redis) {
             (Some(t), Some(l)) => format!("{t:.2}x, {l:.2}x"),
             _ => "-".into(),
         };
-        cells.push(vec![
+        t.row(vec![
             r.row.name.clone(),
             r.row.op.clone(),
             fmt_size(r.row.record_size),
@@ -460,34 +443,20 @@ pub fn format_store_large_table(report: &StoreLargeReport) -> String {
             vs,
         ]);
     }
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "== {} @ {} ({} cores, {}, kernel {}, {} build) ==",
-        report.bench,
-        report.timestamp_unix,
-        report.machine.cores,
-        report.machine.hostname,
-        report.machine.kernel,
-        report.build
-    );
-    out.push_str(&align_cells(&cells, &RIGHT));
-    for n in &report.notes {
-        let _ = writeln!(out, "note: {n}");
-    }
+    let m = &report.head.machine;
+    let rest = format!("kernel {}, {} build", m.kernel, report.head.build);
+    let mut out = report.head.heading(&rest);
+    out.push_str(&t.render());
+    push_notes(&mut out, &report.notes);
     out
 }
 
 /// Writes `<dir>/store-large-<timestamp>.json` and `<dir>/store-large-latest.json`.
 pub fn write_store_large_json(report: &StoreLargeReport, dir: &Path) -> Result<PathBuf> {
-    write_json_as(report, &report.bench, report.timestamp_unix, dir)
+    report.head.write_json(report, dir)
 }
 
 /// Writes the report to `path` exactly (creating its directory).
 pub fn write_store_large_json_to(report: &StoreLargeReport, path: &Path) -> Result<()> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::write(path, serde_json::to_string_pretty(report)?)?;
-    Ok(())
+    write_json_to(report, path)
 }
