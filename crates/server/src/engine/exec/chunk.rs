@@ -87,6 +87,7 @@ impl<'a> Chunk<'a> {
         Ok(())
     }
 
+    #[inline]
     pub(super) fn ops(&self) -> &[Op<'a>] {
         // SAFETY: `ops[..len]` were written by `decode` (`len` only grows past an
         // element once it is written), and `MaybeUninit<T>` has the layout of `T`.

@@ -10,6 +10,7 @@ pub(super) enum Miss<'m> {
 
 /// Resolves `[addr, addr+len)` of `cache` to a region and offset on this server.
 /// The range must lie within one region: clients split at region boundaries.
+#[inline]
 pub(super) fn locate<'m>(
     c: &'m CacheRegions,
     addr: u64,
