@@ -24,7 +24,7 @@ pub enum FrameKind {
     ControlReply = 6,
     /// A fatal protocol error; the payload is UTF-8 text. The sender closes afterwards.
     Error = 7,
-    /// Server-to-server messages for stored procedures (see [`crate::peer`]).
+    /// Server-to-server messages for stored procedures (see the `peer` module).
     Peer = 8,
     /// The acceptor's nonce, the first frame of the handshake (see [`crate::hello`]).
     Challenge = 9,

@@ -13,7 +13,7 @@
 //! nonce [32], cache u32, rights u8, identity (u8 len), proof [32].
 //! `HelloAck` payload: version u16, reserved u16, server id u32, max frame u32, proof [32].
 //!
-//! What the proofs are computed over and which key signs them is in [`crate::auth`].
+//! What the proofs are computed over and which key signs them is in the `auth` module.
 
 use serde::{Deserialize, Serialize};
 
@@ -238,7 +238,7 @@ pub struct HelloAck {
     pub version: u16,
     pub server_id: ServerId,
     pub max_frame: u32,
-    /// The acceptor's proof that it holds the same key (see [`crate::auth`]).
+    /// The acceptor's proof that it holds the same key (see the `auth` module).
     pub proof: [u8; PROOF_LEN],
 }
 

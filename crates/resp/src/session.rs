@@ -1,5 +1,5 @@
 //! What a connection is to the command handlers: its id, protocol version, access
-//! and name. The sockets and the batching live in [`crate::worker`].
+//! and name. The sockets and the batching live in the `worker` module.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

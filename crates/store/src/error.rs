@@ -75,7 +75,7 @@ impl StoreError {
 
     /// A failure that a retry may not see: a server unreachable or slow while its
     /// regions fail over or move. Store calls retry these for
-    /// [`crate::store::TRANSIENT_BUDGET`].
+    /// `TRANSIENT_BUDGET` (in the `store` module).
     pub fn is_transient(&self) -> bool {
         let Some(op) = self.op() else {
             return false;

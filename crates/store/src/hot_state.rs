@@ -1,7 +1,7 @@
 //! What a store handle knows about hot keys (which keys, how loaded each server is)
 //! and the timing of hot copies: a copy is valid for [`LEASE_MS`] after its value was
 //! read, so a writer of a hot key acknowledges only once no copy made before its swap
-//! can be served ([`wait_lease`]). The policy that uses these is [`crate::hot`].
+//! can be served ([`wait_lease`]). The policy that uses these is the `hot` module.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicBool;

@@ -10,7 +10,7 @@
 //! - [`mailbox`]: how these reach a worker thread.
 //!
 //! [`Shared`] is the state every thread of a server shares. Layering: the runtime
-//! (`crate::runtime`) calls into this layer for cluster frames; this layer uses the
+//! layer calls into this layer for cluster frames; this layer uses the
 //! engine (`crate::engine`) and never names the runtime: it reaches workers only by
 //! posting to their mailboxes.
 
