@@ -161,10 +161,23 @@ fn big_values_round_trip_through_redis_cli_on_small_clusters() {
                 .expect("redis-cli GET");
             let mut got = get.stdout;
             assert_eq!(got.pop(), Some(b'\n'));
-            assert!(
-                got == value,
-                "{servers} servers, {len} bytes came back different"
-            );
+            if got != value {
+                // Say what came back, and what the store itself reads now.
+                let first = got.iter().zip(&value).position(|(a, b)| a != b);
+                let direct = match store.get(key.as_bytes()) {
+                    Ok(Some(v)) => format!("{} bytes, equal: {}", v.len(), v[..] == value[..]),
+                    other => format!("{other:?}"),
+                };
+                panic!(
+                    "{servers} servers, {len} bytes came back different: {} bytes, first \
+                     difference at {first:?}, starting {:?}; redis-cli said on stderr {:?}; \
+                     the store reads {direct}; store stats {:?}",
+                    got.len(),
+                    String::from_utf8_lossy(&got[..got.len().min(200)]),
+                    String::from_utf8_lossy(&get.stderr),
+                    store.stats()
+                );
+            }
             let m = store
                 .manifest(key.as_bytes())
                 .expect("manifest")

@@ -34,12 +34,15 @@ pub enum StoreError {
     Erasure(String),
     /// An erasure-coded value has fewer than `data` readable chunks.
     #[error(
-        "erasure-coded value unreadable: {readable} of {chunks} chunks readable, {data} needed"
+        "erasure-coded value unreadable: {readable} of {chunks} chunks readable, {data} needed{}",
+        first_error.as_ref().map(|e| format!(" (a chunk's read failed: {e})")).unwrap_or_default()
     )]
     Unreadable {
         readable: usize,
         chunks: usize,
         data: usize,
+        /// Why the first failed chunk could not be read, if a read failed.
+        first_error: Option<Box<StoreError>>,
     },
     /// The server answered something this version cannot read.
     #[error("unexpected reply from {proc}: {reason}")]

@@ -347,6 +347,7 @@ impl Store {
         let mut got: Vec<(usize, Vec<u8>)> = Vec::with_capacity(m.chunks());
         let mut failed = 0;
         let mut missing = 0;
+        let mut first_error = None;
         let enough = |got: usize, failed: usize| {
             if wait_all {
                 got + failed == m.chunks()
@@ -375,8 +376,9 @@ impl Store {
                             missing += 1;
                             break;
                         }
-                        Err(_) => {
+                        Err(e) => {
                             whole = false;
+                            first_error.get_or_insert(Box::new(e));
                             break;
                         }
                     }
@@ -403,6 +405,7 @@ impl Store {
                 readable: got.len(),
                 chunks: m.chunks(),
                 data: d,
+                first_error,
             });
         }
         let value = decode(&m, got)?;

@@ -180,7 +180,7 @@ impl Conn {
         self.flush();
         (self.work, self.yielded, self.blocked) = (0, false, false);
         let mut reads = 0;
-        let turn = loop {
+        let mut turn = loop {
             if self.closed || self.closing {
                 break Turn::Idle;
             }
@@ -252,11 +252,36 @@ impl Conn {
                 }
             }
         };
+        // Edge-triggered polling reports room to write only after a write that
+        // pushed back, and new bytes only when more arrive. So replies made since
+        // the last flush go out now, and whole frames held back by a pause that a
+        // flush in this turn lifted are served next turn: else both wait for the
+        // peer's next request, which a client waiting for these replies never sends.
+        self.flush();
+        if turn == Turn::Idle
+            && !self.closed
+            && !self.closing
+            && self.paused(sh).is_none()
+            && self.frame_waiting(sh)
+        {
+            turn = Turn::Again;
+        }
         if self.closing && self.pending_write() == 0 {
             self.closed = true;
         }
         self.account(sh);
         turn
+    }
+
+    /// Whether the buffer holds a whole frame (or one that cannot parse), so a turn
+    /// would serve something: after a pause lifts within the turn no event tells.
+    fn frame_waiting(&self, sh: &Shared) -> bool {
+        let data = self.inbuf.bytes();
+        match FrameHeader::decode(data, sh.config.max_frame) {
+            Ok(Some(h)) => data.len() >= h.frame_len(),
+            Ok(None) => false,
+            Err(_) => true,
+        }
     }
 
     fn serve_buffered(&mut self, sh: &Shared, ctx: &mut WorkerCtx<'_>) {
