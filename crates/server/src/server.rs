@@ -78,7 +78,8 @@ impl Server {
             metrics: Metrics::default(),
             procs: crate::engine::procs::ProcTable::new(Default::default(), config.fault_injection),
             shutdown: AtomicBool::new(false),
-            inboxes: std::sync::OnceLock::new(),
+            mailboxes: Default::default(),
+            dialer: crate::cluster::dial::Dialer::new(config.secret.clone(), advertise.clone()),
             sched: std::sync::OnceLock::new(),
             peers: ArcSwap::from_pointee(HashMap::new()),
             control,
@@ -123,7 +124,7 @@ impl Server {
                 shared: shared.clone(),
             });
         }
-        let _ = shared.inboxes.set(inboxes);
+        shared.mailboxes.set(inboxes);
         for w in workers {
             let id = w.id;
             threads.push(

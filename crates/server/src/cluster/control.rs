@@ -96,13 +96,14 @@ fn serve(sh: &Arc<Shared>, rx: &Mutex<Receiver<Job>>) {
             job.seq,
             &reply.encode(),
         );
-        if let Some(inbox) = sh.inboxes.get().and_then(|i| i.get(job.worker)) {
-            inbox.send(WorkerMsg::ControlReply {
+        sh.mailboxes.post(
+            job.worker,
+            WorkerMsg::ControlReply {
                 conn: job.conn,
                 serial: job.serial,
                 frame,
-            });
-        }
+            },
+        );
     }
 }
 

@@ -3,7 +3,7 @@
 //! worker reads. Posting never blocks: the channel is unbounded and the waker makes
 //! the worker's poll return.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use farcache_net::Stream;
 use mio::Waker;
@@ -53,4 +53,51 @@ pub struct Waiter {
     pub conn: usize,
     pub serial: u64,
     pub resp: u64,
+}
+
+/// Every worker's inbox, set once all workers exist: what the cluster side and the
+/// acceptor need of the workers, and nothing else.
+#[derive(Default)]
+pub struct Mailboxes(OnceLock<Vec<WorkerInbox>>);
+
+impl Mailboxes {
+    /// Installs the inboxes (once; a second call is ignored).
+    pub fn set(&self, inboxes: Vec<WorkerInbox>) {
+        let _ = self.0.set(inboxes);
+    }
+
+    /// The inboxes, or none before the workers exist.
+    pub fn all(&self) -> &[WorkerInbox] {
+        self.0.get().map_or(&[], Vec::as_slice)
+    }
+
+    /// Posts `m` to worker `worker`; false if there is no such worker (yet).
+    pub fn post(&self, worker: usize, m: WorkerMsg) -> bool {
+        match self.all().get(worker) {
+            Some(inbox) => {
+                inbox.send(m);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Posts each worker its own waiters, as one message built by `msg`.
+    pub fn post_waiters(&self, waiters: Vec<Waiter>, msg: fn(Vec<Waiter>) -> WorkerMsg) {
+        let inboxes = self.all();
+        if waiters.is_empty() || inboxes.is_empty() {
+            return;
+        }
+        let mut by_worker: Vec<Vec<Waiter>> = vec![Vec::new(); inboxes.len()];
+        for w in waiters {
+            if let Some(v) = by_worker.get_mut(w.worker) {
+                v.push(w);
+            }
+        }
+        for (inbox, v) in inboxes.iter().zip(by_worker) {
+            if !v.is_empty() {
+                inbox.send(msg(v));
+            }
+        }
+    }
 }

@@ -6,29 +6,19 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use farcache_proto::blocking::{RpcError, control_call, handshake};
+use farcache_proto::blocking::{RpcError, control_call};
 use farcache_proto::control::{ControlErrorCode, ControlRequest, ControlResponse, region_digest};
-use farcache_proto::{Credential, Role};
 use tracing::{info, warn};
 
 use crate::cluster::Shared;
+use crate::cluster::dial::{Dialer, Timeouts, resolve};
 
 const IO_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Connects and proves this server's role (the cluster secret, with its advertised
 /// address as identity).
-fn connect(sh: &Shared, addr: &str) -> Result<TcpStream, RpcError> {
-    use std::net::ToSocketAddrs;
-    let sa = addr.to_socket_addrs()?.next().ok_or_else(|| {
-        RpcError::Unexpected(format!("manager address '{addr}' does not resolve"))
-    })?;
-    let mut s = TcpStream::connect_timeout(&sa, IO_TIMEOUT)?;
-    s.set_read_timeout(Some(IO_TIMEOUT))?;
-    s.set_write_timeout(Some(IO_TIMEOUT))?;
-    s.set_nodelay(true)?;
-    let cred = Credential::Cluster(sh.config.secret.clone());
-    handshake(&mut s, Role::Server, 0, &sh.advertise, &cred)?;
-    Ok(s)
+fn connect(dialer: &Dialer, addr: &str) -> Result<TcpStream, RpcError> {
+    dialer.dial(resolve(addr)?, Timeouts::all(IO_TIMEOUT), 0)
 }
 
 fn register(sh: &Shared, stream: &mut TcpStream) -> Result<Duration, RpcError> {
@@ -107,7 +97,7 @@ pub fn announce_reclaim(
             "not registered with the manager yet".into(),
         ));
     }
-    let mut s = connect(sh, manager)?;
+    let mut s = connect(&sh.dialer, manager)?;
     let req = ControlRequest::ReclaimServer {
         server_id: id,
         grace_ms: u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
@@ -162,7 +152,7 @@ pub fn run(sh: Arc<Shared>, manager: String) {
     let mut reported: Vec<String> = Vec::new();
     while !sh.shutdown.load(Ordering::Acquire) {
         let r = (|| -> Result<(), RpcError> {
-            let mut s = connect(&sh, &manager)?;
+            let mut s = connect(&sh.dialer, &manager)?;
             let every = register(&sh, &mut s)?;
             warned = false;
             backoff = Duration::from_millis(50);

@@ -15,6 +15,7 @@
 //! posting to their mailboxes.
 
 pub mod control;
+pub mod dial;
 pub mod flow;
 pub mod mailbox;
 pub mod manager_link;
@@ -34,7 +35,7 @@ use parking_lot::{Condvar, Mutex};
 use crate::config::ServerConfig;
 use crate::engine::store::RegionStore;
 use crate::metrics::Metrics;
-use mailbox::WorkerInbox;
+use mailbox::Mailboxes;
 
 /// State every thread of a server shares.
 pub struct Shared {
@@ -50,7 +51,9 @@ pub struct Shared {
     pub procs: crate::engine::procs::ProcTable,
     pub shutdown: AtomicBool,
     /// Every worker's inbox (set once all workers exist).
-    pub inboxes: std::sync::OnceLock<Vec<WorkerInbox>>,
+    pub mailboxes: Mailboxes,
+    /// How this server dials other servers and the manager.
+    pub dialer: dial::Dialer,
     /// Every worker's run queue, for idle workers to steal from.
     pub sched: std::sync::OnceLock<crate::cluster::flow::sched::Board>,
     /// The other servers this one may talk to, by advertised address, resolved off

@@ -27,10 +27,11 @@ pub fn run(
     mut tls_listener: Option<TcpListener>,
     shared: Arc<Shared>,
 ) {
-    let Some(inboxes) = shared.inboxes.get().filter(|i| !i.is_empty()) else {
+    let inboxes = shared.mailboxes.all();
+    if inboxes.is_empty() {
         warn!("no workers to hand connections to");
         return;
-    };
+    }
     let registered = poll
         .registry()
         .register(&mut listener, LISTENER, Interest::READABLE)

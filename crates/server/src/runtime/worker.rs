@@ -285,9 +285,9 @@ impl Worker {
             return;
         }
         let sh = &*self.shared;
-        if let (Some(board), Some(inboxes)) = (sh.sched.get(), sh.inboxes.get())
+        if let Some(board) = sh.sched.get()
             && let Some(w) = board.claim_idle(self.id)
-            && let Some(inbox) = inboxes.get(w)
+            && let Some(inbox) = sh.mailboxes.all().get(w)
         {
             let _ = inbox.waker.wake();
         }
@@ -437,12 +437,9 @@ impl Worker {
     fn settle(&self, st: &mut Loop) {
         loop {
             st.engine.flush(&self.shared, self.poll.registry());
-            if let Some(inboxes) = self.shared.inboxes.get() {
-                for (w, msg) in st.engine.foreign.drain(..) {
-                    match inboxes.get(w) {
-                        Some(inbox) => inbox.send(WorkerMsg::Peer(msg)),
-                        None => debug!(worker = w, "peer message for an unknown worker dropped"),
-                    }
+            for (w, msg) in st.engine.foreign.drain(..) {
+                if !self.shared.mailboxes.post(w, WorkerMsg::Peer(msg)) {
+                    debug!(worker = w, "peer message for an unknown worker dropped");
                 }
             }
             if st.engine.completions.is_empty() {

@@ -8,12 +8,13 @@ use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use farcache_proto::blocking::{RpcError, handshake, read_frame};
+use farcache_proto::blocking::{RpcError, read_frame};
 use farcache_proto::control::{MigrationMode, MigrationPhase};
-use farcache_proto::{Credential, FrameKind, Op, RequestEncoder, ResponseDecoder, Role, Status};
+use farcache_proto::{FrameKind, Op, RequestEncoder, ResponseDecoder, Status};
 
 use super::{DRAIN, Task};
 use crate::cluster::Shared;
+use crate::cluster::dial::{Timeouts, resolve};
 use crate::engine::completions::Record;
 use crate::engine::dirty::{CHUNK, DirtyChunks};
 use crate::engine::lost::LostRanges;
@@ -190,15 +191,11 @@ struct Link {
 impl Link {
     fn connect(sh: &Shared, task: &Task) -> Result<Self, CopyError> {
         let err = |e: RpcError| CopyError::Target(task.to.clone(), e);
-        let addr = task.to.clone();
-        let mut s = TcpStream::connect(&addr).map_err(|e| err(e.into()))?;
-        s.set_read_timeout(Some(IO_TIMEOUT))
-            .map_err(|e| err(e.into()))?;
-        s.set_write_timeout(Some(IO_TIMEOUT))
-            .map_err(|e| err(e.into()))?;
-        s.set_nodelay(true).map_err(|e| err(e.into()))?;
-        let cred = Credential::Cluster(sh.config.secret.clone());
-        handshake(&mut s, Role::Server, 0, &sh.advertise, &cred).map_err(err)?;
+        let to = resolve(&task.to).map_err(err)?;
+        let s = sh
+            .dialer
+            .dial(to, Timeouts::all(IO_TIMEOUT), 0)
+            .map_err(err)?;
         let inp = s.try_clone().map_err(|e| err(e.into()))?;
         Ok(Self {
             out: BufWriter::with_capacity(4 << 20, s),

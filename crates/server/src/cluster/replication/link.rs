@@ -13,14 +13,15 @@ use std::sync::atomic::{AtomicBool, Ordering, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use farcache_proto::blocking::{handshake, read_frame};
-use farcache_proto::{Credential, FrameKind, RequestEncoder, ResponseDecoder, Role, Status};
+use farcache_proto::blocking::read_frame;
+use farcache_proto::{FrameKind, RequestEncoder, ResponseDecoder, Status};
 use parking_lot::Mutex;
 use tracing::{debug, warn};
 
 use super::{Counters, Waiter, Written, locate};
 use crate::cluster::Shared;
-use crate::cluster::mailbox::WorkerMsg;
+use crate::cluster::dial::{Timeouts, resolve};
+use crate::cluster::mailbox::{Mailboxes, WorkerMsg};
 use crate::engine::store::StoreMap;
 
 /// Frames sent and not yet answered: while they travel, later writes gather into the
@@ -212,10 +213,10 @@ impl Link {
             drop(st);
             if self.failed.load(Ordering::Acquire) {
                 // The backup refused: this server may be a stale owner.
-                return notify_failed(sh, vec![waiter]);
+                return notify_failed(&sh.mailboxes, vec![waiter]);
             }
             // Dropped as a backup meanwhile: nothing to wait for.
-            return release(sh, vec![waiter]);
+            return release(&sh.mailboxes, vec![waiter]);
         }
         if st.waiting_since.is_none() {
             st.waiting_since = Some(Instant::now());
@@ -255,7 +256,7 @@ impl Link {
     pub fn close(&self, sh: &Shared) {
         let waiters = self.stop();
         debug!(backup = %self.addr, released = waiters.len(), "replication link closed");
-        release(sh, waiters);
+        release(&sh.mailboxes, waiters);
     }
 
     /// Stops the link and fails every write waiting on it: the backup may not hold
@@ -265,7 +266,7 @@ impl Link {
         self.failed.store(true, Ordering::Release);
         let waiters = self.stop();
         warn!(backup = %self.addr, failed = waiters.len(), "replicated writes fail: {why}");
-        notify_failed(sh, waiters);
+        notify_failed(&sh.mailboxes, waiters);
     }
 
     fn stop(&self) -> Vec<Waiter> {
@@ -424,7 +425,7 @@ impl Link {
                 waiters
             };
             if let Some(shared) = sh.upgrade() {
-                notify(&shared, waiters);
+                notify(&shared.mailboxes, waiters);
             }
         }
     }
@@ -458,71 +459,36 @@ fn answer(payload: &[u8], ops: u32) -> Answer {
 /// A new replication stream to `addr`, announced (the backup refuses older streams'
 /// frames from then on).
 pub(super) fn connect(sh: &Shared, addr: &str) -> Result<TcpStream, String> {
-    let sa = sh
-        .peers
-        .load()
-        .get(addr)
-        .copied()
-        .or_else(|| {
-            use std::net::ToSocketAddrs;
-            addr.to_socket_addrs().ok()?.next()
-        })
-        .ok_or_else(|| format!("cannot resolve {addr}"))?;
-    let mut s = TcpStream::connect_timeout(&sa, IO_TIMEOUT).map_err(|e| e.to_string())?;
-    s.set_nodelay(true).map_err(|e| e.to_string())?;
-    s.set_write_timeout(Some(WRITE_TIMEOUT))
-        .map_err(|e| e.to_string())?;
-    let cred = Credential::Cluster(sh.config.secret.clone());
-    s.set_read_timeout(Some(IO_TIMEOUT))
-        .map_err(|e| e.to_string())?;
-    // A new stream: the backup refuses the frames of this owner's older ones.
-    handshake(
-        &mut s,
-        Role::Server,
-        next_generation(),
-        &sh.advertise,
-        &cred,
-    )
-    .map_err(|e| e.to_string())?;
+    let to = match sh.peers.load().get(addr).copied() {
+        Some(a) => a,
+        None => resolve(addr).map_err(|e| e.to_string())?,
+    };
     // Answers may take as long as the backup needs; a dead backup is dropped by
     // the manager, which closes the link.
-    s.set_read_timeout(None).map_err(|e| e.to_string())?;
-    Ok(s)
+    let t = Timeouts {
+        connect: IO_TIMEOUT,
+        read: None,
+        write: Some(WRITE_TIMEOUT),
+    };
+    // A new stream: the backup refuses the frames of this owner's older ones.
+    sh.dialer
+        .dial(to, t, next_generation())
+        .map_err(|e| e.to_string())
 }
 
 /// Tells each worker which of its held responses have one more acknowledgement.
-fn notify(sh: &Shared, waiters: Vec<Waiter>) {
+fn notify(boxes: &Mailboxes, waiters: Vec<Waiter>) {
     // Backups hold the writes; the clients have no answer yet.
     fail::fail_point!("owner-before-release");
-    send_to_workers(sh, waiters, WorkerMsg::Replicated);
+    boxes.post_waiters(waiters, WorkerMsg::Replicated);
 }
 
 /// Tells each worker which of its held responses no longer wait for a dropped backup.
-fn release(sh: &Shared, waiters: Vec<Waiter>) {
-    send_to_workers(sh, waiters, WorkerMsg::Released);
+fn release(boxes: &Mailboxes, waiters: Vec<Waiter>) {
+    boxes.post_waiters(waiters, WorkerMsg::Released);
 }
 
 /// Tells each worker which of its held responses can never be acknowledged.
-fn notify_failed(sh: &Shared, waiters: Vec<Waiter>) {
-    send_to_workers(sh, waiters, WorkerMsg::ReplicationFailed);
-}
-
-fn send_to_workers(sh: &Shared, waiters: Vec<Waiter>, msg: fn(Vec<Waiter>) -> WorkerMsg) {
-    if waiters.is_empty() {
-        return;
-    }
-    let Some(inboxes) = sh.inboxes.get() else {
-        return;
-    };
-    let mut by_worker: Vec<Vec<Waiter>> = vec![Vec::new(); inboxes.len()];
-    for w in waiters {
-        if let Some(v) = by_worker.get_mut(w.worker) {
-            v.push(w);
-        }
-    }
-    for (i, v) in by_worker.into_iter().enumerate() {
-        if !v.is_empty() {
-            inboxes[i].send(msg(v));
-        }
-    }
+fn notify_failed(boxes: &Mailboxes, waiters: Vec<Waiter>) {
+    boxes.post_waiters(waiters, WorkerMsg::ReplicationFailed);
 }
