@@ -5,8 +5,9 @@
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
+use farcache_proto::auth::AuthError;
 use farcache_proto::blocking::{RpcError, handshake};
-use farcache_proto::{ClusterSecret, Credential, Role};
+use farcache_proto::{Challenge, ClusterSecret, Credential, Hello, HelloAck, Role};
 
 /// What dialing needs: the proof and the identity, nothing else of the server.
 pub struct Dialer {
@@ -59,6 +60,24 @@ impl Dialer {
         s.set_read_timeout(t.read)?;
         s.set_write_timeout(t.write)?;
         Ok(s)
+    }
+}
+
+impl Dialer {
+    /// This server's Hello answering `challenge`, for a connection driven without
+    /// blocking (the workers' peer sessions).
+    pub fn hello(&self, challenge: &Challenge) -> Hello {
+        self.cred.hello(Role::Server, 0, &self.identity, challenge)
+    }
+
+    /// Checks that the acceptor's answer to `hello` proves it holds the secret too.
+    pub fn check_ack(
+        &self,
+        hello: &Hello,
+        challenge: &Challenge,
+        ack: &HelloAck,
+    ) -> Result<(), AuthError> {
+        self.cred.check_ack(hello, challenge, ack)
     }
 }
 

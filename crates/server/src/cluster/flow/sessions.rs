@@ -16,9 +16,7 @@ use std::time::{Duration, Instant};
 use farcache_net::{FrameBuf, Stream};
 use farcache_proto::frame::encode_frame;
 use farcache_proto::peer::PeerEncoder;
-use farcache_proto::{
-    Challenge, Credential, FrameHeader, FrameKind, HEADER_LEN, Hello, HelloAck, Role,
-};
+use farcache_proto::{Challenge, FrameHeader, FrameKind, HEADER_LEN, Hello, HelloAck};
 use mio::event::Event;
 use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
@@ -379,8 +377,7 @@ fn on_frame(sh: &Shared, s: &mut Session, kind: FrameKind, payload: &[u8]) -> Re
     match (kind, &s.state) {
         (FrameKind::Challenge, State::Handshake { sent: None }) => {
             let ch = Challenge::decode(payload).map_err(|e| bad(&e.to_string()))?;
-            let cred = Credential::Cluster(sh.config.secret.clone());
-            let hello = cred.hello(Role::Server, 0, &sh.advertise, &ch);
+            let hello = sh.dialer.hello(&ch);
             encode_frame(&mut s.wbuf, FrameKind::Hello, 0, &hello.encode());
             s.state = State::Handshake {
                 sent: Some((ch, hello)),
@@ -394,7 +391,7 @@ fn on_frame(sh: &Shared, s: &mut Session, kind: FrameKind, payload: &[u8]) -> Re
             },
         ) => {
             let ack = HelloAck::decode(payload).map_err(|e| bad(&e.to_string()))?;
-            Credential::Cluster(sh.config.secret.clone())
+            sh.dialer
                 .check_ack(hello, ch, &ack)
                 .map_err(|e| bad(&e.to_string()))?;
             debug!(peer = %s.addr, "peer session up");
