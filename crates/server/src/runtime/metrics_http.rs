@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use farcache_proto::control::ServerStats;
 use tracing::{debug, info};
 
 use crate::cluster::Shared;
@@ -69,18 +70,57 @@ fn answer(mut s: TcpStream, sh: &Shared) -> std::io::Result<()> {
     )
 }
 
-/// Every counter in Prometheus text: the metrics', plus migrations, lost bytes and
-/// replication, which live with their components.
+/// Every counter in Prometheus text, from the same snapshot a `ServerStats` control
+/// call answers (so the two never disagree).
 pub fn prometheus_text(sh: &Shared) -> String {
-    let mut s = sh
-        .metrics
-        .render_prometheus(sh.store.used(), sh.store.memory());
-    let r = sh.replicator.stats();
-    s += &format!(
-        "farcache_migrations {}\nfarcache_lost_bytes {}\n",
-        sh.migrations.busy(),
-        sh.store.lost_bytes()
-    );
+    render(&crate::cluster::control::stats(sh))
+}
+
+fn render(st: &ServerStats) -> String {
+    let mut s = String::new();
+    let mut put = |name: &str, v: u64| {
+        s += &format!("farcache_{name} {v}\n");
+    };
+    for o in &st.ops {
+        put(&format!("ops_total{{op=\"{}\"}}", o.op), o.count);
+        put(&format!("op_bytes_total{{op=\"{}\"}}", o.op), o.bytes);
+        put(&format!("op_errors_total{{op=\"{}\"}}", o.op), o.errors);
+    }
+    put("protocol_errors_total", st.protocol_errors);
+    put("connections", st.connections);
+    let p = &st.peer;
+    for (name, v) in [
+        ("frames_sent", p.frames_sent),
+        ("msgs_sent", p.msgs_sent),
+        ("forwards", p.forwards),
+        ("fetches", p.fetches),
+        ("results", p.results),
+        ("failures", p.failures),
+        ("queued", p.queued),
+        ("stolen", p.stolen),
+    ] {
+        put(&format!("peer_{name}_total"), v);
+    }
+    let g = &st.guard;
+    for (name, v) in [
+        ("refused", g.refused),
+        ("evicted", g.evicted),
+        ("auth_failures", g.auth_failures),
+        ("timed_out", g.timed_out),
+        ("cut_off", g.cut_off),
+        ("forbidden", g.forbidden),
+        ("peer_dropped", g.peer_dropped),
+        ("unleased", g.unleased),
+        ("fenced", g.fenced),
+    ] {
+        put(&format!("guard_{name}_total"), v);
+    }
+    put("worker_panics_total", st.worker_panics);
+    put("memory_bytes", st.memory);
+    put("memory_used_bytes", st.used);
+    put("migrations", st.migrations);
+    put("lost_bytes", st.lost_bytes);
+    let r = &st.replication;
     for (name, v) in [
         ("frames_total", r.frames),
         ("bytes_total", r.bytes),
@@ -88,14 +128,11 @@ pub fn prometheus_text(sh: &Shared) -> String {
         ("link_failures_total", r.link_failures),
         ("unacked_frames", r.unacked),
     ] {
-        s += &format!("farcache_replication_{name} {v}\n");
+        put(&format!("replication_{name}"), v);
     }
-    let c = &sh.completions;
-    s += &format!(
-        "farcache_completion_records {}\nfarcache_completion_repeats_total {}\nfarcache_completion_evicted_total {}\n",
-        c.len(),
-        c.repeats.load(Ordering::Relaxed),
-        c.evicted.load(Ordering::Relaxed)
-    );
+    let c = &st.completions;
+    put("completion_records", c.records);
+    put("completion_repeats_total", c.repeats);
+    put("completion_evicted_total", c.evicted);
     s
 }
