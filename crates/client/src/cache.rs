@@ -134,7 +134,8 @@ impl Cache {
             .call(&ControlRequest::ReshapeCache { name, capacity })?
         {
             ControlResponse::Cache(info) => {
-                *self.shared_info_mut() = Arc::new(info);
+                // A refresh may have brought a newer table meanwhile.
+                self.shared.route.install(info);
                 Ok(())
             }
             other => Err(ClientError::InvalidArgument(format!(
@@ -164,10 +165,6 @@ impl Cache {
                 "unexpected manager reply: {other:?}"
             ))),
         }
-    }
-
-    fn shared_info_mut(&self) -> parking_lot::RwLockWriteGuard<'_, Arc<CacheInfo>> {
-        self.shared.route.info_write()
     }
 
     /// An empty batch on this cache.

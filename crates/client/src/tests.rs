@@ -129,7 +129,7 @@ fn a_paused_part_follows_the_region_to_its_new_server() {
             next.regions[0] = 2;
             next.epoch += 1;
             next.servers.push(server_info(2, to_addr.clone()));
-            *c.info_write() = Arc::new(next);
+            c.install(next);
         }
         Status::Paused
     });

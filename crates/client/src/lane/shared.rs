@@ -166,10 +166,6 @@ impl RouteTable {
         self.info.read().id
     }
 
-    pub fn info_write(&self) -> parking_lot::RwLockWriteGuard<'_, Arc<CacheInfo>> {
-        self.info.write()
-    }
-
     /// Points the region holding `addr` at the server whose data address is `owner`
     /// (what a `wrong server` reply named), if the table lists that server. Returns
     /// the patched table; `None` means the table must come from the manager.
@@ -191,6 +187,16 @@ impl RouteTable {
         Some(g.clone())
     }
 
+    /// Takes `info` unless it is older than the table held (an answer that was
+    /// overtaken by a newer one); returns the table held afterwards.
+    pub fn install(&self, info: CacheInfo) -> Arc<CacheInfo> {
+        let mut g = self.info.write();
+        if info.epoch >= g.epoch || info.id != g.id {
+            *g = Arc::new(info);
+        }
+        g.clone()
+    }
+
     /// Fetches the region table again from the manager.
     pub fn refresh(&self) -> Result<Arc<CacheInfo>, ClientError> {
         let began = Instant::now();
@@ -201,14 +207,10 @@ impl RouteTable {
             .lookup(&ControlRequest::OpenCache { name })?
         {
             ControlResponse::Cache(info) => {
-                let info = Arc::new(info);
-                let mut g = self.info.write();
-                if info.epoch >= g.epoch || info.id != g.id {
-                    *g = info.clone();
-                }
+                let now = self.install(info);
                 let mut r = self.refreshed.lock();
                 *r = Some(r.map_or(began, |t| t.max(began)));
-                Ok(g.clone())
+                Ok(now)
             }
             other => Err(ClientError::InvalidArgument(format!(
                 "unexpected manager reply: {other:?}"
