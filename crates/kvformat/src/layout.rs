@@ -148,6 +148,14 @@ pub fn pair_bucket_addr(bucket_addr: u64) -> u64 {
     bucket_addr ^ BUCKET_BYTES
 }
 
+/// Where a fetch-and-add of `size` on a shard's bump pointer that returned `old`
+/// landed: the item's offset in the shard, or `None` past the heap's end.
+#[inline]
+pub fn carve(heap_start: u64, shard_size: u64, old: u64, size: u32) -> Option<u64> {
+    let end = old.checked_add(u64::from(size))?.checked_add(heap_start)?;
+    (end <= shard_size).then_some(heap_start + old)
+}
+
 /// The CLOCK bytes of the pair of the bucket whose CLOCK bytes are at `refs_addr`
 /// (they start at a multiple of 64 within the shard, [`BUCKET_WORDS`] per bucket).
 #[inline]

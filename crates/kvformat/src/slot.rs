@@ -10,7 +10,8 @@ const OFFSET_BITS: u32 = 40;
 const OFFSET_MASK: u64 = (1 << OFFSET_BITS) - 1;
 /// Bits of a slot word's item offset (/8): shards below 32 GiB.
 pub const ITEM_OFFSET_BITS: u32 = 32;
-const ITEM_OFFSET_MASK: u64 = (1 << ITEM_OFFSET_BITS) - 1;
+/// The largest item offset a slot word holds, over 8.
+pub const ITEM_OFFSET_MASK: u64 = (1 << ITEM_OFFSET_BITS) - 1;
 const STAMP_MASK: u64 = 0xff << ITEM_OFFSET_BITS;
 
 /// An index slot pointing at an item: `tag:16 | flags:2 | class:6 | stamp:8 |

@@ -29,6 +29,6 @@ pub mod procedure;
 pub mod wasm;
 
 pub use error::SprocError;
-pub use memory::{Memory, Miss, Steps};
+pub use memory::{Memory, Miss, Steps, WriteMemory};
 pub use outcome::Outcome;
 pub use procedure::{Procedure, Registry, WordFold};

@@ -63,6 +63,21 @@ pub trait Memory {
     }
 }
 
+/// The memory a writing procedure runs on (see [`crate::Procedure::writes`]): the one
+/// region its address is in, to read and to change. The server notes every change
+/// for the region's backups and for a migration copying it, as for a client's op.
+pub trait WriteMemory: Memory {
+    /// Copies `data` to cache address `addr`.
+    fn write(&self, addr: u64, data: &[u8]) -> Result<(), Miss>;
+
+    /// Compare-and-swap of the aligned word at `addr`: the value found (the swap
+    /// happened iff it equals `expected`).
+    fn cas(&self, addr: u64, expected: u64, new: u64) -> Result<u64, Miss>;
+
+    /// Fetch-and-add of the aligned word at `addr` (wrapping): the value before.
+    fn fetch_add(&self, addr: u64, delta: u64) -> Result<u64, Miss>;
+}
+
 /// A run's step counter: a [`Memory`] holds one per run and charges a step per read.
 #[derive(Debug)]
 pub struct Steps {

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 pub use crate::fold::WordFold;
-use crate::{Memory, Outcome, SprocError};
+use crate::{Memory, Outcome, SprocError, WriteMemory};
 
 /// Largest result or state a built-in procedure may produce (it travels in one
 /// reply; a keyed store's largest small value plus its key fits).
@@ -44,6 +44,25 @@ pub trait Procedure: Send + Sync {
     /// the default: run it.
     fn word_fold(&self, _args: &[u8]) -> Option<WordFold> {
         None
+    }
+
+    /// Whether this procedure changes memory. The executor then runs it only through
+    /// [`Procedure::run_writing`], on the region its address is in, with the checks a
+    /// client's write gets (write access, a paused or fenced region); it never moves
+    /// to another server.
+    fn writes(&self) -> bool {
+        false
+    }
+
+    /// Runs a writing procedure, appending its result to `out`.
+    fn run_writing(
+        &self,
+        _mem: &dyn WriteMemory,
+        _addr: u64,
+        _args: &[u8],
+        _out: &mut Vec<u8>,
+    ) -> Result<(), SprocError> {
+        Err(SprocError::Flow(format!("{} does not write", self.name())))
     }
 }
 

@@ -39,6 +39,11 @@ impl FreeCache {
         true
     }
 
+    /// The generation of `shard` this handle last saw (what its kept items are of).
+    pub fn generation(&self, shard: u32) -> u32 {
+        self.generations.get(&shard).copied().unwrap_or(0)
+    }
+
     pub fn take(&mut self, shard: u32, class: u8) -> Option<u64> {
         self.lists.get_mut(&(shard, class))?.pop()
     }
@@ -79,9 +84,7 @@ impl FreeCache {
 /// Where a fetch-and-add of `size` on the bump pointer that returned `old` landed:
 /// the item's offset in the shard, or `None` past the heap's end.
 pub fn carved(lay: &Layout, old: u64, size: u32) -> Option<u64> {
-    let start = lay.heap_start();
-    let end = old.checked_add(u64::from(size))?.checked_add(start)?;
-    (end <= lay.0.shard_size).then_some(start + old)
+    farcache_kvformat::layout::carve(lay.heap_start(), lay.0.shard_size, old, size)
 }
 
 pub fn bump_addr(lay: &Layout, shard: u32) -> u64 {

@@ -81,6 +81,9 @@ pub(crate) struct Inner {
     pub slow_homes: Mutex<Vec<(u32, std::time::Instant)>>,
     /// `slow_homes` is not empty (GETs skip its lock otherwise).
     pub any_slow_home: std::sync::atomic::AtomicBool,
+    /// Puts try `kv_put` first (one round trip); off when a server lacks it, or
+    /// when asked ([`Store::set_one_round_puts`]).
+    pub one_round_puts: std::sync::atomic::AtomicBool,
 }
 
 impl Drop for Inner {
@@ -208,6 +211,7 @@ impl Store {
                 hot: Default::default(),
                 slow_homes: Mutex::new(Vec::new()),
                 any_slow_home: Default::default(),
+                one_round_puts: std::sync::atomic::AtomicBool::new(true),
             }),
         }
     }

@@ -274,13 +274,83 @@ fn random_ops_match_a_model(s: &Store, keys: u64) {
 }
 
 #[test]
+fn random_ops_on_the_two_round_road_match_a_model() {
+    let c = cluster();
+    let s = store(&c, "model-two", 4 << 20, 48);
+    s.set_one_round_puts(false);
+    random_ops_match_a_model(&s, 200);
+}
+
+/// Op counts of every server, by op name.
+fn op_counts(c: &LocalCluster) -> HashMap<String, u64> {
+    let mut n = HashMap::new();
+    for s in c.servers() {
+        for o in s.stats().ops {
+            *n.entry(o.op).or_default() += o.count;
+        }
+    }
+    n
+}
+
+/// A put of a small value is one `kv_put` run at the key's server: no find, no
+/// item write and no compare-and-swap from the client; overwrites recycle the old
+/// item. The two-round road takes both round trips.
+#[test]
+fn puts_take_one_round_trip() {
+    let c = cluster();
+    let s = store(&c, "one-round", 2 << 20, 64);
+    let keys: Vec<Vec<u8>> = (0..200).map(|i| format!("k{i}").into_bytes()).collect();
+    let ops = |n: &HashMap<String, u64>, op: &str| n.get(op).copied().unwrap_or(0);
+    for round in 0..3u64 {
+        let before = op_counts(&c);
+        let pairs: Vec<(Vec<u8>, Vec<u8>)> = keys
+            .iter()
+            .map(|k| (k.clone(), value_for(k, round, 40)))
+            .collect();
+        for r in s.mput(&pairs) {
+            r.expect("put");
+        }
+        let after = op_counts(&c);
+        assert_eq!(ops(&after, "cas"), ops(&before, "cas"), "round {round}");
+        assert_eq!(ops(&after, "write"), ops(&before, "write"), "round {round}");
+        assert_eq!(
+            ops(&after, "execute") - ops(&before, "execute"),
+            keys.len() as u64,
+            "round {round}: one run per key"
+        );
+        for k in &keys {
+            let got = s.get(k).expect("get").expect("present");
+            assert_eq!(got[..], value_for(k, round, 40)[..]);
+        }
+    }
+    let st = s.stats().expect("stats");
+    assert_eq!(st.live, keys.len() as u64, "{st:?}");
+    s.set_one_round_puts(false);
+    let before = op_counts(&c);
+    s.put(b"k0", b"two rounds").expect("put");
+    let after = op_counts(&c);
+    assert_eq!(ops(&after, "cas") - ops(&before, "cas"), 1);
+    assert_eq!(
+        s.get(b"k0").expect("get").as_deref(),
+        Some(&b"two rounds"[..])
+    );
+}
+
+/// Writers on both put roads (one round trip, two) race on one key, each from its
+/// own handle: a reader never sees a torn value, and one slot holds the key.
+#[test]
 fn concurrent_puts_to_one_key_never_tear() {
     let c = cluster();
     let s = store(&c, "race", 2 << 20, 512);
     let stop = Arc::new(AtomicBool::new(false));
-    let writers: Vec<_> = (0..3u64)
+    let writers: Vec<_> = (0..4u64)
         .map(|t| {
-            let s = s.clone();
+            let s = c
+                .client()
+                .expect("client")
+                .open_store("race")
+                .expect("open");
+            s.set_one_round_puts(t % 2 == 0);
             std::thread::spawn(move || {
                 let mut last = Vec::new();
                 for i in 0..400u64 {

@@ -5,6 +5,11 @@ use crate::FormatError;
 use crate::layout::SLOTS;
 
 mod find;
+mod put;
+
+pub use put::{
+    KV_PUT, NO_ITEM, PUT_HEAD, PUT_REPLY_LEN, PutArgs, PutGuard, PutReply, PutStatus, put_target,
+};
 
 pub use find::{
     FIND_LEN, FOUND_ITEM_HEAD, FindReply, FoundEntry, FoundItem, decode_mfind_entries,

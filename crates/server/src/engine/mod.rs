@@ -7,6 +7,8 @@
 //!   procedure calls), recording what a backup must receive;
 //! - [`step`] and [`memory`]: one run of a procedure and the memory it sees (local
 //!   regions plus bytes pulled from other servers);
+//! - [`writing`]: the region a writing procedure (the store's `kv_put`) reads and
+//!   changes, each change noted for backups and migrations;
 //! - [`dirty`]: the chunks written while a region is being copied away;
 //! - [`lost`]: byte ranges a failure lost, refused until rewritten;
 //! - [`procs`]: the procedures this server can run;
@@ -25,3 +27,4 @@ pub mod procs;
 pub mod region;
 pub mod step;
 pub mod store;
+pub mod writing;

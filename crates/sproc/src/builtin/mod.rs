@@ -15,7 +15,7 @@ pub use aggregate::{AggFn, Aggregate};
 pub use chase::{Chase, NULL};
 pub use gather::Gather;
 pub use khop::KHop;
-pub use kv::{KvFind, KvGet, KvHot, KvMfind, KvMget, KvScan, KvStats};
+pub use kv::{KvFind, KvGet, KvHot, KvMfind, KvMget, KvPut, KvScan, KvStats};
 pub use scan::{Cmp, Scan};
 
 use crate::memory::Miss;
@@ -61,6 +61,7 @@ pub fn by_name(name: &str) -> Option<&'static dyn Procedure> {
         KvHot::NAME => &KvHot,
         KvMget::NAME => &KvMget,
         KvMfind::NAME => &KvMfind,
+        KvPut::NAME => &KvPut,
         _ => return None,
     })
 }
@@ -90,6 +91,7 @@ pub fn all() -> Vec<Arc<dyn Procedure>> {
         Arc::new(KvHot),
         Arc::new(KvMget),
         Arc::new(KvMfind),
+        Arc::new(KvPut),
     ]
 }
 

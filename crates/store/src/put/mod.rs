@@ -19,6 +19,7 @@ use crate::options::{Condition, PutOptions};
 use crate::store::{MAX_ATTEMPTS, Probe, Store, TRANSIENT_BUDGET, now_ms};
 use crate::{Result, StoreError};
 
+mod fast;
 mod locked;
 
 /// How long a bucket lock holds before others may break it.
@@ -64,18 +65,7 @@ pub(crate) enum Guard {
 impl Guard {
     /// Whether a put may go ahead, given the key's `kv_find` reply.
     fn allows(self, f: &FindReply) -> bool {
-        let present = f.status == wire::HIT && !f.expired;
-        match self {
-            Guard::Cond(Condition::Always) => true,
-            Guard::Cond(Condition::IfAbsent) => !present,
-            Guard::Cond(Condition::IfPresent) => present,
-            Guard::Slot(w) => {
-                present
-                    && f.slot.is_some_and(|s| {
-                        SlotWord::with_hot(f.words[usize::from(s)]) == SlotWord::with_hot(w)
-                    })
-            }
-        }
+        self.wire().allows(f)
     }
 }
 
@@ -277,7 +267,11 @@ impl Store {
         while !todo.is_empty() {
             attempts += 1;
             let mut next = Vec::new();
-            let done = self.attempt(&mut jobs, &todo, &mut next);
+            let done = if attempts == 1 && self.one_round() {
+                self.attempt_fast(&mut jobs, &todo, &mut next)
+            } else {
+                self.attempt(&mut jobs, &todo, &mut next)
+            };
             for (j, r) in done {
                 match r {
                     Err(e) if e.is_transient() && started.elapsed() < TRANSIENT_BUDGET => {

@@ -15,6 +15,7 @@ use crate::engine::completions::{Completions, Record};
 use crate::engine::memory::FlowMemory;
 use crate::engine::procs::ProcTable;
 use crate::engine::step::{Spawned, Step};
+use crate::engine::writing::RegionMemory;
 
 use crate::engine::region::Region;
 use crate::engine::store::{CacheRegions, StoreMap};
@@ -246,6 +247,36 @@ pub fn execute_batch<'m>(
                     ) {
                         (None, _) => enc.status(out, code, Status::NoSuchCache),
                         (_, None) => enc.status(out, code, Status::NoSuchProc),
+                        (Some(_), Some(p)) if p.writes() => {
+                            let region = (r, addr - off as u64);
+                            let s = if scoped && !cx.access.may_write(cache) {
+                                tally.forbidden += 1;
+                                Some(Status::Forbidden)
+                            } else if look.read_only() {
+                                Some(Status::ReadOnly)
+                            } else if let Some(s) = look.fenced(addr) {
+                                Some(s)
+                            } else if look.paused(addr) {
+                                Some(Status::Paused)
+                            } else if look.lost(region.1, r.len() as u64) {
+                                Some(Status::DataLost)
+                            } else {
+                                None
+                            };
+                            match s {
+                                Some(s) => enc.status(out, code, s),
+                                None => {
+                                    let (mem, done) = (RegionMemory::new(r, region.1), out.len());
+                                    let ran = p.run_writing(&mem, addr, args, out);
+                                    // Changes count even when the run failed after them.
+                                    for (at, len, overwrote) in mem.into_changes() {
+                                        look.wrote(at, len, overwrote, written);
+                                        look.touch(touched, at, r);
+                                    }
+                                    answer_writing(cx, ran, out, &mut enc, done);
+                                }
+                            }
+                        }
                         (Some(c), Some(p))
                             if let Some(v) = folded_here(c, (addr, r, off), &**p, args) =>
                         {
@@ -383,6 +414,32 @@ fn folded_here(
         *x = u64::from_le_bytes(b);
     }
     Some(w.apply(words.iter().copied()))
+}
+
+/// The reply to a writing procedure's run, whose output starts at `start`.
+fn answer_writing(
+    cx: &BatchCtx<'_>,
+    ran: Result<(), farcache_sproc::SprocError>,
+    out: &mut Vec<u8>,
+    enc: &mut ResponseEncoder,
+    start: usize,
+) {
+    let code = OpCode::Execute;
+    match ran {
+        Ok(()) if enc.payload_len(out) + DONE_RUN_HEAD <= cx.max_frame => {
+            enc.done_written(out, start)
+        }
+        Ok(()) => {
+            out.truncate(start);
+            enc.status(out, code, Status::TooLarge);
+        }
+        Err(e) => {
+            out.truncate(start);
+            let mut body = Vec::new();
+            reply::push_failed(&mut body, &e.to_string());
+            enc.data(out, code, &body);
+        }
+    }
 }
 
 /// One EXECUTE's fields.

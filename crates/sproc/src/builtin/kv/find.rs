@@ -64,7 +64,7 @@ impl Procedure for KvFind {
 
 /// A key's place in its bucket at `addr`, with the bucket's words, CLOCK bytes and
 /// the shard's generation as read; on a hit, the item (left in `buf`).
-fn find_reply(
+pub(super) fn find_reply(
     mem: &dyn Memory,
     addr: u64,
     l: &Lookup<'_>,

@@ -25,10 +25,12 @@ const FIRST_READ: usize = 256;
 mod census;
 mod find;
 mod get;
+mod put;
 
 pub use census::{KvHot, KvScan, KvStats};
 pub use find::{KvFind, KvMfind};
 pub use get::{KvGet, KvMget};
+pub use put::KvPut;
 
 thread_local! {
     static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
