@@ -744,3 +744,99 @@ fn hostile_mfind_args_get_errors_or_replies_not_crashes() {
     }
     still_serves(&c, &s, &keys, "puts after hostile kv_mfind");
 }
+
+/// `kv_put` and `kv_mput` with arguments cut short, lying counts, items outside the
+/// heap or sizes that do not hold the item, and random bytes: each gets an error or
+/// a well-formed reply, no server thread fails, and every stored key keeps its value
+/// (a refused put writes nothing).
+#[test]
+fn hostile_put_args_get_errors_not_crashes() {
+    use farcache_kvformat::item;
+    use farcache_kvformat::wire::{NO_ITEM, PutArgs, PutGuard, PutReply, PutStatus};
+    let (c, s, keys) = stored_keys();
+    let d = s.descriptor();
+    let lay = Layout(d);
+    let cache: Cache = s.cache().clone();
+    let victim = entry(d, &keys[0]);
+    let at = victim.bucket_addr;
+    let size = farcache_kvformat::class::size(
+        farcache_kvformat::class::for_len((item::HEADER + 64) as u64).expect("class"),
+    )
+    .expect("size");
+    // A put that would apply, guarded to apply only if absent: it is skipped.
+    let args = PutArgs {
+        guard: PutGuard::IfAbsent,
+        tag: victim.tag,
+        word_class: farcache_kvformat::class::for_len(u64::from(size)).expect("class"),
+        flags: 0,
+        now_ms: 1,
+        shard_base: victim.shard_base,
+        refs_addr: victim.refs_addr,
+        expires_ms: item::NO_EXPIRY,
+        item: NO_ITEM,
+        generation: 0,
+        size,
+        heap_start: lay.heap_start(),
+        shard_size: d.shard_size,
+        key: &keys[0],
+        value: b"never stored",
+    };
+    let mut good = Vec::new();
+    args.encode_into(&mut good);
+    let put = |a: &[u8]| cache.execute(wire::KV_PUT, at, a);
+    let r = PutReply::decode(&put(&good).expect("a reply")).expect("reply");
+    assert_eq!(r.status, PutStatus::Skipped);
+    for n in 0..good.len().min(wire::PUT_HEAD + 2) {
+        assert!(put(&good[..n]).is_err(), "{n} bytes decoded");
+    }
+    let mut wrong = Vec::new();
+    for bad in [
+        PutArgs { size: 8, ..args },
+        PutArgs { item: 3, ..args },
+        PutArgs {
+            item: d.shard_size,
+            ..args
+        },
+        PutArgs { item: 0, ..args },
+        PutArgs {
+            heap_start: d.shard_size,
+            ..args
+        },
+        PutArgs {
+            shard_size: 0,
+            ..args
+        },
+    ] {
+        wrong.clear();
+        bad.encode_into(&mut wrong);
+        let e = put(&wrong).expect_err("refused");
+        assert!(e.to_string().contains(wire::KV_PUT), "{e}");
+    }
+    // The same as one key of a `kv_mput`; then counts that lie.
+    let mut many = 1u32.to_le_bytes().to_vec();
+    wire::mput_entry_into(&mut many, at, &args);
+    let mput = |a: &[u8]| cache.execute(wire::KV_MPUT, at, a);
+    let r = wire::decode_mput_reply(&mput(&many).expect("a reply")).expect("reply");
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].status, PutStatus::Skipped);
+    for count in [0u32, 2, 1 << 16, u32::MAX] {
+        let mut m = many.clone();
+        m[..4].copy_from_slice(&count.to_le_bytes());
+        assert!(mput(&m).is_err(), "count {count}");
+    }
+    for n in 0..many.len() {
+        assert!(
+            mput(&many[..n]).is_err(),
+            "{n} of {} bytes decoded",
+            many.len()
+        );
+    }
+    let mut rng = StdRng::seed_from_u64(11);
+    for _ in 0..300 {
+        let len = rng.gen_range(0..200);
+        let junk: Vec<u8> = (0..len).map(|_| rng.r#gen()).collect();
+        let _ = put(&junk);
+        let _ = mput(&junk);
+    }
+    still_serves(&c, &s, &keys, "hostile kv_put arguments");
+}

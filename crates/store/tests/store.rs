@@ -292,9 +292,9 @@ fn op_counts(c: &LocalCluster) -> HashMap<String, u64> {
     n
 }
 
-/// A put of a small value is one `kv_put` run at the key's server: no find, no
-/// item write and no compare-and-swap from the client; overwrites recycle the old
-/// item. The two-round road takes both round trips.
+/// Puts of small values take one round trip: a `kv_mput` run per server for a
+/// batch (a `kv_put` for one key), and no find, item write or compare-and-swap from
+/// the client; overwrites recycle the old items. The two-round road takes both.
 #[test]
 fn puts_take_one_round_trip() {
     let c = cluster();
@@ -311,13 +311,19 @@ fn puts_take_one_round_trip() {
             r.expect("put");
         }
         let after = op_counts(&c);
-        assert_eq!(ops(&after, "cas"), ops(&before, "cas"), "round {round}");
-        assert_eq!(ops(&after, "write"), ops(&before, "write"), "round {round}");
-        assert_eq!(
-            ops(&after, "execute") - ops(&before, "execute"),
-            keys.len() as u64,
-            "round {round}: one run per key"
+        // Only recycling may write: old items past what the handle keeps go to the
+        // shared free list (a chain write and one compare-and-swap per spill).
+        let (cas, writes) = (
+            ops(&after, "cas") - ops(&before, "cas"),
+            ops(&after, "write") - ops(&before, "write"),
         );
+        assert!(
+            cas <= 4 && writes <= 4,
+            "round {round}: {cas} CAS, {writes} writes"
+        );
+        // 200 keys over 3 servers, at most 128 keys a run.
+        let runs = ops(&after, "execute") - ops(&before, "execute");
+        assert!((3..=6).contains(&runs), "round {round}: {runs} runs");
         for k in &keys {
             let got = s.get(k).expect("get").expect("present");
             assert_eq!(got[..], value_for(k, round, 40)[..]);
@@ -325,6 +331,15 @@ fn puts_take_one_round_trip() {
     }
     let st = s.stats().expect("stats");
     assert_eq!(st.live, keys.len() as u64, "{st:?}");
+    let before = op_counts(&c);
+    s.put(b"k1", b"one round").expect("put");
+    let after = op_counts(&c);
+    assert_eq!(ops(&after, "execute") - ops(&before, "execute"), 1);
+    assert_eq!(ops(&after, "cas"), ops(&before, "cas"));
+    assert_eq!(
+        s.get(b"k1").expect("get").as_deref(),
+        Some(&b"one round"[..])
+    );
     s.set_one_round_puts(false);
     let before = op_counts(&c);
     s.put(b"k0", b"two rounds").expect("put");

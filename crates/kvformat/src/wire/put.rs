@@ -10,6 +10,72 @@ use crate::SlotWord;
 use crate::layout::SLOTS;
 
 pub const KV_PUT: &str = "kv_put";
+/// `kv_put` of many keys of one server in one run (their buckets and items
+/// prefetched ahead, as `kv_mget` does): `[count u32]`, then per key its bucket's
+/// address (u64), the length of its arguments (u32) and its [`PutArgs`]; the reply is
+/// `[count u32]` and a [`PutReply`] per key, in order.
+pub const KV_MPUT: &str = "kv_mput";
+
+/// Appends one key of a `kv_mput`.
+pub fn mput_entry_into(out: &mut Vec<u8>, bucket_addr: u64, args: &PutArgs<'_>) {
+    out.extend_from_slice(&bucket_addr.to_le_bytes());
+    let at = out.len();
+    out.extend_from_slice(&[0u8; 4]);
+    args.encode_into(out);
+    let len = (out.len() - at - 4) as u32;
+    out[at..at + 4].copy_from_slice(&len.to_le_bytes());
+}
+
+/// A `kv_mput`'s keys: (bucket address, arguments) each.
+pub fn decode_mput(b: &[u8]) -> Result<Vec<(u64, PutArgs<'_>)>, FormatError> {
+    let bad = |reason: String| FormatError::Malformed {
+        what: "kv_mput arguments",
+        reason,
+    };
+    let (n, mut rest) = count_head(b).ok_or_else(|| bad("no count".into()))?;
+    // Each key takes at least its head: a count past that is a lie.
+    if n > rest.len() / (12 + PUT_HEAD) {
+        return Err(bad(format!("{n} keys in {} bytes", rest.len())));
+    }
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        if rest.len() < 12 {
+            return Err(bad("truncated key head".into()));
+        }
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&rest[..8]);
+        let len = u32::from_le_bytes([rest[8], rest[9], rest[10], rest[11]]) as usize;
+        let body = rest
+            .get(12..12 + len)
+            .ok_or_else(|| bad(format!("a key's {len} bytes run past the arguments")))?;
+        out.push((u64::from_le_bytes(a), PutArgs::decode(body)?));
+        rest = &rest[12 + len..];
+    }
+    if !rest.is_empty() {
+        return Err(bad(format!("{} bytes after the last key", rest.len())));
+    }
+    Ok(out)
+}
+
+/// A `kv_mput` reply's per-key outcomes.
+pub fn decode_mput_reply(b: &[u8]) -> Result<Vec<PutReply>, FormatError> {
+    let bad = || FormatError::Malformed {
+        what: "kv_mput reply",
+        reason: format!("{} bytes", b.len()),
+    };
+    let (n, rest) = count_head(b).ok_or_else(bad)?;
+    if rest.len() != n.checked_mul(PUT_REPLY_LEN).ok_or_else(bad)? {
+        return Err(bad());
+    }
+    rest.chunks_exact(PUT_REPLY_LEN)
+        .map(PutReply::decode)
+        .collect()
+}
+
+fn count_head(b: &[u8]) -> Option<(usize, &[u8])> {
+    let (head, rest) = b.split_first_chunk::<4>()?;
+    Some((u32::from_le_bytes(*head) as usize, rest))
+}
 
 /// What a put must find in the key's slot to apply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -178,10 +244,13 @@ pub enum PutStatus {
     NoHeap,
     /// The caller's item is of a past generation of the shard (it was reset).
     Stale,
+    /// Memory the put needed is not writable here now (its region moved, is
+    /// paused by a migration, or lost bytes): the client's road decides.
+    Refused,
 }
 
 impl PutStatus {
-    const ALL: [PutStatus; 7] = [
+    const ALL: [PutStatus; 8] = [
         PutStatus::Written,
         PutStatus::Skipped,
         PutStatus::Busy,
@@ -189,6 +258,7 @@ impl PutStatus {
         PutStatus::Hot,
         PutStatus::NoHeap,
         PutStatus::Stale,
+        PutStatus::Refused,
     ];
 }
 
@@ -298,5 +368,25 @@ mod tests {
         .encode();
         bad[0] = 200;
         assert!(PutReply::decode(&bad).is_err());
+        let mut m = 2u32.to_le_bytes().to_vec();
+        mput_entry_into(&mut m, 64, &a);
+        mput_entry_into(&mut m, 128, &PutArgs { key: b"k2", ..a });
+        let keys = decode_mput(&m).expect("mput");
+        assert_eq!(keys, vec![(64, a), (128, PutArgs { key: b"k2", ..a })]);
+        assert!(decode_mput(&m[..m.len() - 1]).is_err());
+        let mut lie = m.clone();
+        lie[..4].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(decode_mput(&lie).is_err());
+        let r = PutReply {
+            status: PutStatus::Refused,
+            old: 1,
+            generation: 2,
+            item: 3,
+        };
+        let mut rb = 2u32.to_le_bytes().to_vec();
+        rb.extend_from_slice(&r.encode());
+        rb.extend_from_slice(&r.encode());
+        assert_eq!(decode_mput_reply(&rb).expect("reply"), vec![r, r]);
+        assert!(decode_mput_reply(&rb[..rb.len() - 1]).is_err());
     }
 }

@@ -7,7 +7,7 @@
 //!   procedure calls), recording what a backup must receive;
 //! - [`step`] and [`memory`]: one run of a procedure and the memory it sees (local
 //!   regions plus bytes pulled from other servers);
-//! - [`writing`]: the region a writing procedure (the store's `kv_put`) reads and
+//! - [`writing`]: the memory a writing procedure (the store's `kv_put`) reads and
 //!   changes, each change noted for backups and migrations;
 //! - [`dirty`]: the chunks written while a region is being copied away;
 //! - [`lost`]: byte ranges a failure lost, refused until rewritten;

@@ -15,7 +15,7 @@ pub use aggregate::{AggFn, Aggregate};
 pub use chase::{Chase, NULL};
 pub use gather::Gather;
 pub use khop::KHop;
-pub use kv::{KvFind, KvGet, KvHot, KvMfind, KvMget, KvPut, KvScan, KvStats};
+pub use kv::{KvFind, KvGet, KvHot, KvMfind, KvMget, KvMput, KvPut, KvScan, KvStats};
 pub use scan::{Cmp, Scan};
 
 use crate::memory::Miss;
@@ -62,6 +62,7 @@ pub fn by_name(name: &str) -> Option<&'static dyn Procedure> {
         KvMget::NAME => &KvMget,
         KvMfind::NAME => &KvMfind,
         KvPut::NAME => &KvPut,
+        KvMput::NAME => &KvMput,
         _ => return None,
     })
 }
@@ -92,6 +93,7 @@ pub fn all() -> Vec<Arc<dyn Procedure>> {
         Arc::new(KvMget),
         Arc::new(KvMfind),
         Arc::new(KvPut),
+        Arc::new(KvMput),
     ]
 }
 

@@ -38,8 +38,9 @@ impl Store {
         self.inner.one_round_puts.store(on, Ordering::Relaxed);
     }
 
-    /// A first attempt at `todo`'s jobs, each by `kv_put`; returns those it
-    /// finished and leaves the rest in `retry`.
+    /// A first attempt at `todo`'s jobs: one `kv_mput` per server for its keys (a key
+    /// alone on its server: `kv_put`); returns those it finished and leaves the rest
+    /// in `retry`.
     pub(super) fn attempt_fast(
         &self,
         jobs: &mut [(usize, Job<'_>)],
@@ -48,9 +49,10 @@ impl Store {
     ) -> Vec<(usize, PutResult)> {
         let lay = self.inner.layout;
         let now = now_ms();
-        let mut b = self.inner.cache.batch().with_capacity(todo.len());
-        let mut args = Vec::new();
-        let mut sent = Vec::with_capacity(todo.len());
+        let info = self.inner.cache.info();
+        let mut groups: Vec<(u32, Vec<usize>)> = Vec::new();
+        // Each job's arguments, encoded once (a lone key's are its op's).
+        let mut encoded: Vec<(usize, u64, Vec<u8>)> = Vec::with_capacity(todo.len());
         {
             let mut free = self.inner.free.lock();
             for &j in todo {
@@ -70,7 +72,7 @@ impl Store {
                     retry.push(j);
                     continue;
                 }
-                args.clear();
+                let mut args = Vec::with_capacity(wire::PUT_HEAD + job.key.len() + job.value.len());
                 PutArgs {
                     guard: job.guard.wire(),
                     tag: job.h.tag,
@@ -89,23 +91,59 @@ impl Store {
                     value: job.value,
                 }
                 .encode_into(&mut args);
-                let op = b.execute(wire::KV_PUT, lay.bucket_addr(shard, bucket), &args);
-                sent.push((j, op));
+                let server = self.server_of(&info, shard);
+                match groups.iter_mut().find(|(s, _)| *s == server) {
+                    Some((_, g)) => g.push(encoded.len()),
+                    None => groups.push((server, vec![encoded.len()])),
+                }
+                encoded.push((j, lay.bucket_addr(shard, bucket), args));
             }
         }
-        if sent.is_empty() {
+        if encoded.is_empty() {
             return Vec::new();
+        }
+        let mut b = self.inner.cache.batch().with_capacity(encoded.len());
+        // Per op: the jobs it carries, in order.
+        let mut ops: Vec<(usize, Vec<usize>)> = Vec::new();
+        let mut many = Vec::new();
+        for (_, g) in &groups {
+            for chunk in g.chunks(crate::lookup::MGET_KEYS) {
+                let op = match chunk {
+                    [e] => {
+                        let (_, addr, args) = &encoded[*e];
+                        b.execute(wire::KV_PUT, *addr, args)
+                    }
+                    _ => {
+                        many.clear();
+                        many.extend_from_slice(&(chunk.len() as u32).to_le_bytes());
+                        for &e in chunk {
+                            let (_, addr, args) = &encoded[e];
+                            many.extend_from_slice(&addr.to_le_bytes());
+                            many.extend_from_slice(&(args.len() as u32).to_le_bytes());
+                            many.extend_from_slice(args);
+                        }
+                        b.execute(wire::KV_MPUT, encoded[chunk[0]].1, &many)
+                    }
+                };
+                ops.push((op, chunk.iter().map(|&e| encoded[e].0).collect()));
+            }
         }
         let r = b.run();
         let mut done = Vec::new();
-        for (j, op) in sent {
-            let job = &mut jobs[j].1;
-            let reply = r
-                .bytes(op)
+        for (op, carried) in ops {
+            let replies = r.bytes(op).map_err(|e| e.to_string()).and_then(|raw| {
+                match carried.len() {
+                    1 => PutReply::decode(&raw).map(|p| vec![p]),
+                    _ => wire::decode_mput_reply(&raw),
+                }
                 .map_err(|e| e.to_string())
-                .and_then(|raw| PutReply::decode(&raw).map_err(|e| e.to_string()));
-            let reply = match reply {
-                Ok(p) => p,
+                .and_then(|v| match v.len() == carried.len() {
+                    true => Ok(v),
+                    false => Err(format!("{} outcomes for {} keys", v.len(), carried.len())),
+                })
+            });
+            let replies = match replies {
+                Ok(v) => v,
                 Err(why) => {
                     if matches!(
                         r.error(op),
@@ -114,39 +152,54 @@ impl Store {
                         // A server older than `kv_put`: the two-round road from now on.
                         self.set_one_round_puts(false);
                     }
-                    tracing::trace!(error = %why, "kv_put: the key goes the two-round road");
-                    retry.push(j);
+                    tracing::trace!(error = %why, "kv_mput: its keys go the two-round road");
+                    retry.extend_from_slice(&carried);
                     continue;
                 }
             };
-            let (shard, generation) = (job.h.shard, reply.generation);
-            let reset = self.inner.free.lock().sync(shard, generation);
-            job.generation = Some(generation);
-            job.written = false;
-            job.item = (reply.item != NO_ITEM).then_some(reply.item);
-            match reply.status {
-                PutStatus::Written => {
-                    // The item is the key's now.
-                    job.item = None;
-                    if SlotWord::is_item(reply.old) {
-                        self.retire(shard, SlotWord(reply.old), generation);
-                    }
-                    done.push((j, Ok(true)));
-                }
-                PutStatus::Skipped => done.push((j, Ok(false))),
-                PutStatus::Stale => {
-                    // `sync` dropped this handle's kept items of the shard's past.
-                    debug_assert!(reset || job.item.is_none());
-                    job.item = None;
-                    retry.push(j);
-                }
-                PutStatus::NoHeap => {
-                    self.inner.free.lock().mark_exhausted(shard);
-                    retry.push(j);
-                }
-                PutStatus::Busy | PutStatus::Full | PutStatus::Hot => retry.push(j),
+            for (j, reply) in carried.into_iter().zip(replies) {
+                self.settle_fast(&mut jobs[j].1, j, reply, &mut done, retry);
             }
         }
         done
+    }
+
+    /// What one key's `kv_put` outcome leaves to do.
+    fn settle_fast(
+        &self,
+        job: &mut Job<'_>,
+        j: usize,
+        reply: PutReply,
+        done: &mut Vec<(usize, PutResult)>,
+        retry: &mut Vec<usize>,
+    ) {
+        let (shard, generation) = (job.h.shard, reply.generation);
+        self.inner.free.lock().sync(shard, generation);
+        job.generation = Some(generation);
+        job.written = false;
+        job.item = (reply.item != NO_ITEM).then_some(reply.item);
+        match reply.status {
+            PutStatus::Written => {
+                // The item is the key's now.
+                job.item = None;
+                if SlotWord::is_item(reply.old) {
+                    self.retire(shard, SlotWord(reply.old), generation);
+                }
+                done.push((j, Ok(true)));
+            }
+            PutStatus::Skipped => done.push((j, Ok(false))),
+            PutStatus::Stale => {
+                // `sync` dropped this handle's kept items of the shard's past.
+                job.item = None;
+                retry.push(j);
+            }
+            PutStatus::NoHeap => {
+                self.inner.free.lock().mark_exhausted(shard);
+                retry.push(j);
+            }
+            PutStatus::Busy | PutStatus::Full | PutStatus::Hot | PutStatus::Refused => {
+                retry.push(j)
+            }
+        }
     }
 }

@@ -15,7 +15,7 @@ use crate::engine::completions::{Completions, Record};
 use crate::engine::memory::FlowMemory;
 use crate::engine::procs::ProcTable;
 use crate::engine::step::{Spawned, Step};
-use crate::engine::writing::RegionMemory;
+use crate::engine::writing::CacheMemory;
 
 use crate::engine::region::Region;
 use crate::engine::store::{CacheRegions, StoreMap};
@@ -247,8 +247,7 @@ pub fn execute_batch<'m>(
                     ) {
                         (None, _) => enc.status(out, code, Status::NoSuchCache),
                         (_, None) => enc.status(out, code, Status::NoSuchProc),
-                        (Some(_), Some(p)) if p.writes() => {
-                            let region = (r, addr - off as u64);
+                        (Some(c), Some(p)) if p.writes() => {
                             let s = if scoped && !cx.access.may_write(cache) {
                                 tally.forbidden += 1;
                                 Some(Status::Forbidden)
@@ -258,20 +257,21 @@ pub fn execute_batch<'m>(
                                 Some(s)
                             } else if look.paused(addr) {
                                 Some(Status::Paused)
-                            } else if look.lost(region.1, r.len() as u64) {
-                                Some(Status::DataLost)
                             } else {
                                 None
                             };
                             match s {
                                 Some(s) => enc.status(out, code, s),
                                 None => {
-                                    let (mem, done) = (RegionMemory::new(r, region.1), out.len());
+                                    let (mem, done) = (CacheMemory::new(c), out.len());
                                     let ran = p.run_writing(&mem, addr, args, out);
                                     // Changes count even when the run failed after them.
                                     for (at, len, overwrote) in mem.into_changes() {
                                         look.wrote(at, len, overwrote, written);
-                                        look.touch(touched, at, r);
+                                        let idx = region_split(at, c.region_size).0 as usize;
+                                        if let Some(Some(r)) = c.regions.get(idx) {
+                                            look.touch(touched, at, r);
+                                        }
                                     }
                                     answer_writing(cx, ran, out, &mut enc, done);
                                 }

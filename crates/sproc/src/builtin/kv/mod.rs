@@ -30,7 +30,7 @@ mod put;
 pub use census::{KvHot, KvScan, KvStats};
 pub use find::{KvFind, KvMfind};
 pub use get::{KvGet, KvMget};
-pub use put::KvPut;
+pub use put::{KvMput, KvPut};
 
 thread_local! {
     static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };

@@ -1,12 +1,16 @@
-//! `kv_put`: a put of one small item where its shard lives, in one run: the key's slot
-//! found, an item taken (the caller's, or fresh from the shard's bump pointer), the
-//! item written and the slot swung to it by compare-and-swap, as the client's two
-//! round trips do. Whatever needs more (a busy or full bucket, a hot key, a carved-out
-//! heap, an item of a past generation) is answered as met, unchanged, and the client
-//! takes its own road for that key.
+//! `kv_put` and `kv_mput`: a put of a small item where its shard lives, in one run:
+//! the key's slot found, an item taken (the caller's, or fresh from the shard's bump
+//! pointer), the item written and the slot swung to it by compare-and-swap, as the
+//! client's two round trips do. Whatever needs more (a busy or full bucket, a hot key,
+//! a carved-out heap, an item of a past generation, memory not writable here now) is
+//! answered as met, unchanged, and the client takes its own road for that key.
+//! `kv_mput` runs many keys of one server with their buckets and items prefetched
+//! ahead, as `kv_mget` does.
 
 use farcache_kvformat::slot::ITEM_OFFSET_MASK;
-use farcache_kvformat::wire::{NO_ITEM, PutArgs, PutReply, PutStatus, put_target};
+use farcache_kvformat::wire::{
+    NO_ITEM, PUT_REPLY_LEN, PutArgs, PutReply, PutStatus, decode_mput, put_target,
+};
 
 use super::*;
 use crate::WriteMemory;
@@ -46,25 +50,87 @@ impl Procedure for KvPut {
         const P: &str = wire::KV_PUT;
         let a = PutArgs::decode(args).map_err(|e| SprocError::bad(P, e.to_string()))?;
         check(&a).map_err(|why| SprocError::bad(P, why))?;
-        let r = SCRATCH
-            .with(|s| put(mem, addr, &a, &mut s.borrow_mut()))
-            .map_err(|(m, at, len)| match m {
-                // One region is all a writing run sees.
-                Miss::Remote | Miss::OutOfRange => SprocError::OutOfRange {
-                    proc: P,
-                    addr: at,
-                    len: len as u64,
-                },
-                Miss::Lost => SprocError::Lost {
-                    proc: P,
-                    addr: at,
-                    len: len as u64,
-                },
-                Miss::Budget => super::super::budget(P, mem),
-            })?;
+        let r = SCRATCH.with(|s| put_or_refuse(mem, addr, &a, &mut s.borrow_mut()));
         out.extend_from_slice(&r.encode());
         Ok(())
     }
+}
+
+/// `kv_mput`: [`KvPut`] for many keys of one server, invoked at the first one's bucket.
+pub struct KvMput;
+
+impl KvMput {
+    pub const NAME: &'static str = wire::KV_MPUT;
+}
+
+impl Procedure for KvMput {
+    fn name(&self) -> &str {
+        Self::NAME
+    }
+
+    fn run(&self, _mem: &dyn Memory, _addr: u64, _args: &[u8]) -> Result<Outcome, SprocError> {
+        Err(SprocError::Flow(
+            "kv_mput writes: a server runs it only where its buckets are".into(),
+        ))
+    }
+
+    fn writes(&self) -> bool {
+        true
+    }
+
+    fn run_writing(
+        &self,
+        mem: &dyn WriteMemory,
+        _addr: u64,
+        args: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), SprocError> {
+        const P: &str = wire::KV_MPUT;
+        let keys = decode_mput(args).map_err(|e| SprocError::bad(P, e.to_string()))?;
+        for (_, a) in &keys {
+            check(a).map_err(|why| SprocError::bad(P, why))?;
+        }
+        if 4 + keys.len() * PUT_REPLY_LEN > crate::procedure::MAX_OUTPUT {
+            return Err(SprocError::TooLarge {
+                proc: P,
+                limit: crate::procedure::MAX_OUTPUT,
+            });
+        }
+        out.extend_from_slice(&(keys.len() as u32).to_le_bytes());
+        let views: Vec<wire::MgetKey<'_>> = keys
+            .iter()
+            .map(|(bucket_addr, a)| wire::MgetKey {
+                tag: a.tag,
+                bucket_addr: *bucket_addr,
+                shard_base: a.shard_base,
+                refs_addr: a.refs_addr,
+                key: a.key,
+            })
+            .collect();
+        let mut next = keys.iter();
+        SCRATCH.with(|s| {
+            let mut buf = s.borrow_mut();
+            pipelined(mem, &views, |_| {
+                if let Some((bucket_addr, a)) = next.next() {
+                    let r = put_or_refuse(mem, *bucket_addr, a, &mut buf);
+                    out.extend_from_slice(&r.encode());
+                }
+                Ok::<(), SprocError>(())
+            })
+        })
+    }
+}
+
+/// [`put`], with memory it may not write here answered as [`PutStatus::Refused`]
+/// (with the item it holds, for the caller to keep).
+fn put_or_refuse(mem: &dyn WriteMemory, addr: u64, a: &PutArgs<'_>, buf: &mut Vec<u8>) -> PutReply {
+    let mut item = a.item;
+    put(mem, addr, a, buf, &mut item).unwrap_or(PutReply {
+        status: PutStatus::Refused,
+        old: 0,
+        generation: a.generation,
+        item,
+    })
 }
 
 /// Sizes a slot word and the item's class can hold, and an item inside the heap.
@@ -92,11 +158,14 @@ fn check(a: &PutArgs<'_>) -> Result<(), String> {
 
 type Missed = (Miss, u64, usize);
 
+/// One key's put; `item` is the item it holds (the caller's or one it took), also
+/// when memory refuses it.
 fn put(
     mem: &dyn WriteMemory,
     addr: u64,
     a: &PutArgs<'_>,
     buf: &mut Vec<u8>,
+    item: &mut u64,
 ) -> Result<PutReply, Missed> {
     let l = wire::Lookup {
         mode: wire::MODE_VALUE,
@@ -106,7 +175,6 @@ fn put(
         refs_addr: a.refs_addr,
         key: a.key,
     };
-    let mut item = a.item;
     let mut written = false;
     let mut generation = a.generation;
     let answer = |status, old, generation, item| PutReply {
@@ -123,32 +191,32 @@ fn put(
             return Ok(answer(PutStatus::Stale, 0, f.generation, NO_ITEM));
         }
         if f.status == wire::BUSY {
-            return Ok(answer(PutStatus::Busy, 0, f.generation, item));
+            return Ok(answer(PutStatus::Busy, 0, f.generation, *item));
         }
         if !a.guard.allows(&f) {
-            return Ok(answer(PutStatus::Skipped, 0, f.generation, item));
+            return Ok(answer(PutStatus::Skipped, 0, f.generation, *item));
         }
         let Some(s) = put_target(&f) else {
-            return Ok(answer(PutStatus::Full, 0, f.generation, item));
+            return Ok(answer(PutStatus::Full, 0, f.generation, *item));
         };
         let expect = f.words[s];
         if SlotWord::is_item(expect) && SlotWord(expect).is_hot() {
-            return Ok(answer(PutStatus::Hot, 0, f.generation, item));
+            return Ok(answer(PutStatus::Hot, 0, f.generation, *item));
         }
-        if item == NO_ITEM {
+        if *item == NO_ITEM {
             let bump = a.shard_base.saturating_add(layout::BUMP);
             let old = mem
                 .fetch_add(bump, u64::from(a.size))
                 .map_err(|m| (m, bump, 8))?;
             match layout::carve(a.heap_start, a.shard_size, old, a.size) {
-                Some(o) => item = o,
+                Some(o) => *item = o,
                 None => return Ok(answer(PutStatus::NoHeap, 0, f.generation, NO_ITEM)),
             }
         }
         if !written {
             buf.clear();
             item::encode_into(buf, a.key, a.value, a.expires_ms, a.flags);
-            let at = a.shard_base.saturating_add(item);
+            let at = a.shard_base.saturating_add(*item);
             mem.write(at, buf).map_err(|m| (m, at, buf.len()))?;
             written = true;
         }
@@ -158,11 +226,11 @@ fn put(
             addr
         };
         let slot_at = bucket.saturating_add(s as u64 * 8);
-        let new = SlotWord::new(a.tag, a.word_class, item).after(expect).0;
+        let new = SlotWord::new(a.tag, a.word_class, *item).after(expect).0;
         // The item is whole before the slot names it (this run wrote it first).
         if mem.cas(slot_at, expect, new).map_err(|m| (m, slot_at, 8))? == expect {
-            return Ok(answer(PutStatus::Written, expect, f.generation, item));
+            return Ok(answer(PutStatus::Written, expect, f.generation, *item));
         }
     }
-    Ok(answer(PutStatus::Busy, 0, generation, item))
+    Ok(answer(PutStatus::Busy, 0, generation, *item))
 }
