@@ -34,6 +34,7 @@
 pub mod alloc;
 pub mod async_api;
 pub mod copies;
+pub mod counters;
 pub mod delete;
 pub mod error;
 pub mod evict;
@@ -54,6 +55,7 @@ pub mod store;
 pub mod update;
 
 pub use async_api::StoreFuture;
+pub use counters::Stepped;
 pub use error::{Result, StoreError};
 pub use farcache_kvformat::manifest::Manifest;
 pub use get::PendingGets;

@@ -826,3 +826,114 @@ fn a_key_rewritten_into_its_old_item_meanwhile_is_decided_again() {
         "the step applied to the value it was not computed from"
     );
 }
+
+/// Counter steps (`Store::step_counters`) from handles on both roads (`kv_incr`
+/// where the key lives, and read-modify-write) racing on shared keys: no step is
+/// lost, a key that is no integer is left alone, a step that would overflow is
+/// skipped, expiries are kept, and the one-round road takes one run per key.
+#[test]
+fn counters_step_where_they_live_and_never_lose_a_step() {
+    let c = cluster();
+    let s = store(&c, "counters", 4 << 20, 64);
+    let shared: Vec<Vec<u8>> = (0..8).map(|i| format!("n{i}").into_bytes()).collect();
+    let far = PutOptions::expires_at(Some(u64::MAX / 4));
+    s.put_with(&shared[0], b"10", far).expect("put with expiry");
+    let (threads, rounds) = (4u64, 150u64);
+    let workers: Vec<_> = (0..threads)
+        .map(|t| {
+            let h = c
+                .client()
+                .expect("client")
+                .open_store("counters")
+                .expect("open");
+            h.set_one_round_puts(t % 2 == 0);
+            let keys = shared.clone();
+            std::thread::spawn(move || {
+                for r in 0..rounds {
+                    // Every key once a round, some twice (+1 then +2).
+                    let mut ks: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+                    let mut steps: Vec<Vec<i64>> = vec![vec![1]; ks.len()];
+                    let twice = (r + t) as usize % keys.len();
+                    steps[twice] = vec![1, 2];
+                    ks.push(b"mine-only");
+                    steps.push(vec![-1]);
+                    for (k, got) in h.step_counters(&ks, &steps).into_iter().enumerate() {
+                        match got.expect("step") {
+                            farcache_store::Stepped::Steps(v) => {
+                                assert_eq!(v.len(), steps[k].len());
+                                assert!(v.iter().all(Option::is_some), "{v:?}");
+                                if let [Some(a), Some(b)] = v[..] {
+                                    assert_eq!(b, a + 2, "steps of one call apply in order");
+                                }
+                            }
+                            other => panic!("{other:?}"),
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().expect("worker");
+    }
+    let per_key = threads * rounds;
+    let extra = |i: usize| -> i64 {
+        // Each (round, thread) with (r + t) % 8 == i added 2 more.
+        (0..threads)
+            .flat_map(|t| (0..rounds).map(move |r| (r + t) as usize % 8))
+            .filter(|&x| x == i)
+            .count() as i64
+            * 2
+    };
+    for (i, k) in shared.iter().enumerate() {
+        let base = if i == 0 { 10 } else { 0 };
+        let want = base + per_key as i64 + extra(i);
+        let got = s.get(k).expect("get").expect("present");
+        assert_eq!(String::from_utf8_lossy(&got), want.to_string(), "{i}");
+    }
+    let e = s.entry(&shared[0]).expect("entry").expect("present");
+    assert_eq!(e.expires_ms, Some(u64::MAX / 4), "the expiry is kept");
+    assert_eq!(
+        s.get(b"mine-only").expect("get").as_deref(),
+        Some(format!("-{per_key}").as_bytes())
+    );
+    // No integer: nothing changes. Overflow: that step is skipped.
+    s.put(b"text", b"abc").expect("put");
+    s.put(b"big", (i64::MAX - 1).to_string().as_bytes())
+        .expect("put");
+    for one_round in [true, false] {
+        s.set_one_round_puts(one_round);
+        let r = s.step_counters(&[&b"text"[..], b"big"], &[vec![1], vec![1, 1, -5]]);
+        assert_eq!(
+            r[0].as_ref().expect("text"),
+            &farcache_store::Stepped::NotInteger
+        );
+        let want_big = if one_round {
+            vec![Some(i64::MAX), None, Some(i64::MAX - 5)]
+        } else {
+            vec![Some(i64::MAX - 4), Some(i64::MAX - 3), Some(i64::MAX - 8)]
+        };
+        assert_eq!(
+            r[1].as_ref().expect("big"),
+            &farcache_store::Stepped::Steps(want_big)
+        );
+        assert_eq!(s.get(b"text").expect("get").as_deref(), Some(&b"abc"[..]));
+    }
+    s.set_one_round_puts(true);
+    let before = op_counts(&c);
+    let many: Vec<Vec<u8>> = (0..50).map(|i| format!("m{i}").into_bytes()).collect();
+    for r in s.step_counters(&many, &vec![vec![3]; many.len()]) {
+        assert_eq!(
+            r.expect("step"),
+            farcache_store::Stepped::Steps(vec![Some(3)])
+        );
+    }
+    let after = op_counts(&c);
+    let n = |m: &HashMap<String, u64>, op: &str| m.get(op).copied().unwrap_or(0);
+    assert_eq!(
+        n(&after, "execute") - n(&before, "execute"),
+        50,
+        "one run per key"
+    );
+    assert!(n(&after, "cas") - n(&before, "cas") <= 2);
+}

@@ -8,8 +8,8 @@ mod find;
 mod put;
 
 pub use put::{
-    KV_MPUT, KV_PUT, NO_ITEM, PUT_HEAD, PUT_REPLY_LEN, PutArgs, PutGuard, PutReply, PutStatus,
-    decode_mput, decode_mput_reply, mput_entry_into, put_target,
+    COUNTER_DIGITS, IncrReply, KV_INCR, KV_MPUT, KV_PUT, NO_ITEM, PUT_HEAD, PUT_REPLY_LEN, PutArgs,
+    PutGuard, PutReply, PutStatus, decode_mput, decode_mput_reply, mput_entry_into, put_target,
 };
 
 pub use find::{

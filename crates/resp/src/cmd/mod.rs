@@ -9,7 +9,6 @@ mod keyspace;
 mod lcs;
 mod rmw;
 
-pub(crate) use rmw::keep_expiry;
 mod strings;
 mod tx;
 

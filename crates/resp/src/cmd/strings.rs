@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use farcache_store::{Condition, PutOptions};
+use farcache_store::{Condition, PutOptions, Stepped};
 
 use super::int_arg;
 use super::rmw::{Change, Ttl, now_ms, rmw};
@@ -260,23 +260,19 @@ fn last_of_each(a: &Args) -> Vec<(&[u8], &[u8])> {
     pairs
 }
 
+/// One step of a counter where it lives (as a round of them, see the worker's
+/// `run_counters`).
 fn incr_by(s: &mut Session, key: &[u8], delta: i64, out: &mut Out) {
-    let r = rmw(s, key, |old| {
-        let cur = match old {
-            None => 0,
-            Some(e) => std::str::from_utf8(&e.value)
-                .ok()
-                .and_then(|t| t.parse::<i64>().ok())
-                .ok_or("ERR value is not an integer or out of range")?,
-        };
-        let new = cur
-            .checked_add(delta)
-            .ok_or("ERR increment or decrement would overflow")?;
-        Ok((Change::Put(new.to_string().into_bytes(), Ttl::Keep), new))
-    });
-    match r {
-        Ok(v) => out.int(v),
-        Err(e) => out.error(&e),
+    let sh = &s.shared;
+    let _held = sh.lock_keys([&key]);
+    match sh.store.step_counters(&[key], &[vec![delta]]).pop() {
+        Some(Ok(Stepped::Steps(v))) => match v.first() {
+            Some(Some(n)) => out.int(*n),
+            _ => out.error("ERR increment or decrement would overflow"),
+        },
+        Some(Ok(Stepped::NotInteger)) => out.error("ERR value is not an integer or out of range"),
+        Some(Err(e)) => out.error(&store_error_line(&e)),
+        None => out.error("ERR the store answered no key"),
     }
 }
 

@@ -32,7 +32,7 @@ use crate::parse::{Args, Limits, ProtocolError, next_command};
 use crate::reply::Out;
 use crate::session::Session;
 use crate::shared::Shared;
-use farcache_store::Update;
+use farcache_store::Stepped;
 
 mod rounds;
 

@@ -214,10 +214,11 @@ impl Worker {
         }
     }
 
-    /// The round's `INCR`-family commands: their keys are locked, and each key is
-    /// stepped in one read-modify-write ([`farcache_store::Store::update_many`]: two
-    /// round trips for the round), in the order the commands were taken (each gets
-    /// the value after its own step), keeping its expiry. A key that is not an
+    /// The round's `INCR`-family commands: their keys are locked, and each key's
+    /// steps run where it lives ([`farcache_store::Store::step_counters`]: one round
+    /// trip for the round, a read-modify-write for keys that need one), in the order
+    /// the commands were taken (each gets the value after its own step), keeping its
+    /// expiry. A key that is not an
     /// integer, a step that would overflow, or a failed read or write fails only
     /// the commands it concerns, and a failed step changes nothing.
     fn run_counters(&mut self, counters: &[(usize, Args, i64)]) {
@@ -239,47 +240,24 @@ impl Worker {
         let shared = self.shared.clone();
         let _held = shared.lock_keys(keys.iter());
         let mut replies: Vec<Result<i64, String>> = vec![Ok(0); counters.len()];
-        let results = shared.store.update_many(&keys, |k, entry| {
-            let (mut cur, expires_ms) = match entry {
-                None => (0, None),
-                Some(e) => match std::str::from_utf8(&e.value)
-                    .ok()
-                    .and_then(|t| t.parse::<i64>().ok())
-                {
-                    Some(n) => (n, cmd::keep_expiry(e)),
-                    None => {
-                        for &c in &steps[k] {
-                            replies[c] = Err("ERR value is not an integer or out of range".into());
-                        }
-                        return Update::Keep;
-                    }
-                },
-            };
-            let mut changed = false;
-            for &c in &steps[k] {
-                replies[c] = match cur.checked_add(counters[c].2) {
-                    Some(n) => {
-                        cur = n;
-                        changed = true;
-                        Ok(n)
-                    }
-                    None => Err("ERR increment or decrement would overflow".into()),
-                };
-            }
-            match changed {
-                true => Update::Put {
-                    value: cur.to_string().into_bytes(),
-                    expires_ms,
-                },
-                false => Update::Keep,
-            }
-        });
+        let deltas: Vec<Vec<i64>> = steps
+            .iter()
+            .map(|cs| cs.iter().map(|&c| counters[c].2).collect())
+            .collect();
+        let results = shared.store.step_counters(&keys, &deltas);
         for (k, r) in results.into_iter().enumerate() {
-            if let Err(e) = r {
-                let line = store_error_line(&e);
-                for &c in &steps[k] {
-                    replies[c] = Err(line.clone());
+            let per_step: Vec<Result<i64, String>> = match r {
+                Ok(Stepped::Steps(v)) => v
+                    .into_iter()
+                    .map(|s| s.ok_or_else(|| "ERR increment or decrement would overflow".into()))
+                    .collect(),
+                Ok(Stepped::NotInteger) => {
+                    vec![Err("ERR value is not an integer or out of range".into()); steps[k].len()]
                 }
+                Err(e) => vec![Err(store_error_line(&e)); steps[k].len()],
+            };
+            for (&c, reply) in steps[k].iter().zip(per_step) {
+                replies[c] = reply;
             }
         }
         for ((id, _, _), reply) in counters.iter().zip(replies) {

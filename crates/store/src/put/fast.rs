@@ -28,12 +28,13 @@ impl Guard {
 
 impl Store {
     /// Whether puts try `kv_put` first.
-    pub(super) fn one_round(&self) -> bool {
+    pub(crate) fn one_round(&self) -> bool {
         self.inner.one_round_puts.load(Ordering::Relaxed)
     }
 
-    /// Puts by `kv_put` (one round trip, the default) or only by finding the slot
-    /// first and swinging it in a second round trip (to compare the two).
+    /// Puts by `kv_put`/`kv_mput` and counter steps by `kv_incr` (one round trip,
+    /// the default), or only by finding the slot first and swinging it in a second
+    /// round trip (to compare the two).
     pub fn set_one_round_puts(&self, on: bool) {
         self.inner.one_round_puts.store(on, Ordering::Relaxed);
     }

@@ -25,11 +25,13 @@ const FIRST_READ: usize = 256;
 mod census;
 mod find;
 mod get;
+mod incr;
 mod put;
 
 pub use census::{KvHot, KvScan, KvStats};
 pub use find::{KvFind, KvMfind};
 pub use get::{KvGet, KvMget};
+pub use incr::KvIncr;
 pub use put::{KvMput, KvPut};
 
 thread_local! {

@@ -134,7 +134,7 @@ fn put_or_refuse(mem: &dyn WriteMemory, addr: u64, a: &PutArgs<'_>, buf: &mut Ve
 }
 
 /// Sizes a slot word and the item's class can hold, and an item inside the heap.
-fn check(a: &PutArgs<'_>) -> Result<(), String> {
+pub(super) fn check(a: &PutArgs<'_>) -> Result<(), String> {
     let need = item::HEADER + a.key.len() + a.value.len();
     if need > a.size as usize || class::for_len(u64::from(a.size)).is_none() {
         return Err(format!("an item of {need} bytes in a class of {}", a.size));
