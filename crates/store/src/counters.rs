@@ -201,14 +201,8 @@ impl Store {
                     }
                 },
             };
-            let applied: Vec<Option<i64>> = steps[todo[k]]
-                .iter()
-                .map(|&d| {
-                    let next = cur.checked_add(d)?;
-                    cur = next;
-                    Some(next)
-                })
-                .collect();
+            let (last, applied) = wire::counter_steps(cur, &steps[todo[k]]);
+            cur = last;
             let changed = applied.iter().any(Option::is_some);
             got[k] = Some(Stepped::Steps(applied));
             match changed {

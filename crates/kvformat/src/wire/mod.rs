@@ -9,7 +9,8 @@ mod put;
 
 pub use put::{
     COUNTER_DIGITS, IncrReply, KV_INCR, KV_MPUT, KV_PUT, NO_ITEM, PUT_HEAD, PUT_REPLY_LEN, PutArgs,
-    PutGuard, PutReply, PutStatus, decode_mput, decode_mput_reply, mput_entry_into, put_target,
+    PutGuard, PutReply, PutStatus, counter_steps, decode_mput, decode_mput_reply, mput_entry_into,
+    put_target,
 };
 
 pub use find::{

@@ -24,6 +24,21 @@ pub const KV_MPUT: &str = "kv_mput";
 /// written (expiry kept) if any step applied. Reply: [`IncrReply`].
 pub const KV_INCR: &str = "kv_incr";
 
+/// A counter's steps from `start`, in order: each step's value after it, or `None`
+/// where it would overflow (that step is skipped); and the final value.
+pub fn counter_steps(start: i64, steps: &[i64]) -> (i64, Vec<Option<i64>>) {
+    let mut cur = start;
+    let applied = steps
+        .iter()
+        .map(|&d| {
+            let next = cur.checked_add(d)?;
+            cur = next;
+            Some(next)
+        })
+        .collect();
+    (cur, applied)
+}
+
 /// Decimal digits and sign of the longest i64.
 pub const COUNTER_DIGITS: usize = 20;
 

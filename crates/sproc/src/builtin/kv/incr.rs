@@ -4,9 +4,9 @@
 //! read-modify-write takes two round trips for the same; anything out of the ordinary
 //! is answered as met, unchanged, and the client takes that road (see `kv_put`).
 
-use farcache_kvformat::wire::{IncrReply, NO_ITEM, PutArgs, PutReply, PutStatus, put_target};
+use farcache_kvformat::wire::{IncrReply, PutArgs, PutReply, PutStatus};
 
-use super::put::check;
+use super::put::{Decision, Missed, check, swing};
 use super::*;
 use crate::WriteMemory;
 
@@ -16,9 +16,6 @@ pub struct KvIncr;
 impl KvIncr {
     pub const NAME: &'static str = wire::KV_INCR;
 }
-
-/// Finds and swaps tried when the slot changes between the two.
-const SWAPS: usize = 4;
 
 impl Procedure for KvIncr {
     fn name(&self) -> &str {
@@ -83,8 +80,7 @@ impl Procedure for KvIncr {
     }
 }
 
-type Missed = (Miss, u64, usize);
-
+/// A counter's steps on its key; `item` as for [`swing`].
 fn incr(
     mem: &dyn WriteMemory,
     addr: u64,
@@ -93,163 +89,44 @@ fn incr(
     buf: &mut Vec<u8>,
     item: &mut u64,
 ) -> Result<IncrReply, Missed> {
-    let l = wire::Lookup {
-        mode: wire::MODE_VALUE,
-        tag: a.tag,
-        now_ms: a.now_ms,
-        shard_base: a.shard_base,
-        refs_addr: a.refs_addr,
-        key: a.key,
-    };
-    let mut generation = a.generation;
-    let answer =
-        |status, old, generation, item, not_integer, applied: Vec<Option<i64>>| IncrReply {
-            put: PutReply {
-                status,
-                old,
-                generation,
-                item,
-            },
-            not_integer,
-            steps: applied,
-        };
-    let none = || vec![None; steps.len()];
-    for _ in 0..SWAPS {
-        let (f, hit) = find::find_reply(mem, addr, &l, buf)?;
-        generation = f.generation;
-        if a.item != NO_ITEM && f.generation != a.generation {
-            return Ok(answer(
-                PutStatus::Stale,
-                0,
-                f.generation,
-                NO_ITEM,
-                false,
-                none(),
-            ));
-        }
-        if f.status == wire::BUSY {
-            return Ok(answer(
-                PutStatus::Busy,
-                0,
-                f.generation,
-                *item,
-                false,
-                none(),
-            ));
-        }
-        // The value and expiry it starts from: an absent or expired key is 0.
-        let (start, expires) = match hit.filter(|_| !f.expired) {
+    let (mut not_integer, mut applied) = (false, vec![None; steps.len()]);
+    let put = swing(mem, addr, a, buf, item, |_, current| {
+        (not_integer, applied) = (false, vec![None; steps.len()]);
+        // An absent or expired key is 0, without expiry.
+        let (start, expires_ms) = match current {
             // A coded value (or any flagged item) is the client's to handle.
-            Some(it) if it.flags != 0 => {
-                return Ok(answer(
-                    PutStatus::Refused,
-                    0,
-                    f.generation,
-                    *item,
-                    false,
-                    none(),
-                ));
-            }
-            Some(it) => match std::str::from_utf8(&buf[it.value.0..it.value.1])
+            Some((_, _, flags)) if flags != 0 => return Decision::Answer(PutStatus::Refused),
+            Some((value, expires, _)) => match std::str::from_utf8(value)
                 .ok()
                 .and_then(|t| t.parse::<i64>().ok())
             {
-                Some(n) => (n, it.expires_ms),
+                Some(n) => (n, expires),
                 None => {
-                    return Ok(answer(
-                        PutStatus::Skipped,
-                        0,
-                        f.generation,
-                        *item,
-                        true,
-                        none(),
-                    ));
+                    not_integer = true;
+                    return Decision::Answer(PutStatus::Skipped);
                 }
             },
             None => (0, item::NO_EXPIRY),
         };
-        let mut cur = start;
-        let applied: Vec<Option<i64>> = steps
-            .iter()
-            .map(|&d| {
-                let next = cur.checked_add(d)?;
-                cur = next;
-                Some(next)
-            })
-            .collect();
-        if applied.iter().all(Option::is_none) {
-            return Ok(answer(
-                PutStatus::Skipped,
-                0,
-                f.generation,
-                *item,
-                false,
-                applied,
-            ));
+        let (last, steps) = wire::counter_steps(start, steps);
+        let changed = steps.iter().any(Option::is_some);
+        applied = steps;
+        match changed {
+            true => Decision::Write {
+                value: std::borrow::Cow::Owned(last.to_string().into_bytes()),
+                expires_ms,
+                flags: 0,
+            },
+            false => Decision::Answer(PutStatus::Skipped),
         }
-        let Some(s) = put_target(&f) else {
-            return Ok(answer(
-                PutStatus::Full,
-                0,
-                f.generation,
-                *item,
-                false,
-                none(),
-            ));
-        };
-        let expect = f.words[s];
-        if SlotWord::is_item(expect) && SlotWord(expect).is_hot() {
-            return Ok(answer(
-                PutStatus::Hot,
-                0,
-                f.generation,
-                *item,
-                false,
-                none(),
-            ));
-        }
-        if *item == NO_ITEM {
-            let bump = a.shard_base.saturating_add(layout::BUMP);
-            let old = mem
-                .fetch_add(bump, u64::from(a.size))
-                .map_err(|m| (m, bump, 8))?;
-            match layout::carve(a.heap_start, a.shard_size, old, a.size) {
-                Some(o) => *item = o,
-                None => {
-                    return Ok(answer(
-                        PutStatus::NoHeap,
-                        0,
-                        f.generation,
-                        NO_ITEM,
-                        false,
-                        none(),
-                    ));
-                }
-            }
-        }
-        // The value may differ between attempts: the item is written every time.
-        let value = cur.to_string();
-        buf.clear();
-        item::encode_into(buf, a.key, value.as_bytes(), expires, 0);
-        let at = a.shard_base.saturating_add(*item);
-        mem.write(at, buf).map_err(|m| (m, at, buf.len()))?;
-        let bucket = if f.pair {
-            layout::pair_bucket_addr(addr)
-        } else {
-            addr
-        };
-        let slot_at = bucket.saturating_add(s as u64 * 8);
-        let new = SlotWord::new(a.tag, a.word_class, *item).after(expect).0;
-        if mem.cas(slot_at, expect, new).map_err(|m| (m, slot_at, 8))? == expect {
-            return Ok(answer(
-                PutStatus::Written,
-                expect,
-                f.generation,
-                *item,
-                false,
-                applied,
-            ));
-        }
+    })?;
+    // Steps count only when they were written, or when nothing was to be written.
+    if !matches!(put.status, PutStatus::Written | PutStatus::Skipped) {
+        applied = vec![None; steps.len()];
     }
-    Ok(answer(PutStatus::Busy, 0, generation, *item, false, none()))
+    Ok(IncrReply {
+        put,
+        not_integer,
+        steps: applied,
+    })
 }

@@ -9,7 +9,7 @@
 
 use farcache_kvformat::slot::ITEM_OFFSET_MASK;
 use farcache_kvformat::wire::{
-    NO_ITEM, PUT_REPLY_LEN, PutArgs, PutReply, PutStatus, decode_mput, put_target,
+    FindReply, NO_ITEM, PUT_REPLY_LEN, PutArgs, PutReply, PutStatus, decode_mput, put_target,
 };
 
 use super::*;
@@ -23,7 +23,7 @@ impl KvPut {
 }
 
 /// Finds and swaps tried when the slot changes between the two.
-const SWAPS: usize = 4;
+pub(super) const SWAPS: usize = 4;
 
 impl Procedure for KvPut {
     fn name(&self) -> &str {
@@ -156,16 +156,32 @@ pub(super) fn check(a: &PutArgs<'_>) -> Result<(), String> {
     Ok(())
 }
 
-type Missed = (Miss, u64, usize);
+pub(super) type Missed = (Miss, u64, usize);
 
-/// One key's put; `item` is the item it holds (the caller's or one it took), also
-/// when memory refuses it.
-fn put(
+/// What a writing run makes of a key, given its find and, if the key is there and
+/// not expired, its item's value and expiry.
+pub(super) enum Decision<'v> {
+    /// Nothing to write: answer this.
+    Answer(PutStatus),
+    /// Write this value with this expiry and these item flags.
+    Write {
+        value: std::borrow::Cow<'v, [u8]>,
+        expires_ms: u64,
+        flags: u8,
+    },
+}
+
+/// The loop `kv_put` and `kv_incr` share: find the key's slot, let `decide` say
+/// what to write, take an item (`item`: the caller's, or fresh heap), write it and
+/// swing the slot to it, again if the slot changed meanwhile. `item` is the item it
+/// holds afterwards, also when memory refuses it.
+pub(super) fn swing<'v>(
     mem: &dyn WriteMemory,
     addr: u64,
     a: &PutArgs<'_>,
     buf: &mut Vec<u8>,
     item: &mut u64,
+    mut decide: impl FnMut(&FindReply, Option<(&[u8], u64, u8)>) -> Decision<'v>,
 ) -> Result<PutReply, Missed> {
     let l = wire::Lookup {
         mode: wire::MODE_VALUE,
@@ -175,7 +191,6 @@ fn put(
         refs_addr: a.refs_addr,
         key: a.key,
     };
-    let mut written = false;
     let mut generation = a.generation;
     let answer = |status, old, generation, item| PutReply {
         status,
@@ -184,7 +199,7 @@ fn put(
         item,
     };
     for _ in 0..SWAPS {
-        let (f, _) = find::find_reply(mem, addr, &l, buf)?;
+        let (f, hit) = find::find_reply(mem, addr, &l, buf)?;
         generation = f.generation;
         if a.item != NO_ITEM && f.generation != a.generation {
             // The caller's item belongs to the shard's past: not to be written.
@@ -193,9 +208,17 @@ fn put(
         if f.status == wire::BUSY {
             return Ok(answer(PutStatus::Busy, 0, f.generation, *item));
         }
-        if !a.guard.allows(&f) {
-            return Ok(answer(PutStatus::Skipped, 0, f.generation, *item));
-        }
+        let current = hit
+            .filter(|_| !f.expired)
+            .map(|it| (&buf[it.value.0..it.value.1], it.expires_ms, it.flags));
+        let (value, expires_ms, flags) = match decide(&f, current) {
+            Decision::Answer(status) => return Ok(answer(status, 0, f.generation, *item)),
+            Decision::Write {
+                value,
+                expires_ms,
+                flags,
+            } => (value, expires_ms, flags),
+        };
         let Some(s) = put_target(&f) else {
             return Ok(answer(PutStatus::Full, 0, f.generation, *item));
         };
@@ -213,13 +236,14 @@ fn put(
                 None => return Ok(answer(PutStatus::NoHeap, 0, f.generation, NO_ITEM)),
             }
         }
-        if !written {
-            buf.clear();
-            item::encode_into(buf, a.key, a.value, a.expires_ms, a.flags);
-            let at = a.shard_base.saturating_add(*item);
-            mem.write(at, buf).map_err(|m| (m, at, buf.len()))?;
-            written = true;
+        buf.clear();
+        item::encode_into(buf, a.key, &value, expires_ms, flags);
+        if buf.len() > a.size as usize {
+            // The caller's class was checked for its widest value: not reached.
+            return Ok(answer(PutStatus::Refused, 0, f.generation, *item));
         }
+        let at = a.shard_base.saturating_add(*item);
+        mem.write(at, buf).map_err(|m| (m, at, buf.len()))?;
         let bucket = if f.pair {
             layout::pair_bucket_addr(addr)
         } else {
@@ -233,4 +257,22 @@ fn put(
         }
     }
     Ok(answer(PutStatus::Busy, 0, generation, *item))
+}
+
+/// One key's put.
+fn put(
+    mem: &dyn WriteMemory,
+    addr: u64,
+    a: &PutArgs<'_>,
+    buf: &mut Vec<u8>,
+    item: &mut u64,
+) -> Result<PutReply, Missed> {
+    swing(mem, addr, a, buf, item, |f, _| match a.guard.allows(f) {
+        true => Decision::Write {
+            value: std::borrow::Cow::Borrowed(a.value),
+            expires_ms: a.expires_ms,
+            flags: a.flags,
+        },
+        false => Decision::Answer(PutStatus::Skipped),
+    })
 }
