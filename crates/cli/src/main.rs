@@ -7,6 +7,11 @@ mod size;
 
 use std::process::ExitCode;
 
+// Every role allocates per request (frames, replies, batches); the system
+// allocator's locks and consolidation showed in the front end's profile.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 

@@ -102,23 +102,13 @@ impl Session {
                 || (a.len() >= 2 && a[0].eq_ignore_ascii_case(b"mget")))
     }
 
-    /// `INCR`/`DECR key` or `INCRBY`/`DECRBY key n` from a connection allowed to
-    /// write, outside a transaction, with a valid step: the step (batched by key with
-    /// other connections'). Anything else (a bad step too) runs alone.
-    pub fn counter_step(&self, a: &Args) -> Option<i64> {
-        if self.access != Some(Access::ReadWrite) || self.tx.is_some() {
-            return None;
-        }
-        let name = &a[0];
-        match a.len() {
-            2 if name.eq_ignore_ascii_case(b"incr") => Some(1),
-            2 if name.eq_ignore_ascii_case(b"decr") => Some(-1),
-            3 if name.eq_ignore_ascii_case(b"incrby") => crate::parse::int_arg(&a[2]).ok(),
-            3 if name.eq_ignore_ascii_case(b"decrby") => {
-                crate::parse::int_arg(&a[2]).ok()?.checked_neg()
-            }
-            _ => None,
-        }
+    /// A counter's step, `APPEND` or `SETRANGE` with valid arguments
+    /// ([`crate::cmd::strings::edit_of`]) from a connection allowed to write,
+    /// outside a transaction: batched by key with other connections'.
+    pub fn batched_edit(&self, a: &Args) -> bool {
+        self.access == Some(Access::ReadWrite)
+            && self.tx.is_none()
+            && crate::cmd::strings::edit_of(a).is_some()
     }
 
     /// `SET key value` or `MSET key value...` (not [`Session::heavy`]) from a

@@ -34,8 +34,8 @@
 pub mod alloc;
 pub mod async_api;
 pub mod copies;
-pub mod counters;
 pub mod delete;
+pub mod edits;
 pub mod error;
 pub mod evict;
 mod free;
@@ -50,14 +50,15 @@ pub mod options;
 mod pool;
 pub mod put;
 pub mod repair;
+mod runs;
 pub mod stats;
 pub mod store;
 pub mod update;
 
 pub use async_api::StoreFuture;
-pub use counters::Stepped;
 pub use error::{Result, StoreError};
 pub use farcache_kvformat::manifest::Manifest;
+pub use farcache_kvformat::wire::{Edit, Edited};
 pub use get::PendingGets;
 pub use hot::{HotController, HotOptions};
 pub use meta::Entry;

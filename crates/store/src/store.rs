@@ -84,6 +84,9 @@ pub(crate) struct Inner {
     /// Puts try `kv_put` first (one round trip); off when a server lacks it, or
     /// when asked ([`Store::set_one_round_puts`]).
     pub one_round_puts: std::sync::atomic::AtomicBool,
+    /// The value length each recently edited key had after its edits (see
+    /// `Store::edit_values`): the size of the item offered for its next edits.
+    pub edit_lengths: Mutex<std::collections::HashMap<Vec<u8>, u64>>,
 }
 
 impl Drop for Inner {
@@ -212,6 +215,7 @@ impl Store {
                 slow_homes: Mutex::new(Vec::new()),
                 any_slow_home: Default::default(),
                 one_round_puts: std::sync::atomic::AtomicBool::new(true),
+                edit_lengths: Mutex::default(),
             }),
         }
     }

@@ -831,12 +831,49 @@ fn hostile_put_args_get_errors_not_crashes() {
             many.len()
         );
     }
+    // `kv_medit`: an overwrite of nothing changes nothing; cut arguments, edits
+    // that lie about their count or length, and unknown edits are refused.
+    let mut program = Vec::new();
+    wire::encode_edits(&mut program, 1 << 20, &[wire::Edit::SetRange(3, b"")]);
+    let mut edit_args = 1u32.to_le_bytes().to_vec();
+    wire::mput_entry_into(
+        &mut edit_args,
+        at,
+        &PutArgs {
+            guard: PutGuard::Always,
+            value: &program,
+            ..args
+        },
+    );
+    let medit = |a: &[u8]| cache.execute(wire::KV_MEDIT, at, a);
+    let r = wire::decode_medit_reply(&medit(&edit_args).expect("a reply")).expect("reply");
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].put.status, PutStatus::Skipped);
+    let was = s.get(&keys[0]).expect("get").map_or(0, |v| v.len() as u64);
+    assert_eq!(r[0].edits, vec![wire::Edited::Len(was)]);
+    for n in 0..edit_args.len() {
+        assert!(medit(&edit_args[..n]).is_err(), "{n} bytes decoded");
+    }
+    let head = edit_args.len() - program.len();
+    for (at_byte, v) in [(8, 9u8), (8, 0), (12, 7), (13 + 8, 0xff)] {
+        let mut bad = edit_args.clone();
+        bad[head + at_byte] = v;
+        let e = medit(&bad).expect_err("refused");
+        assert!(e.to_string().contains(wire::KV_MEDIT), "{e}");
+    }
     let mut rng = StdRng::seed_from_u64(11);
     for _ in 0..300 {
         let len = rng.gen_range(0..200);
         let junk: Vec<u8> = (0..len).map(|_| rng.r#gen()).collect();
         let _ = put(&junk);
         let _ = mput(&junk);
+        let _ = medit(&junk);
+        // Junk edits in well-formed arguments.
+        let mut e = edit_args[..head].to_vec();
+        e.extend_from_slice(&junk);
+        let n = (e.len() - 12) as u32;
+        e[12..16].copy_from_slice(&n.to_le_bytes());
+        let _ = medit(&e);
     }
-    still_serves(&c, &s, &keys, "hostile kv_put arguments");
+    still_serves(&c, &s, &keys, "hostile kv_put and kv_medit arguments");
 }

@@ -4,13 +4,18 @@
 use crate::FormatError;
 use crate::layout::SLOTS;
 
+mod edit;
 mod find;
 mod put;
 
 pub use put::{
-    COUNTER_DIGITS, IncrReply, KV_INCR, KV_MPUT, KV_PUT, NO_ITEM, PUT_HEAD, PUT_REPLY_LEN, PutArgs,
-    PutGuard, PutReply, PutStatus, counter_steps, decode_mput, decode_mput_reply, mput_entry_into,
-    put_target,
+    COUNTER_DIGITS, KV_MPUT, KV_PUT, NO_ITEM, PUT_HEAD, PUT_REPLY_LEN, PutArgs, PutGuard, PutReply,
+    PutStatus, decode_mput, decode_mput_reply, mput_entry_into, put_target,
+};
+
+pub use edit::{
+    EDIT_REPLY_HEAD, Edit, EditReply, Edited, KV_MEDIT, apply_edits, decode_edits,
+    decode_medit_reply, encode_edits, parse_integer,
 };
 
 pub use find::{

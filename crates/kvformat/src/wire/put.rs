@@ -16,82 +16,8 @@ pub const KV_PUT: &str = "kv_put";
 /// `[count u32]` and a [`PutReply`] per key, in order.
 pub const KV_MPUT: &str = "kv_mput";
 
-/// A counter's steps where its shard lives (Redis `INCR`, `DECRBY` …): invoked at the
-/// key's home bucket with [`PutArgs`] whose value is the steps (i64 LE each) and
-/// whose size class holds the key with any 64-bit integer. The value must be a
-/// decimal integer (an absent or expired key counts as 0, without expiry); the
-/// steps apply in order, a step that would overflow is skipped, and the result is
-/// written (expiry kept) if any step applied. Reply: [`IncrReply`].
-pub const KV_INCR: &str = "kv_incr";
-
-/// A counter's steps from `start`, in order: each step's value after it, or `None`
-/// where it would overflow (that step is skipped); and the final value.
-pub fn counter_steps(start: i64, steps: &[i64]) -> (i64, Vec<Option<i64>>) {
-    let mut cur = start;
-    let applied = steps
-        .iter()
-        .map(|&d| {
-            let next = cur.checked_add(d)?;
-            cur = next;
-            Some(next)
-        })
-        .collect();
-    (cur, applied)
-}
-
 /// Decimal digits and sign of the longest i64.
 pub const COUNTER_DIGITS: usize = 20;
-
-/// `kv_incr`'s reply: the put's outcome ([`PutStatus::Written`] when a step applied,
-/// [`PutStatus::Skipped`] when none did or the value is no integer; others as for
-/// `kv_put`, with no step applied), then `[not an integer u8][count u32]` and per step
-/// `[applied u8][value after it i64]`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IncrReply {
-    pub put: PutReply,
-    pub not_integer: bool,
-    /// Each step's value after it, or `None` where it would have overflowed.
-    pub steps: Vec<Option<i64>>,
-}
-
-impl IncrReply {
-    pub fn encode_into(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.put.encode());
-        out.push(u8::from(self.not_integer));
-        out.extend_from_slice(&(self.steps.len() as u32).to_le_bytes());
-        for s in &self.steps {
-            out.push(u8::from(s.is_some()));
-            out.extend_from_slice(&s.unwrap_or(0).to_le_bytes());
-        }
-    }
-
-    pub fn decode(b: &[u8]) -> Result<Self, FormatError> {
-        let bad = || FormatError::Malformed {
-            what: "kv_incr reply",
-            reason: format!("{} bytes", b.len()),
-        };
-        let put = PutReply::decode(b.get(..PUT_REPLY_LEN).ok_or_else(bad)?)?;
-        let rest = &b[PUT_REPLY_LEN..];
-        let (&flag, rest) = rest.split_first().ok_or_else(bad)?;
-        let (n, rest) = count_head(rest).ok_or_else(bad)?;
-        if flag > 1 || rest.len() != n.checked_mul(9).ok_or_else(bad)? {
-            return Err(bad());
-        }
-        let steps = rest
-            .chunks_exact(9)
-            .map(|s| {
-                let mut v = [0u8; 8];
-                v.copy_from_slice(&s[1..]);
-                (s[0] != 0).then_some(i64::from_le_bytes(v))
-            })
-            .collect();
-        Ok(Self {
-            put,
-            not_integer: flag == 1,
-            steps,
-        })
-    }
-}
 
 /// Appends one key of a `kv_mput`.
 pub fn mput_entry_into(out: &mut Vec<u8>, bucket_addr: u64, args: &PutArgs<'_>) {
@@ -149,7 +75,7 @@ pub fn decode_mput_reply(b: &[u8]) -> Result<Vec<PutReply>, FormatError> {
         .collect()
 }
 
-fn count_head(b: &[u8]) -> Option<(usize, &[u8])> {
+pub(super) fn count_head(b: &[u8]) -> Option<(usize, &[u8])> {
     let (head, rest) = b.split_first_chunk::<4>()?;
     Some((u32::from_le_bytes(*head) as usize, rest))
 }
@@ -465,14 +391,5 @@ mod tests {
         rb.extend_from_slice(&r.encode());
         assert_eq!(decode_mput_reply(&rb).expect("reply"), vec![r, r]);
         assert!(decode_mput_reply(&rb[..rb.len() - 1]).is_err());
-        let inc = IncrReply {
-            put: r,
-            not_integer: false,
-            steps: vec![Some(-3), None, Some(i64::MAX)],
-        };
-        let mut ib = Vec::new();
-        inc.encode_into(&mut ib);
-        assert_eq!(IncrReply::decode(&ib).expect("incr reply"), inc);
-        assert!(IncrReply::decode(&ib[..ib.len() - 1]).is_err());
     }
 }

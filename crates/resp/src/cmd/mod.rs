@@ -9,7 +9,7 @@ mod keyspace;
 mod lcs;
 mod rmw;
 
-mod strings;
+pub(crate) mod strings;
 mod tx;
 
 use crate::auth::Access;

@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use farcache_store::{Condition, PutOptions, Stepped};
+use farcache_store::{Condition, PutOptions};
+use farcache_store::{Edit, Edited};
 
 use super::int_arg;
 use super::rmw::{Change, Ttl, now_ms, rmw};
@@ -260,20 +261,58 @@ fn last_of_each(a: &Args) -> Vec<(&[u8], &[u8])> {
     pairs
 }
 
-/// One step of a counter where it lives (as a round of them, see the worker's
-/// `run_counters`).
-fn incr_by(s: &mut Session, key: &[u8], delta: i64, out: &mut Out) {
+/// The edit of `INCR`, `DECR`, `INCRBY`, `DECRBY`, `APPEND` or `SETRANGE` with valid
+/// arguments, run where the key lives (alone, or batched with other connections'
+/// in a round: see the worker's `run_edits`). `None`: not one of them, or bad
+/// arguments (the command runs alone and says why).
+pub fn edit_of(a: &Args) -> Option<Edit<'_>> {
+    let is = |n: &[u8]| a[0].eq_ignore_ascii_case(n);
+    match a.len() {
+        2 if is(b"incr") => Some(Edit::Step(1)),
+        2 if is(b"decr") => Some(Edit::Step(-1)),
+        3 if is(b"incrby") => int_arg(&a[2]).ok().map(Edit::Step),
+        3 if is(b"decrby") => int_arg(&a[2]).ok()?.checked_neg().map(Edit::Step),
+        3 if is(b"append") => Some(Edit::Append(&a[2])),
+        4 if is(b"setrange") => {
+            let off = u64::try_from(int_arg(&a[2]).ok()?).ok()?;
+            (off.saturating_add(a[3].len() as u64) <= MAX_BULK as u64)
+                .then_some(Edit::SetRange(off, &a[3]))
+        }
+        _ => None,
+    }
+}
+
+/// The reply to one edit.
+pub fn edit_reply(done: Result<Edited, String>, out: &mut Out) {
+    match done {
+        Ok(Edited::Int(n)) => out.int(n),
+        Ok(Edited::Len(n)) => out.int(i64::try_from(n).unwrap_or(i64::MAX)),
+        Ok(Edited::NotInteger) => out.error("ERR value is not an integer or out of range"),
+        Ok(Edited::Overflow) => out.error("ERR increment or decrement would overflow"),
+        Ok(Edited::TooLarge) => {
+            out.error("ERR string exceeds maximum allowed size (proto-max-bulk-len)")
+        }
+        Err(e) => out.error(&e),
+    }
+}
+
+/// One edit of `key`, under its stripe lock.
+fn edit_one(s: &mut Session, key: &[u8], edit: Edit<'_>, out: &mut Out) {
     let sh = &s.shared;
     let _held = sh.lock_keys([&key]);
-    match sh.store.step_counters(&[key], &[vec![delta]]).pop() {
-        Some(Ok(Stepped::Steps(v))) => match v.first() {
-            Some(Some(n)) => out.int(*n),
-            _ => out.error("ERR increment or decrement would overflow"),
-        },
-        Some(Ok(Stepped::NotInteger)) => out.error("ERR value is not an integer or out of range"),
-        Some(Err(e)) => out.error(&store_error_line(&e)),
-        None => out.error("ERR the store answered no key"),
-    }
+    let done = match sh.store.edit_values(&[key], &[vec![edit]]).pop() {
+        Some(Ok(v)) => v
+            .first()
+            .copied()
+            .ok_or_else(|| "ERR the store answered no edit".to_string()),
+        Some(Err(e)) => Err(store_error_line(&e)),
+        None => Err("ERR the store answered no key".into()),
+    };
+    edit_reply(done, out);
+}
+
+fn incr_by(s: &mut Session, key: &[u8], delta: i64, out: &mut Out) {
+    edit_one(s, key, Edit::Step(delta), out);
 }
 
 pub fn incr(s: &mut Session, a: &Args, out: &mut Out) {
@@ -299,19 +338,7 @@ pub fn decrby(s: &mut Session, a: &Args, out: &mut Out) {
 }
 
 pub fn append(s: &mut Session, a: &Args, out: &mut Out) {
-    let r = rmw(s, &a[1], |old| {
-        let mut v = old.map(|e| e.value.to_vec()).unwrap_or_default();
-        if v.len() + a[2].len() > MAX_BULK {
-            return Err("ERR string exceeds maximum allowed size (proto-max-bulk-len)".into());
-        }
-        v.extend_from_slice(&a[2]);
-        let n = v.len() as i64;
-        Ok((Change::Put(v, Ttl::Keep), n))
-    });
-    match r {
-        Ok(n) => out.int(n),
-        Err(e) => out.error(&e),
-    }
+    edit_one(s, &a[1], Edit::Append(&a[2]), out);
 }
 
 /// `INCRBYFLOAT key increment`: the sum printed as Redis prints it (no exponent,
@@ -461,23 +488,7 @@ pub fn setrange(s: &mut Session, a: &Args, out: &mut Out) {
     if off.saturating_add(patch.len()) > MAX_BULK {
         return out.error("ERR string exceeds maximum allowed size (proto-max-bulk-len)");
     }
-    let r = rmw(s, &a[1], |old| {
-        let mut v = old.map(|e| e.value.to_vec()).unwrap_or_default();
-        if patch.is_empty() {
-            // Redis neither creates nor pads for an empty patch.
-            return Ok((Change::None, v.len() as i64));
-        }
-        if v.len() < off + patch.len() {
-            v.resize(off + patch.len(), 0);
-        }
-        v[off..off + patch.len()].copy_from_slice(patch);
-        let n = v.len() as i64;
-        Ok((Change::Put(v, Ttl::Keep), n))
-    });
-    match r {
-        Ok(n) => out.int(n),
-        Err(e) => out.error(&e),
-    }
+    edit_one(s, &a[1], Edit::SetRange(off as u64, patch), out);
 }
 
 pub fn strlen(s: &mut Session, a: &Args, out: &mut Out) {

@@ -32,7 +32,7 @@ use crate::parse::{Args, Limits, ProtocolError, next_command};
 use crate::reply::Out;
 use crate::session::Session;
 use crate::shared::Shared;
-use farcache_store::Stepped;
+use farcache_store::{Edit, Edited};
 
 mod rounds;
 
@@ -85,8 +85,8 @@ struct Round {
     gets: Vec<GetItem>,
     /// `SET key value` and `MSET` commands and their connections.
     sets: Vec<(usize, Args)>,
-    /// `INCR`-family commands, their connections and steps.
-    counters: Vec<(usize, Args, i64)>,
+    /// Edits (the `INCR` family, `APPEND`, `SETRANGE`) and their connections.
+    edits: Vec<(usize, Args)>,
 }
 
 pub struct Worker {

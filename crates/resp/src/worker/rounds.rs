@@ -1,6 +1,6 @@
 //! A turn's rounds: each connection's leading run of GETs/MGETs, plain SETs or
-//! counters joins one multi-get, multi-put or batched read-modify-write; other
-//! commands run one by one. Replies stay in each connection's command order.
+//! edits (counters, `APPEND`, `SETRANGE`) joins one multi-get, multi-put or
+//! multi-edit; other commands run one by one. Replies stay in each connection's command order.
 
 use super::*;
 
@@ -21,16 +21,16 @@ impl Worker {
             for id in ids {
                 self.take_from(id, &mut r);
             }
-            if r.gets.is_empty() && r.sets.is_empty() && r.counters.is_empty() {
+            if r.gets.is_empty() && r.sets.is_empty() && r.edits.is_empty() {
                 return;
             }
             let t = std::time::Instant::now();
             let ops: usize = r.gets.iter().map(|g| g.args.len() - 1).sum::<usize>()
                 + r.sets.iter().map(|(_, a)| a.len() / 2).sum::<usize>()
-                + r.counters.len();
+                + r.edits.len();
             self.run_gets(&r);
             self.run_sets(&r.sets);
-            self.run_counters(&r.counters);
+            self.run_edits(&r.edits);
             self.shared.rounds.fetch_add(1, Ordering::Relaxed);
             self.shared
                 .round_ops
@@ -66,12 +66,12 @@ impl Worker {
                 }
                 return;
             }
-            if c.s.counter_step(front).is_some() {
-                while let Some(step) = c.queue.front().and_then(|a| c.s.counter_step(a)) {
+            if c.s.batched_edit(front) {
+                while c.queue.front().is_some_and(|a| c.s.batched_edit(a)) {
                     let Some(args) = c.queue.pop_front() else {
                         break;
                     };
-                    r.counters.push((id, args, step));
+                    r.edits.push((id, args));
                 }
                 return;
             }
@@ -214,53 +214,56 @@ impl Worker {
         }
     }
 
-    /// The round's `INCR`-family commands: their keys are locked, and each key's
-    /// steps run where it lives ([`farcache_store::Store::step_counters`]: one round
-    /// trip for the round, a read-modify-write for keys that need one), in the order
-    /// the commands were taken (each gets the value after its own step), keeping its
-    /// expiry. A key that is not an
-    /// integer, a step that would overflow, or a failed read or write fails only
-    /// the commands it concerns, and a failed step changes nothing.
-    fn run_counters(&mut self, counters: &[(usize, Args, i64)]) {
-        if counters.is_empty() {
+    /// The round's edits (the `INCR` family, `APPEND`, `SETRANGE`): their keys are
+    /// locked, and each key's edits run where it lives
+    /// ([`farcache_store::Store::edit_values`]: one round trip for the round, a
+    /// read-modify-write for keys that need one), in the order the commands were
+    /// taken (each answered with the value or length after its own edit), keeping
+    /// the key's expiry. An edit that fails (not an integer, overflow, too large)
+    /// changes nothing and fails only its own command; a failed read or write fails
+    /// the commands of its key.
+    fn run_edits(&mut self, edits: &[(usize, Args)]) {
+        if edits.is_empty() {
             return;
         }
-        // Per key: the commands stepping it, in order.
+        // Per key: the commands editing it, in order.
         let mut slot_of: HashMap<&[u8], usize> = HashMap::new();
         let mut keys: Vec<&[u8]> = Vec::new();
-        let mut steps: Vec<Vec<usize>> = Vec::new();
-        for (c, (_, a, _)) in counters.iter().enumerate() {
+        let mut per_key: Vec<Vec<usize>> = Vec::new();
+        let mut programs: Vec<Vec<Edit<'_>>> = Vec::new();
+        for (c, (_, a)) in edits.iter().enumerate() {
+            let Some(e) = cmd::strings::edit_of(a) else {
+                continue;
+            };
             let k = *slot_of.entry(&a[1][..]).or_insert_with(|| {
                 keys.push(&a[1][..]);
-                steps.push(Vec::new());
+                per_key.push(Vec::new());
+                programs.push(Vec::new());
                 keys.len() - 1
             });
-            steps[k].push(c);
+            per_key[k].push(c);
+            programs[k].push(e);
         }
         let shared = self.shared.clone();
         let _held = shared.lock_keys(keys.iter());
-        let mut replies: Vec<Result<i64, String>> = vec![Ok(0); counters.len()];
-        let deltas: Vec<Vec<i64>> = steps
-            .iter()
-            .map(|cs| cs.iter().map(|&c| counters[c].2).collect())
-            .collect();
-        let results = shared.store.step_counters(&keys, &deltas);
+        let mut replies: Vec<Result<Edited, String>> =
+            vec![Err("ERR the store answered no edit".into()); edits.len()];
+        let results = shared.store.edit_values(&keys, &programs);
         for (k, r) in results.into_iter().enumerate() {
-            let per_step: Vec<Result<i64, String>> = match r {
-                Ok(Stepped::Steps(v)) => v
-                    .into_iter()
-                    .map(|s| s.ok_or_else(|| "ERR increment or decrement would overflow".into()))
-                    .collect(),
-                Ok(Stepped::NotInteger) => {
-                    vec![Err("ERR value is not an integer or out of range".into()); steps[k].len()]
+            match r {
+                Ok(done) => {
+                    for (&c, d) in per_key[k].iter().zip(done) {
+                        replies[c] = Ok(d);
+                    }
                 }
-                Err(e) => vec![Err(store_error_line(&e)); steps[k].len()],
-            };
-            for (&c, reply) in steps[k].iter().zip(per_step) {
-                replies[c] = reply;
+                Err(e) => {
+                    for &c in &per_key[k] {
+                        replies[c] = Err(store_error_line(&e));
+                    }
+                }
             }
         }
-        for ((id, _, _), reply) in counters.iter().zip(replies) {
+        for ((id, _), reply) in edits.iter().zip(replies) {
             let Some(c) = self.conns.get_mut(*id) else {
                 continue;
             };
@@ -268,10 +271,7 @@ impl Worker {
                 buf: &mut c.out,
                 proto: c.s.proto,
             };
-            match reply {
-                Ok(n) => out.int(n),
-                Err(e) => out.error(&e),
-            }
+            cmd::strings::edit_reply(reply, &mut out);
         }
     }
 }

@@ -15,7 +15,7 @@ pub use aggregate::{AggFn, Aggregate};
 pub use chase::{Chase, NULL};
 pub use gather::Gather;
 pub use khop::KHop;
-pub use kv::{KvFind, KvGet, KvHot, KvIncr, KvMfind, KvMget, KvMput, KvPut, KvScan, KvStats};
+pub use kv::{KvFind, KvGet, KvHot, KvMedit, KvMfind, KvMget, KvMput, KvPut, KvScan, KvStats};
 pub use scan::{Cmp, Scan};
 
 use crate::memory::Miss;
@@ -63,7 +63,7 @@ pub fn by_name(name: &str) -> Option<&'static dyn Procedure> {
         KvMfind::NAME => &KvMfind,
         KvPut::NAME => &KvPut,
         KvMput::NAME => &KvMput,
-        KvIncr::NAME => &KvIncr,
+        KvMedit::NAME => &KvMedit,
         _ => return None,
     })
 }
@@ -95,7 +95,7 @@ pub fn all() -> Vec<Arc<dyn Procedure>> {
         Arc::new(KvMfind),
         Arc::new(KvPut),
         Arc::new(KvMput),
-        Arc::new(KvIncr),
+        Arc::new(KvMedit),
     ]
 }
 

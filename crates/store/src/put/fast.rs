@@ -12,6 +12,7 @@ use farcache_kvformat::wire::{self, NO_ITEM, PutArgs, PutGuard, PutReply, PutSta
 
 use super::{FindAt, Guard, Job, PutResult};
 use crate::options::Condition;
+use crate::runs::{KeyRun, add_runs};
 use crate::store::{Store, now_ms};
 
 impl Guard {
@@ -32,7 +33,7 @@ impl Store {
         self.inner.one_round_puts.load(Ordering::Relaxed)
     }
 
-    /// Puts by `kv_put`/`kv_mput` and counter steps by `kv_incr` (one round trip,
+    /// Puts by `kv_put`/`kv_mput` and edits by `kv_medit` (one round trip,
     /// the default), or only by finding the slot first and swinging it in a second
     /// round trip (to compare the two).
     pub fn set_one_round_puts(&self, on: bool) {
@@ -51,9 +52,10 @@ impl Store {
         let lay = self.inner.layout;
         let now = now_ms();
         let info = self.inner.cache.info();
-        let mut groups: Vec<(u32, Vec<usize>)> = Vec::new();
-        // Each job's arguments, encoded once (a lone key's are its op's).
-        let mut encoded: Vec<(usize, u64, Vec<u8>)> = Vec::with_capacity(todo.len());
+        // Each job's arguments, encoded once (a lone key's are its op's), and the
+        // job they are for.
+        let mut encoded: Vec<KeyRun> = Vec::with_capacity(todo.len());
+        let mut job_of: Vec<usize> = Vec::with_capacity(todo.len());
         {
             let mut free = self.inner.free.lock();
             for &j in todo {
@@ -92,12 +94,12 @@ impl Store {
                     value: job.value,
                 }
                 .encode_into(&mut args);
-                let server = self.server_of(&info, shard);
-                match groups.iter_mut().find(|(s, _)| *s == server) {
-                    Some((_, g)) => g.push(encoded.len()),
-                    None => groups.push((server, vec![encoded.len()])),
-                }
-                encoded.push((j, lay.bucket_addr(shard, bucket), args));
+                encoded.push(KeyRun {
+                    server: self.server_of(&info, shard),
+                    bucket_addr: lay.bucket_addr(shard, bucket),
+                    args,
+                });
+                job_of.push(j);
             }
         }
         if encoded.is_empty() {
@@ -105,30 +107,11 @@ impl Store {
         }
         let mut b = self.inner.cache.batch().with_capacity(encoded.len());
         // Per op: the jobs it carries, in order.
-        let mut ops: Vec<(usize, Vec<usize>)> = Vec::new();
-        let mut many = Vec::new();
-        for (_, g) in &groups {
-            for chunk in g.chunks(crate::lookup::MGET_KEYS) {
-                let op = match chunk {
-                    [e] => {
-                        let (_, addr, args) = &encoded[*e];
-                        b.execute(wire::KV_PUT, *addr, args)
-                    }
-                    _ => {
-                        many.clear();
-                        many.extend_from_slice(&(chunk.len() as u32).to_le_bytes());
-                        for &e in chunk {
-                            let (_, addr, args) = &encoded[e];
-                            many.extend_from_slice(&addr.to_le_bytes());
-                            many.extend_from_slice(&(args.len() as u32).to_le_bytes());
-                            many.extend_from_slice(args);
-                        }
-                        b.execute(wire::KV_MPUT, encoded[chunk[0]].1, &many)
-                    }
-                };
-                ops.push((op, chunk.iter().map(|&e| encoded[e].0).collect()));
-            }
-        }
+        let ops: Vec<(usize, Vec<usize>)> =
+            add_runs(&mut b, &encoded, wire::KV_MPUT, Some(wire::KV_PUT))
+                .into_iter()
+                .map(|(op, keys)| (op, keys.into_iter().map(|e| job_of[e]).collect()))
+                .collect();
         let r = b.run();
         let mut done = Vec::new();
         for (op, carried) in ops {

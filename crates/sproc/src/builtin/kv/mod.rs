@@ -23,15 +23,15 @@ const ATTEMPTS: usize = 8;
 const FIRST_READ: usize = 256;
 
 mod census;
+mod edit;
 mod find;
 mod get;
-mod incr;
 mod put;
 
 pub use census::{KvHot, KvScan, KvStats};
+pub use edit::KvMedit;
 pub use find::{KvFind, KvMfind};
 pub use get::{KvGet, KvMget};
-pub use incr::KvIncr;
 pub use put::{KvMput, KvPut};
 
 thread_local! {

@@ -124,12 +124,13 @@ impl Procedure for KvMput {
 /// [`put`], with memory it may not write here answered as [`PutStatus::Refused`]
 /// (with the item it holds, for the caller to keep).
 fn put_or_refuse(mem: &dyn WriteMemory, addr: u64, a: &PutArgs<'_>, buf: &mut Vec<u8>) -> PutReply {
-    let mut item = a.item;
-    put(mem, addr, a, buf, &mut item).unwrap_or(PutReply {
+    let mut held = Held::callers(a, false);
+    let r = put(mem, addr, a, buf, &mut held);
+    r.unwrap_or(PutReply {
         status: PutStatus::Refused,
         old: 0,
         generation: a.generation,
-        item,
+        item: held.item,
     })
 }
 
@@ -163,24 +164,48 @@ pub(super) type Missed = (Miss, u64, usize);
 pub(super) enum Decision<'v> {
     /// Nothing to write: answer this.
     Answer(PutStatus),
-    /// Write this value with this expiry and these item flags.
+    /// Write this value with this expiry and these item flags; `class` (word class,
+    /// bytes) is the one a fresh item takes, where not the caller's.
     Write {
         value: std::borrow::Cow<'v, [u8]>,
         expires_ms: u64,
         flags: u8,
+        class: Option<(u8, u32)>,
     },
 }
 
-/// The loop `kv_put` and `kv_incr` share: find the key's slot, let `decide` say
-/// what to write, take an item (`item`: the caller's, or fresh heap), write it and
-/// swing the slot to it, again if the slot changed meanwhile. `item` is the item it
+/// The item a writing run holds (the caller's, one it took, or [`NO_ITEM`]), and
+/// what it did with the caller's.
+pub(super) struct Held {
+    pub item: u64,
+    /// `item`'s word class and bytes.
+    pub class: (u8, u32),
+    /// Where the caller allows it (`Some`), the caller's item set aside as too
+    /// small, for the caller to keep ([`NO_ITEM`]: none).
+    pub spare: Option<u64>,
+}
+
+impl Held {
+    /// The caller's item, with a spare allowed or not.
+    pub(super) fn callers(a: &PutArgs<'_>, spare: bool) -> Self {
+        Held {
+            item: a.item,
+            class: (a.word_class, a.size),
+            spare: spare.then_some(NO_ITEM),
+        }
+    }
+}
+
+/// The loop `kv_put` and `kv_medit` share: find the key's slot, let `decide` say
+/// what to write, take an item (`held`: the caller's, or fresh heap), write it and
+/// swing the slot to it, again if the slot changed meanwhile. `held` is what it
 /// holds afterwards, also when memory refuses it.
 pub(super) fn swing<'v>(
     mem: &dyn WriteMemory,
     addr: u64,
     a: &PutArgs<'_>,
     buf: &mut Vec<u8>,
-    item: &mut u64,
+    held: &mut Held,
     mut decide: impl FnMut(&FindReply, Option<(&[u8], u64, u8)>) -> Decision<'v>,
 ) -> Result<PutReply, Missed> {
     let l = wire::Lookup {
@@ -206,43 +231,59 @@ pub(super) fn swing<'v>(
             return Ok(answer(PutStatus::Stale, 0, f.generation, NO_ITEM));
         }
         if f.status == wire::BUSY {
-            return Ok(answer(PutStatus::Busy, 0, f.generation, *item));
+            return Ok(answer(PutStatus::Busy, 0, f.generation, held.item));
         }
         let current = hit
             .filter(|_| !f.expired)
             .map(|it| (&buf[it.value.0..it.value.1], it.expires_ms, it.flags));
         let (value, expires_ms, flags) = match decide(&f, current) {
-            Decision::Answer(status) => return Ok(answer(status, 0, f.generation, *item)),
+            Decision::Answer(status) => return Ok(answer(status, 0, f.generation, held.item)),
             Decision::Write {
                 value,
                 expires_ms,
                 flags,
-            } => (value, expires_ms, flags),
+                class: want,
+            } => {
+                match (want, held.spare) {
+                    (Some(c), _) if held.item == NO_ITEM => held.class = c,
+                    // The caller's item is too small for what is to be written now.
+                    (Some(c), Some(_)) if c.1 > held.class.1 && held.item == a.item => {
+                        held.spare = Some(held.item);
+                        held.item = NO_ITEM;
+                        held.class = c;
+                    }
+                    (Some(c), _) if c.1 > held.class.1 => {
+                        return Ok(answer(PutStatus::Refused, 0, f.generation, held.item));
+                    }
+                    _ => {}
+                }
+                (value, expires_ms, flags)
+            }
         };
         let Some(s) = put_target(&f) else {
-            return Ok(answer(PutStatus::Full, 0, f.generation, *item));
+            return Ok(answer(PutStatus::Full, 0, f.generation, held.item));
         };
         let expect = f.words[s];
         if SlotWord::is_item(expect) && SlotWord(expect).is_hot() {
-            return Ok(answer(PutStatus::Hot, 0, f.generation, *item));
+            return Ok(answer(PutStatus::Hot, 0, f.generation, held.item));
         }
-        if *item == NO_ITEM {
+        if held.item == NO_ITEM {
             let bump = a.shard_base.saturating_add(layout::BUMP);
             let old = mem
-                .fetch_add(bump, u64::from(a.size))
+                .fetch_add(bump, u64::from(held.class.1))
                 .map_err(|m| (m, bump, 8))?;
-            match layout::carve(a.heap_start, a.shard_size, old, a.size) {
-                Some(o) => *item = o,
+            match layout::carve(a.heap_start, a.shard_size, old, held.class.1) {
+                Some(o) => held.item = o,
                 None => return Ok(answer(PutStatus::NoHeap, 0, f.generation, NO_ITEM)),
             }
         }
         buf.clear();
         item::encode_into(buf, a.key, &value, expires_ms, flags);
-        if buf.len() > a.size as usize {
+        if buf.len() > held.class.1 as usize {
             // The caller's class was checked for its widest value: not reached.
-            return Ok(answer(PutStatus::Refused, 0, f.generation, *item));
+            return Ok(answer(PutStatus::Refused, 0, f.generation, held.item));
         }
-        let at = a.shard_base.saturating_add(*item);
+        let at = a.shard_base.saturating_add(held.item);
         mem.write(at, buf).map_err(|m| (m, at, buf.len()))?;
         let bucket = if f.pair {
             layout::pair_bucket_addr(addr)
@@ -250,13 +291,15 @@ pub(super) fn swing<'v>(
             addr
         };
         let slot_at = bucket.saturating_add(s as u64 * 8);
-        let new = SlotWord::new(a.tag, a.word_class, *item).after(expect).0;
+        let new = SlotWord::new(a.tag, held.class.0, held.item)
+            .after(expect)
+            .0;
         // The item is whole before the slot names it (this run wrote it first).
         if mem.cas(slot_at, expect, new).map_err(|m| (m, slot_at, 8))? == expect {
-            return Ok(answer(PutStatus::Written, expect, f.generation, *item));
+            return Ok(answer(PutStatus::Written, expect, f.generation, held.item));
         }
     }
-    Ok(answer(PutStatus::Busy, 0, generation, *item))
+    Ok(answer(PutStatus::Busy, 0, generation, held.item))
 }
 
 /// One key's put.
@@ -265,13 +308,14 @@ fn put(
     addr: u64,
     a: &PutArgs<'_>,
     buf: &mut Vec<u8>,
-    item: &mut u64,
+    held: &mut Held,
 ) -> Result<PutReply, Missed> {
-    swing(mem, addr, a, buf, item, |f, _| match a.guard.allows(f) {
+    swing(mem, addr, a, buf, held, |f, _| match a.guard.allows(f) {
         true => Decision::Write {
             value: std::borrow::Cow::Borrowed(a.value),
             expires_ms: a.expires_ms,
             flags: a.flags,
+            class: None,
         },
         false => Decision::Answer(PutStatus::Skipped),
     })

@@ -1,0 +1,53 @@
+//! Multi-key runs: a batch's per-key arguments grouped by the server holding each
+//! key's shard, one run (`kv_mput`, `kv_medit`) per server for up to
+//! [`MGET_KEYS`](crate::lookup::MGET_KEYS) keys, as `[count u32]` then per key its
+//! bucket's address (u64), its arguments' length (u32) and its arguments.
+
+use farcache_client::Batch;
+
+/// One key's part of a multi-key run.
+pub(crate) struct KeyRun {
+    pub server: u32,
+    pub bucket_addr: u64,
+    pub args: Vec<u8>,
+}
+
+/// Adds `keys`' runs to `b`: `proc` for a group of keys, `single` (if any) with
+/// the key's own arguments for a key alone on its server. Per op added: the op
+/// and the indices of the keys it carries, in order.
+pub(crate) fn add_runs(
+    b: &mut Batch,
+    keys: &[KeyRun],
+    proc: &str,
+    single: Option<&str>,
+) -> Vec<(usize, Vec<usize>)> {
+    let mut groups: Vec<(u32, Vec<usize>)> = Vec::new();
+    for (i, k) in keys.iter().enumerate() {
+        match groups.iter_mut().find(|(s, _)| *s == k.server) {
+            Some((_, g)) => g.push(i),
+            None => groups.push((k.server, vec![i])),
+        }
+    }
+    let mut ops = Vec::new();
+    let mut many = Vec::new();
+    for (_, g) in &groups {
+        for chunk in g.chunks(crate::lookup::MGET_KEYS) {
+            let op = match (chunk, single) {
+                ([i], Some(one)) => b.execute(one, keys[*i].bucket_addr, &keys[*i].args),
+                _ => {
+                    many.clear();
+                    many.extend_from_slice(&(chunk.len() as u32).to_le_bytes());
+                    for &i in chunk {
+                        let k = &keys[i];
+                        many.extend_from_slice(&k.bucket_addr.to_le_bytes());
+                        many.extend_from_slice(&(k.args.len() as u32).to_le_bytes());
+                        many.extend_from_slice(&k.args);
+                    }
+                    b.execute(proc, keys[chunk[0]].bucket_addr, &many)
+                }
+            };
+            ops.push((op, chunk.to_vec()));
+        }
+    }
+    ops
+}
