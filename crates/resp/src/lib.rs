@@ -17,6 +17,7 @@
 
 pub mod auth;
 mod cmd;
+mod edit;
 pub mod error;
 mod offload;
 pub mod parse;

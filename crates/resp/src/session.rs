@@ -103,12 +103,12 @@ impl Session {
     }
 
     /// A counter's step, `APPEND` or `SETRANGE` with valid arguments
-    /// ([`crate::cmd::strings::edit_of`]) from a connection allowed to write,
+    /// ([`crate::edit::edit_of`]) from a connection allowed to write,
     /// outside a transaction: batched by key with other connections'.
     pub fn batched_edit(&self, a: &Args) -> bool {
         self.access == Some(Access::ReadWrite)
             && self.tx.is_none()
-            && crate::cmd::strings::edit_of(a).is_some()
+            && crate::edit::edit_of(a).is_some()
     }
 
     /// `SET key value` or `MSET key value...` (not [`Session::heavy`]) from a

@@ -8,6 +8,7 @@
 //! |---|---|
 //! | `backup-before-stream-check` | a backup has read a replication frame and is about to check that its stream is still the owner's newest |
 //! | `owner-before-release` | an owner's backups acknowledged writes; the responses waiting for them are about to go out |
+//! | `execute-refuse-args` | with `return(HEX)`: an EXECUTE whose arguments contain the bytes `HEX` is answered `NOT_SERVING`, as by a server whose region fails over (in-process clusters set it with `fail::cfg`) |
 
 /// Applies `FAILPOINTS` for the life of the process (a no-op without the feature).
 pub fn from_env() {
@@ -23,4 +24,25 @@ pub fn from_env() {
         }
         std::mem::forget(scenario);
     }
+}
+
+/// Whether `execute-refuse-args` refuses an EXECUTE with these arguments.
+#[cfg(feature = "failpoints")]
+pub(crate) fn refuses_execute(args: &[u8]) -> bool {
+    let needle = fail::eval("execute-refuse-args", |hex| hex.map(|h| unhex(&h)));
+    match needle.flatten().flatten() {
+        Some(n) if !n.is_empty() => args.windows(n.len()).any(|w| w == n),
+        _ => false,
+    }
+}
+
+#[cfg(feature = "failpoints")]
+fn unhex(h: &str) -> Option<Vec<u8>> {
+    let h = h.as_bytes();
+    if !h.len().is_multiple_of(2) {
+        return None;
+    }
+    h.chunks(2)
+        .map(|p| u8::from_str_radix(std::str::from_utf8(p).ok()?, 16).ok())
+        .collect()
 }

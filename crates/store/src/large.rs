@@ -331,10 +331,56 @@ impl Store {
         wait_all: bool,
     ) -> Result<Option<Bytes>> {
         let m = Manifest::decode(manifest_bytes)?;
+        let d = usize::from(m.data);
+        let mut got: Vec<(usize, Vec<u8>)> = Vec::with_capacity(m.chunks());
+        let started = std::time::Instant::now();
+        let mut pause = std::time::Duration::from_millis(5);
+        loop {
+            let asked: Vec<usize> = (0..m.chunks())
+                .filter(|c| got.iter().all(|(g, _)| g != c))
+                .collect();
+            let pass = self.read_chunks(key, &m, &asked, &mut got, wait_all);
+            if got.len() >= d {
+                break;
+            }
+            if pass.missing > 0 && pass.failed == pass.missing {
+                // Pieces evicted or expired: a miss, as for any cached value.
+                return Ok(None);
+            }
+            // A chunk's server failing over or moving its region: ask again for
+            // what is still missing, as other store calls retry.
+            let transient = pass.first_error.as_ref().is_some_and(|e| e.is_transient());
+            if !transient || started.elapsed() + pause >= crate::store::TRANSIENT_BUDGET {
+                return Err(StoreError::Unreadable {
+                    readable: got.len(),
+                    chunks: m.chunks(),
+                    data: d,
+                    first_error: pass.first_error,
+                });
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(std::time::Duration::from_millis(500));
+        }
+        let value = decode(&m, got)?;
+        Ok(Some(Bytes::from(value)))
+    }
+
+    /// One pass over chunks `asked` of the object `m` describes, all asked for at
+    /// once: each whose pieces all arrive goes into `got`, until enough are there
+    /// to decode (or, with `wait_all`, every chunk asked has answered).
+    fn read_chunks(
+        &self,
+        key: &[u8],
+        m: &Manifest,
+        asked: &[usize],
+        got: &mut Vec<(usize, Vec<u8>)>,
+        wait_all: bool,
+    ) -> ChunkPass {
         let now = crate::store::now_ms();
         let mut args = Vec::new();
-        let mut tickets: Vec<(usize, Ticket)> = (0..m.chunks())
-            .map(|c| {
+        let mut tickets: Vec<(usize, Ticket)> = asked
+            .iter()
+            .map(|&c| {
                 let mut b = self.inner.cache.batch().with_capacity(m.pieces() as usize);
                 for j in 0..m.pieces() {
                     let k = manifest::piece_key(m.piece_shard(c, j), m.version, c as u8, j, key);
@@ -344,18 +390,10 @@ impl Store {
             })
             .collect();
         let d = usize::from(m.data);
-        let mut got: Vec<(usize, Vec<u8>)> = Vec::with_capacity(m.chunks());
-        let mut failed = 0;
-        let mut missing = 0;
-        let mut first_error = None;
-        let enough = |got: usize, failed: usize| {
-            if wait_all {
-                got + failed == m.chunks()
-            } else {
-                got >= d || failed > usize::from(m.parity)
-            }
-        };
-        while !enough(got.len(), failed) && !tickets.is_empty() {
+        let mut pass = ChunkPass::default();
+        // Without `wait_all`, done once `d` chunks are here or can no longer be.
+        while !tickets.is_empty() && (wait_all || (got.len() < d && got.len() + tickets.len() >= d))
+        {
             let mut progressed = false;
             tickets.retain_mut(|(c, t)| {
                 let Some(r) = t.try_take() else {
@@ -373,12 +411,12 @@ impl Store {
                         }
                         Ok(_) => {
                             whole = false;
-                            missing += 1;
+                            pass.missing += 1;
                             break;
                         }
                         Err(e) => {
                             whole = false;
-                            first_error.get_or_insert(Box::new(e));
+                            pass.first_error.get_or_insert(Box::new(e));
                             break;
                         }
                     }
@@ -386,7 +424,7 @@ impl Store {
                 if whole {
                     got.push((*c, chunk));
                 } else {
-                    failed += 1;
+                    pass.failed += 1;
                 }
                 false
             });
@@ -395,21 +433,7 @@ impl Store {
             }
         }
         // The rest are not waited for (a stopped server's chunk just stays late).
-        drop(tickets);
-        if got.len() < d {
-            if missing > 0 && failed == missing {
-                // Pieces evicted or expired: a miss, as for any cached value.
-                return Ok(None);
-            }
-            return Err(StoreError::Unreadable {
-                readable: got.len(),
-                chunks: m.chunks(),
-                data: d,
-                first_error,
-            });
-        }
-        let value = decode(&m, got)?;
-        Ok(Some(Bytes::from(value)))
+        pass
     }
 
     /// The key's home shard failed: look for a manifest copy beside the chunks.
@@ -574,4 +598,14 @@ fn decode(m: &Manifest, mut got: Vec<(usize, Vec<u8>)>) -> Result<Vec<u8>> {
         ));
     }
     Ok(value)
+}
+
+/// What one pass over an object's chunks met besides the chunks it read.
+#[derive(Default)]
+struct ChunkPass {
+    /// Chunks that failed: a piece missing, or an error.
+    failed: usize,
+    /// Of those, the ones with a piece missing (evicted or expired).
+    missing: usize,
+    first_error: Option<Box<StoreError>>,
 }

@@ -404,9 +404,19 @@ fn print_servers(cluster: &LocalCluster) -> Result<()> {
     for s in cluster.servers() {
         let st = s.stats();
         let ops: u64 = st.ops.iter().map(|o| o.count).sum();
-        let errs: u64 = st.ops.iter().map(|o| o.errors).sum();
+        // Refused ops by name: the read-only token's refused write shows here.
+        let refused: Vec<String> = st
+            .ops
+            .iter()
+            .filter(|o| o.errors > 0)
+            .map(|o| format!("{} {}", o.op, o.errors))
+            .collect();
+        let refused = match refused.is_empty() {
+            true => "none refused".to_string(),
+            false => format!("refused: {}", refused.join(", ")),
+        };
         outln!(
-            "  server {} at {}: {} regions, {} used, {ops} ops, {errs} errors",
+            "  server {} at {}: {} regions, {} used, {ops} ops, {refused}",
             st.server_id,
             s.addr(),
             st.regions,

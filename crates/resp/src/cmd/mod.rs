@@ -9,7 +9,7 @@ mod keyspace;
 mod lcs;
 mod rmw;
 
-pub(crate) mod strings;
+mod strings;
 mod tx;
 
 use crate::auth::Access;

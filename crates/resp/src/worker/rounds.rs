@@ -232,7 +232,7 @@ impl Worker {
         let mut per_key: Vec<Vec<usize>> = Vec::new();
         let mut programs: Vec<Vec<Edit<'_>>> = Vec::new();
         for (c, (_, a)) in edits.iter().enumerate() {
-            let Some(e) = cmd::strings::edit_of(a) else {
+            let Some(e) = crate::edit::edit_of(a) else {
                 continue;
             };
             let k = *slot_of.entry(&a[1][..]).or_insert_with(|| {
@@ -271,7 +271,7 @@ impl Worker {
                 buf: &mut c.out,
                 proto: c.s.proto,
             };
-            cmd::strings::edit_reply(reply, &mut out);
+            crate::edit::edit_reply(reply, &mut out);
         }
     }
 }

@@ -465,6 +465,11 @@ fn run_execute(
     spawned: &mut Vec<Spawned>,
 ) {
     let code = OpCode::Execute;
+    #[cfg(feature = "failpoints")]
+    if crate::failpoints::refuses_execute(call.args) {
+        enc.status(out, code, Status::NotServing);
+        return;
+    }
     let mem = FlowMemory::new(c, None);
     // A finished call's output is written in place, then made a DONE_RUN reply.
     let start = out.len();
