@@ -18,7 +18,7 @@ pub mod verify;
 
 pub use error::TestkitError;
 pub use lab::Lab;
-pub use local::LocalCluster;
+pub use local::{IN_PROCESS_HEARTBEAT_TIMEOUT, LocalCluster};
 pub use options::ClusterOptions;
 pub use process::ProcessCluster;
 pub use verify::{Verifier, VerifyReport};

@@ -17,6 +17,19 @@ pub struct LocalCluster {
     _dir: tempfile::TempDir,
 }
 
+/// The heartbeat timeout of an in-process cluster left at the default. Its servers
+/// cannot die alone, so a short timeout only ever declares a server dead whose
+/// heartbeat thread a loaded machine starved (a test failed so at load 15).
+pub const IN_PROCESS_HEARTBEAT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// `asked`, or [`IN_PROCESS_HEARTBEAT_TIMEOUT`] where it is the default.
+fn in_process_timeout(asked: std::time::Duration) -> std::time::Duration {
+    match asked == ClusterOptions::default().heartbeat_timeout {
+        true => IN_PROCESS_HEARTBEAT_TIMEOUT,
+        false => asked,
+    }
+}
+
 impl LocalCluster {
     pub fn start(opts: &ClusterOptions) -> Result<Self, TestkitError> {
         let dir = tempfile::tempdir()?;
@@ -25,7 +38,7 @@ impl LocalCluster {
         let mut mc = ManagerConfig::new(loopback, dir.path(), secret.clone());
         mc.region_size = opts.region_size;
         mc.heartbeat_interval = opts.heartbeat_interval;
-        mc.heartbeat_timeout = opts.heartbeat_timeout;
+        mc.heartbeat_timeout = in_process_timeout(opts.heartbeat_timeout);
         let manager = Manager::start(mc)?;
         let manager_addr = manager.addr();
         let mut servers = Vec::new();

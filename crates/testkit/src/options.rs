@@ -8,6 +8,8 @@ pub struct ClusterOptions {
     pub server_threads: usize,
     pub region_size: u64,
     pub heartbeat_interval: Duration,
+    /// Left at the default (1 s), an in-process cluster uses
+    /// [`IN_PROCESS_HEARTBEAT_TIMEOUT`](crate::IN_PROCESS_HEARTBEAT_TIMEOUT).
     pub heartbeat_timeout: Duration,
     /// Servers batch messages to each other per destination (see `ServerConfig`).
     pub peer_batching: bool,
