@@ -6,14 +6,13 @@
 //! server) takes a read-modify-write ([`Store::update_many`]) with the same rules
 //! ([`wire::apply_edits`]).
 
-use farcache_client::{OpError, Status};
 use farcache_kvformat::wire::{
     self, COUNTER_DIGITS, Edit, EditReply, Edited, NO_ITEM, PutArgs, PutGuard, PutStatus,
 };
 use farcache_kvformat::{SlotWord, class, item};
 
 use crate::large::MAX_VALUE;
-use crate::runs::{KeyRun, add_runs};
+use crate::runs::{KeyRun, add_runs, run_replies};
 use crate::store::{Store, now_ms};
 use crate::update::Update;
 use crate::{Result, StoreError};
@@ -183,24 +182,15 @@ impl Store {
         let ops = add_runs(&mut b, &sent, wire::KV_MEDIT, None);
         let r = b.run();
         for (op, carried) in ops {
-            let replies = r.bytes(op).map_err(|e| e.to_string()).and_then(|raw| {
-                wire::decode_medit_reply(&raw)
-                    .map_err(|e| e.to_string())
-                    .and_then(|v| match v.len() == carried.len() {
-                        true => Ok(v),
-                        false => Err(format!("{} outcomes for {} keys", v.len(), carried.len())),
-                    })
-            });
-            let replies = match replies {
+            let replies = match run_replies(&r, op, carried.len(), wire::decode_medit_reply) {
                 Ok(v) => v,
-                Err(why) => {
-                    let never_ran =
-                        matches!(r.error(op), Some(OpError::Status(Status::NoSuchProc)));
+                Err(f) => {
+                    let never_ran = f.never_ran;
                     if never_ran {
                         // A server older than `kv_medit`: the two-round road from now on.
                         self.set_one_round_puts(false);
                     }
-                    tracing::trace!(error = %why, "kv_medit: its keys go the two-round road");
+                    tracing::trace!(error = %f.why, "kv_medit: its keys go the two-round road");
                     for &e in &carried {
                         let (i, shard, o) = sent_keys[e];
                         // A run that may have published its items keeps them (a

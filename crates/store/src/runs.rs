@@ -3,7 +3,8 @@
 //! [`MGET_KEYS`](crate::lookup::MGET_KEYS) keys, as `[count u32]` then per key its
 //! bucket's address (u64), its arguments' length (u32) and its arguments.
 
-use farcache_client::Batch;
+use farcache_client::{Batch, BatchResults, OpError, Status};
+use farcache_kvformat::FormatError;
 
 /// One key's part of a multi-key run.
 pub(crate) struct KeyRun {
@@ -50,4 +51,32 @@ pub(crate) fn add_runs(
         }
     }
     ops
+}
+
+/// Why a run's replies could not be had.
+pub(crate) struct RunFailed {
+    pub why: String,
+    /// The server has no such procedure: the run never ran.
+    pub never_ran: bool,
+}
+
+/// Op `op`'s replies, decoded by `decode`: one per key of the `keys` it carried.
+pub(crate) fn run_replies<T>(
+    r: &BatchResults,
+    op: usize,
+    keys: usize,
+    decode: impl FnOnce(&[u8]) -> Result<Vec<T>, FormatError>,
+) -> Result<Vec<T>, RunFailed> {
+    let replies = r.bytes(op).map_err(|e| e.to_string()).and_then(|raw| {
+        decode(&raw)
+            .map_err(|e| e.to_string())
+            .and_then(|v| match v.len() == keys {
+                true => Ok(v),
+                false => Err(format!("{} outcomes for {keys} keys", v.len())),
+            })
+    });
+    replies.map_err(|why| RunFailed {
+        why,
+        never_ran: matches!(r.error(op), Some(OpError::Status(Status::NoSuchProc))),
+    })
 }

@@ -6,13 +6,12 @@
 
 use std::sync::atomic::Ordering;
 
-use farcache_client::OpError;
 use farcache_kvformat::SlotWord;
 use farcache_kvformat::wire::{self, NO_ITEM, PutArgs, PutGuard, PutReply, PutStatus};
 
 use super::{FindAt, Guard, Job, PutResult};
 use crate::options::Condition;
-use crate::runs::{KeyRun, add_runs};
+use crate::runs::{KeyRun, add_runs, run_replies};
 use crate::store::{Store, now_ms};
 
 impl Guard {
@@ -115,28 +114,18 @@ impl Store {
         let r = b.run();
         let mut done = Vec::new();
         for (op, carried) in ops {
-            let replies = r.bytes(op).map_err(|e| e.to_string()).and_then(|raw| {
-                match carried.len() {
-                    1 => PutReply::decode(&raw).map(|p| vec![p]),
-                    _ => wire::decode_mput_reply(&raw),
-                }
-                .map_err(|e| e.to_string())
-                .and_then(|v| match v.len() == carried.len() {
-                    true => Ok(v),
-                    false => Err(format!("{} outcomes for {} keys", v.len(), carried.len())),
-                })
-            });
-            let replies = match replies {
+            let single = carried.len() == 1;
+            let replies = match run_replies(&r, op, carried.len(), |raw| match single {
+                true => PutReply::decode(raw).map(|p| vec![p]),
+                false => wire::decode_mput_reply(raw),
+            }) {
                 Ok(v) => v,
-                Err(why) => {
-                    if matches!(
-                        r.error(op),
-                        Some(OpError::Status(farcache_client::Status::NoSuchProc))
-                    ) {
+                Err(f) => {
+                    if f.never_ran {
                         // A server older than `kv_put`: the two-round road from now on.
                         self.set_one_round_puts(false);
                     }
-                    tracing::trace!(error = %why, "kv_mput: its keys go the two-round road");
+                    tracing::trace!(error = %f.why, "kv_mput: its keys go the two-round road");
                     retry.extend_from_slice(&carried);
                     continue;
                 }

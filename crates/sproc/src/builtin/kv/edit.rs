@@ -12,7 +12,7 @@ use farcache_kvformat::wire::{
     decode_edits, decode_mput,
 };
 
-use super::put::{Decision, Held, Missed, check, swing};
+use super::put::{Decision, Held, Missed, check, each_key, swing, writes_only};
 use super::*;
 use crate::WriteMemory;
 
@@ -29,9 +29,7 @@ impl Procedure for KvMedit {
     }
 
     fn run(&self, _mem: &dyn Memory, _addr: u64, _args: &[u8]) -> Result<Outcome, SprocError> {
-        Err(SprocError::Flow(
-            "kv_medit writes: a server runs it only where its buckets are".into(),
-        ))
+        Err(writes_only(wire::KV_MEDIT))
     }
 
     fn writes(&self) -> bool {
@@ -63,26 +61,10 @@ impl Procedure for KvMedit {
             });
         }
         out.extend_from_slice(&(keys.len() as u32).to_le_bytes());
-        let views: Vec<wire::MgetKey<'_>> = keys
-            .iter()
-            .map(|(bucket_addr, a)| wire::MgetKey {
-                tag: a.tag,
-                bucket_addr: *bucket_addr,
-                shard_base: a.shard_base,
-                refs_addr: a.refs_addr,
-                key: a.key,
-            })
-            .collect();
-        let mut next = keys.iter().zip(&edits);
-        SCRATCH.with(|s| {
-            let mut buf = s.borrow_mut();
-            pipelined(mem, &views, |_| {
-                if let Some(((bucket_addr, a), e)) = next.next() {
-                    edit_or_refuse(mem, *bucket_addr, a, e, &mut buf).encode_into(out);
-                }
-                Ok::<(), SprocError>(())
-            })
-        })
+        each_key(mem, &keys, |i, bucket_addr, a, buf| {
+            edit_or_refuse(mem, bucket_addr, a, &edits[i], buf).encode_into(out);
+        });
+        Ok(())
     }
 }
 

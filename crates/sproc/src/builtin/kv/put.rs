@@ -31,9 +31,7 @@ impl Procedure for KvPut {
     }
 
     fn run(&self, _mem: &dyn Memory, _addr: u64, _args: &[u8]) -> Result<Outcome, SprocError> {
-        Err(SprocError::Flow(
-            "kv_put writes: a server runs it only where its bucket is".into(),
-        ))
+        Err(writes_only(wire::KV_PUT))
     }
 
     fn writes(&self) -> bool {
@@ -69,9 +67,7 @@ impl Procedure for KvMput {
     }
 
     fn run(&self, _mem: &dyn Memory, _addr: u64, _args: &[u8]) -> Result<Outcome, SprocError> {
-        Err(SprocError::Flow(
-            "kv_mput writes: a server runs it only where its buckets are".into(),
-        ))
+        Err(writes_only(wire::KV_MPUT))
     }
 
     fn writes(&self) -> bool {
@@ -97,28 +93,47 @@ impl Procedure for KvMput {
             });
         }
         out.extend_from_slice(&(keys.len() as u32).to_le_bytes());
-        let views: Vec<wire::MgetKey<'_>> = keys
-            .iter()
-            .map(|(bucket_addr, a)| wire::MgetKey {
-                tag: a.tag,
-                bucket_addr: *bucket_addr,
-                shard_base: a.shard_base,
-                refs_addr: a.refs_addr,
-                key: a.key,
-            })
-            .collect();
-        let mut next = keys.iter();
-        SCRATCH.with(|s| {
-            let mut buf = s.borrow_mut();
-            pipelined(mem, &views, |_| {
-                if let Some((bucket_addr, a)) = next.next() {
-                    let r = put_or_refuse(mem, *bucket_addr, a, &mut buf);
-                    out.extend_from_slice(&r.encode());
-                }
-                Ok::<(), SprocError>(())
-            })
-        })
+        each_key(mem, &keys, |_, bucket_addr, a, buf| {
+            out.extend_from_slice(&put_or_refuse(mem, bucket_addr, a, buf).encode());
+        });
+        Ok(())
     }
+}
+
+/// Runs `serve` on each key of a multi-key run in order (its index, bucket address,
+/// arguments and the scratch buffer), with `kv_mget`'s prefetch pipeline.
+pub(super) fn each_key(
+    mem: &dyn WriteMemory,
+    keys: &[(u64, PutArgs<'_>)],
+    mut serve: impl FnMut(usize, u64, &PutArgs<'_>, &mut Vec<u8>),
+) {
+    let views: Vec<wire::MgetKey<'_>> = keys
+        .iter()
+        .map(|(bucket_addr, a)| wire::MgetKey {
+            tag: a.tag,
+            bucket_addr: *bucket_addr,
+            shard_base: a.shard_base,
+            refs_addr: a.refs_addr,
+            key: a.key,
+        })
+        .collect();
+    let mut next = keys.iter().enumerate();
+    SCRATCH.with(|s| {
+        let mut buf = s.borrow_mut();
+        let _ = pipelined(mem, &views, |_| {
+            if let Some((i, (bucket_addr, a))) = next.next() {
+                serve(i, *bucket_addr, a, &mut buf);
+            }
+            Ok::<(), std::convert::Infallible>(())
+        });
+    });
+}
+
+/// The error of a writing procedure asked to run as a reading one.
+pub(super) fn writes_only(proc: &str) -> SprocError {
+    SprocError::Flow(format!(
+        "{proc} writes: a server runs it only where its buckets are"
+    ))
 }
 
 /// [`put`], with memory it may not write here answered as [`PutStatus::Refused`]
