@@ -26,7 +26,16 @@ fn bench_resp_compares_the_front_end_with_redis() {
             })
             .count()
     };
-    for op in ["SET", "GET", "INCR", "MSET", "MGET x10", "MGET x100"] {
+    for op in [
+        "SET",
+        "GET",
+        "INCR",
+        "MSET",
+        "MGET x10",
+        "MGET x100",
+        "APPEND",
+        "SETRANGE",
+    ] {
         assert!(of("farcache-resp", op) >= 1, "no farcache {op} row: {v}");
         assert!(of("redis", op) >= 1, "no redis {op} row: {v}");
     }

@@ -6,7 +6,8 @@
 //! README's (`farcache up`: three servers, one worker thread each) with two
 //! event-loop threads; Redis is one process with as many I/O threads. The grid is
 //! the issue's: `-t set,get,incr,mset` with `-r` (random keys) and without (one key),
-//! unpipelined and pipelined.
+//! unpipelined and pipelined; then `APPEND` and `SETRANGE` with `-r`, unpipelined and
+//! pipelined.
 
 pub mod output;
 
@@ -164,6 +165,22 @@ pub fn run_resp_bench(o: &RespBenchOptions) -> Result<RespReport> {
             args,
         ));
     }
+    // Edits of a value where it lives (not in redis-benchmark's `-t` list), on keys
+    // of their own so the values they grow stay out of the GET rows.
+    let append = ["APPEND", "app:__rand_int__", "abcdefgh"];
+    let setrange = ["SETRANGE", "rng:__rand_int__", "4", "abcdefgh"];
+    for cmd in [&append[..], &setrange[..]] {
+        for p in [1, o.pipeline] {
+            cases.push((
+                format!("{} P={p}", cmd[0]),
+                RedisOpts {
+                    pipeline: p,
+                    ..base.clone()
+                },
+                cmd.iter().map(|a| a.to_string()).collect(),
+            ));
+        }
+    }
     for (label, opts, custom) in &cases {
         let mut by_system: Vec<(&str, Vec<RedisResult>)> = Vec::new();
         for &(name, port, pw) in &targets {
@@ -184,10 +201,10 @@ pub fn run_resp_bench(o: &RespBenchOptions) -> Result<RespReport> {
         };
         for (name, results) in &by_system {
             for r in results {
-                let op = if custom.is_empty() {
-                    r.test.clone()
-                } else {
-                    format!("MGET x{}", custom.len() - 1)
+                let op = match custom.first().map(String::as_str) {
+                    None => r.test.clone(),
+                    Some("MGET") => format!("MGET x{}", custom.len() - 1),
+                    Some(cmd) => cmd.to_string(),
                 };
                 let keys = if opts.keyspace == 0 {
                     "1 key".to_string()
