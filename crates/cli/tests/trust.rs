@@ -155,6 +155,19 @@ fn strangers_spoofed_roles_and_foreign_tokens_are_refused() {
         ("write", r_alpha.write(0, b"x").expect_err("write")),
         ("fetch_add", r_alpha.fetch_add(0, 1).expect_err("fetch_add")),
         ("cas", r_alpha.cas(0, 0, 1).expect_err("cas")),
+        // Writing procedures are refused before their arguments are read.
+        (
+            "kv_put",
+            r_alpha.execute("kv_put", 0, b"x").expect_err("kv_put"),
+        ),
+        (
+            "kv_mput",
+            r_alpha.execute("kv_mput", 0, b"x").expect_err("kv_mput"),
+        ),
+        (
+            "kv_medit",
+            r_alpha.execute("kv_medit", 0, b"x").expect_err("kv_medit"),
+        ),
     ] {
         assert!(
             matches!(e, ClientError::Op(OpError::Status(Status::Forbidden))),

@@ -4,8 +4,7 @@
 
 use std::time::Duration;
 
-use farcache_store::Edit;
-use farcache_store::{Condition, PutOptions};
+use farcache_store::{Condition, Edit, PutOptions};
 
 use crate::edit::edit_reply;
 
