@@ -12,6 +12,11 @@ command -v memcached >/dev/null 2>&1 || need_pkgs+=(memcached)
 # one-way cuts and vanishing hosts in the switch (nftables).
 command -v ip >/dev/null 2>&1 || need_pkgs+=(iproute2)
 command -v nft >/dev/null 2>&1 || need_pkgs+=(nftables)
+# The manager's etcd catalogue: its client crate compiles etcd's protobufs (protoc);
+# tests run a 3-member etcd on loopback (etcd, etcdctl).
+command -v protoc >/dev/null 2>&1 || need_pkgs+=(protobuf-compiler)
+command -v etcd >/dev/null 2>&1 || need_pkgs+=(etcd-server)
+command -v etcdctl >/dev/null 2>&1 || need_pkgs+=(etcd-client)
 # The Python package's tests build it in a venv.
 command -v python3 >/dev/null 2>&1 || need_pkgs+=(python3)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_pkgs+=(python3-venv python3-pip)
@@ -22,7 +27,7 @@ if [ "${#need_pkgs[@]}" -gt 0 ] && [ "${FARCACHE_SKIP_APT:-}" != 1 ]; then
     apt-get install -y -q "${need_pkgs[@]}" >/dev/null 2>&1 \
       || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q "${need_pkgs[@]}" >/dev/null; }
   else
-    echo "note: ${need_pkgs[*]} missing; install them (sudo apt-get install -y ${need_pkgs[*]}) for benchmarks" >&2
+    echo "note: ${need_pkgs[*]} missing; install them (sudo apt-get install -y ${need_pkgs[*]}) for building, tests and benchmarks" >&2
   fi
 fi
 

@@ -68,7 +68,9 @@ fn control_kind(code: ControlErrorCode) -> &'static str {
         ControlErrorCode::InsufficientMemory => "InsufficientMemory",
         ControlErrorCode::InvalidArgument => "InvalidArgument",
         // A server's own link; a client sees it only if it relays one.
-        ControlErrorCode::Unavailable | ControlErrorCode::Fenced => "Unavailable",
+        ControlErrorCode::Unavailable | ControlErrorCode::Fenced | ControlErrorCode::NotLeader => {
+            "Unavailable"
+        }
         ControlErrorCode::Internal => "ServerError",
         ControlErrorCode::Forbidden => "Forbidden",
     }

@@ -1,19 +1,28 @@
 //! The client's control connection to the manager; reconnects once per call so a
-//! manager restart is invisible to the application.
+//! manager restart is invisible to the application. With several managers (a
+//! comma-separated list: one leads, the others stand by) it follows the leader: a
+//! manager that does not answer or says `NotLeader` sends it to the next.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use farcache_net::TlsConnector;
 use farcache_net::stream::BlockingStream;
 use farcache_proto::blocking::{RpcError, control_call, handshake};
-use farcache_proto::control::{ControlRequest, ControlResponse};
+use farcache_proto::control::{ControlErrorCode, ControlRequest, ControlResponse};
 use farcache_proto::{Credential, Role};
 use parking_lot::Mutex;
 
 use crate::error::ClientError;
 
+/// How long a call looks for a leader among several managers.
+const FAILOVER_PATIENCE: Duration = Duration::from_secs(5);
+
 pub(crate) struct ManagerLink {
+    /// As given (for errors).
     addr: String,
+    addrs: Vec<String>,
+    /// The one that answered last: tried first.
+    current: std::sync::atomic::AtomicUsize,
     timeout: Duration,
     cred: Credential,
     tls: Option<TlsConnector>,
@@ -27,8 +36,20 @@ impl ManagerLink {
         cred: Credential,
         tls: Option<TlsConnector>,
     ) -> Self {
+        let mut addrs: Vec<String> = addr
+            .split(',')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+            .map(String::from)
+            .collect();
+        if addrs.is_empty() {
+            // Dialing it fails with the address in the error.
+            addrs.push(addr.clone());
+        }
         Self {
             addr,
+            addrs,
+            current: std::sync::atomic::AtomicUsize::new(0),
             timeout,
             cred,
             tls,
@@ -36,13 +57,38 @@ impl ManagerLink {
         }
     }
 
+    /// Dials the managers in turn from the one that answered last.
     fn dial(&self) -> Result<BlockingStream, RpcError> {
-        let mut s =
-            BlockingStream::connect(&self.addr, self.timeout, self.timeout, self.tls.as_ref())
-                .map_err(|e| match e {
-                    farcache_net::NetError::Io(e) => RpcError::Io(e),
-                    other => RpcError::Unexpected(other.to_string()),
-                })?;
+        use std::sync::atomic::Ordering;
+        let first = self.current.load(Ordering::Relaxed);
+        let mut last = None;
+        for i in 0..self.addrs.len() {
+            let at = (first + i) % self.addrs.len();
+            match self.dial_one(&self.addrs[at]) {
+                Ok(s) => {
+                    self.current.store(at, Ordering::Relaxed);
+                    return Ok(s);
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| RpcError::Unexpected("no manager address".into())))
+    }
+
+    /// After a `NotLeader` answer: start with the next manager.
+    fn skip_current(&self) {
+        use std::sync::atomic::Ordering;
+        let at = self.current.load(Ordering::Relaxed);
+        self.current
+            .store((at + 1) % self.addrs.len(), Ordering::Relaxed);
+    }
+
+    fn dial_one(&self, addr: &str) -> Result<BlockingStream, RpcError> {
+        let mut s = BlockingStream::connect(addr, self.timeout, self.timeout, self.tls.as_ref())
+            .map_err(|e| match e {
+                farcache_net::NetError::Io(e) => RpcError::Io(e),
+                other => RpcError::Unexpected(other.to_string()),
+            })?;
         handshake(
             &mut s,
             Role::Client,
@@ -85,12 +131,26 @@ impl ManagerLink {
     ) -> Result<ControlResponse, ClientError> {
         let mut g = self.conn.lock();
         let mut last = None;
-        for _ in 0..2 {
+        // With standbys, a new leader may be taking over (an etcd lease, a second or
+        // two): keep looking for one that long.
+        let several = self.addrs.len() > 1;
+        let patience = Instant::now()
+            + if several {
+                self.timeout.max(FAILOVER_PATIENCE)
+            } else {
+                Duration::ZERO
+            };
+        let mut tries = 0;
+        while tries < 2 || Instant::now() < patience {
+            tries += 1;
             if g.is_none() {
                 match self.dial() {
                     Ok(s) => *g = Some(s),
                     Err(e) => {
                         last = Some(e);
+                        if several {
+                            std::thread::sleep(Duration::from_millis(50));
+                        }
                         continue;
                     }
                 }
@@ -103,6 +163,17 @@ impl ManagerLink {
             }
             match control_call(s, req) {
                 Ok(r) => return Ok(r),
+                Err(RpcError::Remote {
+                    code: ControlErrorCode::NotLeader,
+                    message,
+                }) if self.addrs.len() > 1 => {
+                    *g = None;
+                    self.skip_current();
+                    last = Some(RpcError::Remote {
+                        code: ControlErrorCode::NotLeader,
+                        message,
+                    });
+                }
                 Err(RpcError::Remote { code, message }) => {
                     return Err(ClientError::Rejected { code, message });
                 }

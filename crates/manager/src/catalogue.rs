@@ -320,14 +320,26 @@ impl Catalogue {
         }
     }
 
-    /// Marks alive servers silent for longer than `timeout` dead; returns them.
+    /// Starts counting silence for servers loaded from the store (state unknown): one
+    /// that has not registered a heartbeat timeout after `now` is declared dead.
+    pub fn start_clock(&mut self, now: Instant) {
+        for e in self.servers.values_mut() {
+            if e.state == ServerState::Unknown && e.last_seen.is_none() {
+                e.last_seen = Some(now);
+            }
+        }
+    }
+
+    /// Marks alive servers silent for longer than `timeout` dead, and loaded ones that
+    /// never came back (see [`Self::start_clock`]); returns them.
     pub fn expire(&mut self, now: Instant, timeout: Duration) -> Vec<ServerId> {
         let mut dead = Vec::new();
         for e in self.servers.values_mut() {
             let silent = e
                 .last_seen
                 .is_none_or(|t| now.saturating_duration_since(t) > timeout);
-            if up(e.state) && silent {
+            let unknown = e.state == ServerState::Unknown && e.last_seen.is_some();
+            if (up(e.state) || unknown) && silent {
                 e.state = ServerState::Dead;
                 dead.push(e.record.id);
             }
@@ -514,6 +526,24 @@ mod tests {
             cat.candidates().is_empty(),
             "unknown servers get no placements"
         );
+    }
+
+    #[test]
+    fn loaded_servers_that_never_return_are_declared_dead_after_the_clock_starts() {
+        let mut cat = Catalogue::from_parts(vec![server(4, 8 * R)], vec![], 1, 1);
+        let t0 = Instant::now();
+        let timeout = Duration::from_secs(3);
+        assert!(
+            cat.expire(t0 + 10 * timeout, timeout).is_empty(),
+            "no clock yet"
+        );
+        cat.start_clock(t0);
+        assert!(
+            cat.expire(t0 + timeout, timeout).is_empty(),
+            "not yet silent too long"
+        );
+        assert_eq!(cat.expire(t0 + 2 * timeout, timeout), vec![4]);
+        assert_eq!(cat.server_info(4).unwrap().state, ServerState::Dead);
     }
 
     #[test]

@@ -36,6 +36,18 @@ pub struct ManagerConfig {
     pub guard: GuardConfig,
     /// The performance model and prices that answer caches created from an SLO.
     pub slo: crate::slo::SloSettings,
+    /// Where the catalogue lives.
+    pub catalogue: CatalogueBackend,
+}
+
+/// Where the catalogue lives: an embedded file (one manager) or etcd (several
+/// managers, one leading).
+#[derive(Debug, Clone, Default)]
+pub enum CatalogueBackend {
+    /// `manager.redb` in the data directory.
+    #[default]
+    Redb,
+    Etcd(crate::store::etcd::EtcdSettings),
 }
 
 impl ManagerConfig {
@@ -52,6 +64,7 @@ impl ManagerConfig {
             tls: None,
             guard: GuardConfig::default(),
             slo: crate::slo::SloSettings::default(),
+            catalogue: CatalogueBackend::Redb,
         }
     }
 
@@ -62,6 +75,16 @@ impl ManagerConfig {
                 "region size {} must be a positive multiple of {REGION_ALIGN}",
                 self.region_size
             )));
+        }
+        if let CatalogueBackend::Etcd(e) = &self.catalogue {
+            if e.endpoints.is_empty() {
+                return Err(ManagerError::Config("no etcd endpoint given".into()));
+            }
+            if e.lease_ttl < Duration::from_secs(1) {
+                return Err(ManagerError::Config(
+                    "the etcd lease lasts at least a second (etcd counts whole seconds)".into(),
+                ));
+            }
         }
         if self.heartbeat_interval.is_zero() {
             return Err(ManagerError::Config(

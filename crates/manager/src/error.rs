@@ -15,6 +15,11 @@ pub enum ManagerError {
     Store(Box<redb::Error>),
     #[error("store holds an unreadable record: {0}")]
     Corrupt(String),
+    #[error("etcd: {0}")]
+    Etcd(String),
+    /// Another manager leads; this one must not change the catalogue.
+    #[error("not the leader: {0}")]
+    NotLeader(String),
 }
 
 impl From<redb::Error> for ManagerError {
@@ -73,6 +78,9 @@ impl Reject {
 
     /// A store failure: the change was not made, so the caller may retry.
     pub fn store(e: &ManagerError) -> Self {
+        if let ManagerError::NotLeader(why) = e {
+            return Self::new(ControlErrorCode::NotLeader, why.clone());
+        }
         Self::new(
             ControlErrorCode::Internal,
             format!("cannot persist the change: {e}"),

@@ -23,6 +23,7 @@ mod cluster;
 mod config;
 mod error;
 mod events;
+mod leadership;
 mod lease;
 mod listener;
 mod liveness;
@@ -40,34 +41,61 @@ use std::sync::Arc;
 
 use farcache_proto::control::ClusterStatus;
 
-pub use config::{DEFAULT_REGION_SIZE, ManagerConfig, REGION_ALIGN};
+pub use config::{CatalogueBackend, DEFAULT_REGION_SIZE, ManagerConfig, REGION_ALIGN};
 pub use error::ManagerError;
 pub use slo::SloSettings;
+pub use store::etcd::EtcdSettings;
 
 use catalogue::Catalogue;
+use leadership::Leadership;
 use listener::{Listener, ListenerConfig};
 use liveness::Liveness;
 use service::Service;
 use store::Store;
+use store::etcd::EtcdStore;
+use store::redb::RedbStore;
 
 /// Entry point; see [`Manager::start`].
 pub struct Manager;
 
 impl Manager {
     /// Opens the store, binds the listener and starts serving in background threads.
+    ///
+    /// On etcd this first waits until this manager leads (another one may for ever):
+    /// run it on a thread of its own, or as its own process.
     pub fn start(config: ManagerConfig) -> Result<ManagerHandle, ManagerError> {
         config.validate()?;
         std::fs::create_dir_all(&config.data_dir)?;
-        let (store, loaded) = Store::open(&config.store_path())?;
-        let catalogue = Catalogue::from_parts(
+        let (store, loaded, leadership): (Store, _, _) = match &config.catalogue {
+            CatalogueBackend::Redb => {
+                let (s, l) = RedbStore::open(&config.store_path())?;
+                (Box::new(s), l, Leadership::sole())
+            }
+            CatalogueBackend::Etcd(e) => {
+                let (s, l, lead) = EtcdStore::campaign(e, &config.listen.to_string())?;
+                (Box::new(s), l, lead)
+            }
+        };
+        let mut catalogue = Catalogue::from_parts(
             loaded.servers,
             loaded.caches,
             loaded.next_server_id,
             loaded.next_cache_id,
         );
+        // Servers it knows of but has not heard from yet are declared dead if they stay
+        // silent a heartbeat timeout from now (longer than any lease a previous
+        // manager granted them).
+        catalogue.start_clock(std::time::Instant::now());
         let status = catalogue.status();
+        let backend = store.name();
         let planner = slo::Planner::load(&config.slo)?;
-        let service = Arc::new(Service::new(&config, catalogue, store, planner));
+        let service = Arc::new(Service::new(
+            &config,
+            catalogue,
+            store,
+            planner,
+            Arc::clone(&leadership),
+        ));
         let listener = TcpListener::bind(config.listen)?;
         let tls = match (config.tls_listen, config.tls.clone()) {
             (Some(at), Some(t)) => Some((TcpListener::bind(at)?, t)),
@@ -98,6 +126,7 @@ impl Manager {
         tracing::info!(
             addr = %listener.addr(),
             data_dir = %config.data_dir.display(),
+            catalogue = backend,
             servers = status.servers.len(),
             caches = status.caches.len(),
             "manager started"
@@ -106,6 +135,7 @@ impl Manager {
             addr: listener.addr(),
             tls_addr: listener.tls_addr(),
             service,
+            leadership,
             running: Some((listener, liveness)),
         })
     }
@@ -116,6 +146,7 @@ pub struct ManagerHandle {
     addr: SocketAddr,
     tls_addr: Option<SocketAddr>,
     service: Arc<Service>,
+    leadership: Arc<Leadership>,
     running: Option<(Listener, Liveness)>,
 }
 
@@ -128,6 +159,18 @@ impl ManagerHandle {
     /// The bound TLS address, if TLS is on.
     pub fn tls_addr(&self) -> Option<SocketAddr> {
         self.tls_addr
+    }
+
+    /// Whether this manager leads (always, on the embedded catalogue).
+    pub fn leads(&self) -> bool {
+        self.leadership.holds()
+    }
+
+    /// Waits up to `timeout` for this manager to lose its leadership; returns why, if
+    /// it did. A deposed manager refuses every request (`NotLeader`): shut it down and
+    /// start again to stand by.
+    pub fn wait_deposed(&self, timeout: std::time::Duration) -> Option<String> {
+        self.leadership.wait_deposed(timeout)
     }
 
     /// Servers and caches, sorted by id (what a `Status` request returns).

@@ -72,6 +72,7 @@ fn run_upkeep(service: &Service, stop: &Receiver<()>, tick: Duration) {
     let mut next_reconcile = Instant::now() + RECONCILE_EVERY;
     loop {
         match stop.recv_timeout(tick) {
+            Err(RecvTimeoutError::Timeout) if !service.cluster.leadership.holds() => {}
             Err(RecvTimeoutError::Timeout) => {
                 // Regions short of copies get new backups soon after a failure.
                 service.cluster.repair(REPAIR_BUDGET);

@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::Arc;
 use std::time::Duration;
 
 use farcache_proto::blocking::{RpcError, control_call, handshake};
@@ -14,12 +15,17 @@ use farcache_proto::{ClusterSecret, Credential, Role, ServerId};
 use parking_lot::Mutex;
 use thiserror::Error;
 
+use crate::leadership::Leadership;
+
 #[derive(Debug, Error)]
 pub enum LinkError {
     #[error("cannot connect to {addr}: {source}")]
     Connect { addr: String, source: io::Error },
     #[error("{0}")]
     Rpc(#[from] RpcError),
+    /// This manager no longer leads: it tells servers nothing.
+    #[error("this manager no longer leads")]
+    Deposed,
 }
 
 impl LinkError {
@@ -40,14 +46,18 @@ pub struct ServerLinks {
     /// Proves the manager's role to servers.
     cred: Credential,
     links: Mutex<HashMap<ServerId, Link>>,
+    /// Checked before every call: a deposed manager's catalogue may be stale, and
+    /// acting on it could undo what the new leader did.
+    leadership: Arc<Leadership>,
 }
 
 impl ServerLinks {
-    pub fn new(timeout: Duration, secret: ClusterSecret) -> Self {
+    pub fn new(timeout: Duration, secret: ClusterSecret, leadership: Arc<Leadership>) -> Self {
         Self {
             timeout,
             cred: Credential::Cluster(secret),
             links: Mutex::new(HashMap::new()),
+            leadership,
         }
     }
 
@@ -88,6 +98,9 @@ impl ServerLinks {
         addr: &str,
         req: &ControlRequest,
     ) -> Result<ControlResponse, LinkError> {
+        if !self.leadership.holds() {
+            return Err(LinkError::Deposed);
+        }
         // Take the link out so no lock is held during network I/O.
         let cached = self.links.lock().remove(&id).filter(|l| l.addr == addr);
         let (link, result) = match cached {

@@ -511,6 +511,9 @@ pub enum ControlErrorCode {
     /// The server was declared dead: it must drop every region it holds and register
     /// again before it serves anything.
     Fenced,
+    /// This manager does not lead (it stands by, or lost its leadership): ask another.
+    /// The message names the leader's address when this manager knows it.
+    NotLeader,
 }
 
 /// The tokens issued with a new cache.

@@ -5,10 +5,12 @@
 //! - [`ProcessCluster`]: manager and servers as child processes of the `farcache`
 //!   binary, so tests can SIGKILL a server or restart the manager for real; with a
 //!   [`Lab`], each process runs on a host of its own behind a switch that can cut
-//!   links one way or both, make hosts vanish and shape bandwidth.
+//!   links one way or both, make hosts vanish and shape bandwidth; with several
+//!   managers, their catalogue lives on an [`etcd::EtcdCluster`] it starts.
 
 pub mod counters;
 mod error;
+pub mod etcd;
 pub mod history;
 pub mod lab;
 mod local;

@@ -22,6 +22,9 @@ pub struct ClusterOptions {
     pub server_env: Vec<(String, String)>,
     /// Extra command-line arguments for the manager process (`ProcessCluster`).
     pub manager_args: Vec<String>,
+    /// Managers (`ProcessCluster`): more than one keep the catalogue on a 3-member
+    /// etcd the cluster starts; one leads, the others stand by.
+    pub managers: usize,
 }
 
 impl Default for ClusterOptions {
@@ -38,6 +41,7 @@ impl Default for ClusterOptions {
             server_args: Vec::new(),
             server_env: Vec::new(),
             manager_args: Vec::new(),
+            managers: 1,
         }
     }
 }
@@ -82,6 +86,12 @@ impl ClusterOptions {
 
     pub fn server_env(mut self, key: &str, value: &str) -> Self {
         self.server_env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Several managers on etcd (see [`Self::managers`](ClusterOptions::managers)).
+    pub fn managers(mut self, n: usize) -> Self {
+        self.managers = n.max(1);
         self
     }
 

@@ -7,6 +7,7 @@ use farcache_proto::ClusterSecret;
 
 use std::sync::Arc;
 
+use crate::etcd::{EtcdCluster, free_port};
 use crate::{ClusterOptions, Lab, TestkitError, wait_for_alive};
 
 /// Manager and servers as child processes of the `farcache` binary, sharing a cluster
@@ -18,7 +19,13 @@ pub struct ProcessCluster {
     secret: ClusterSecret,
     /// The self-signed certificate and key, when the cluster serves TLS.
     tls_files: Option<(PathBuf, PathBuf)>,
-    manager: Option<Child>,
+    /// One, or several on etcd (index 0 is started first and leads at the start).
+    managers: Vec<Option<Child>>,
+    /// Where each manager listens (fixed ports with several: a standby binds only
+    /// once it leads, and servers and clients know the whole list beforehand).
+    manager_listens: Vec<String>,
+    etcd: Option<EtcdCluster>,
+    /// What servers and clients are given: the address, or the comma-separated list.
     manager_addr: String,
     manager_tls_addr: Option<String>,
     servers: Vec<Option<Child>>,
@@ -90,11 +97,29 @@ impl ProcessCluster {
         opts: &ClusterOptions,
         lab: Option<Arc<Lab>>,
     ) -> Result<Self, TestkitError> {
-        let manager_addr = match &lab {
-            Some(lab) => format!("{}:0", lab.add_host("manager")?.ip),
-            None => "127.0.0.1:0".into(),
-        };
         let dir = tempfile::tempdir()?;
+        let several = opts.managers > 1;
+        if several && lab.is_some() {
+            return Err(TestkitError::Other(
+                "several managers in the lab are not supported yet".into(),
+            ));
+        }
+        let manager_listens: Vec<String> = if several {
+            (0..opts.managers)
+                .map(|_| Ok(format!("127.0.0.1:{}", free_port()?)))
+                .collect::<Result<_, TestkitError>>()?
+        } else {
+            vec![match &lab {
+                Some(lab) => format!("{}:0", lab.add_host("manager")?.ip),
+                None => "127.0.0.1:0".into(),
+            }]
+        };
+        let etcd = if several {
+            Some(EtcdCluster::start(dir.path(), 3)?)
+        } else {
+            None
+        };
+        let manager_addr = manager_listens.join(",");
         let secret = ClusterSecret::create(&dir.path().join("cluster.secret"))
             .map_err(|e| TestkitError::Other(e.to_string()))?;
         let tls_files = if opts.tls {
@@ -112,7 +137,9 @@ impl ProcessCluster {
             opts: opts.clone(),
             secret,
             tls_files,
-            manager: None,
+            managers: Vec::new(),
+            manager_listens,
+            etcd,
             manager_addr,
             manager_tls_addr: None,
             servers: Vec::new(),
@@ -121,7 +148,11 @@ impl ProcessCluster {
             server_env_off: Vec::new(),
             lab,
         };
-        c.start_manager()?;
+        c.managers.resize_with(opts.managers.max(1), || None);
+        c.start_manager(0, true)?;
+        for i in 1..c.managers.len() {
+            c.start_manager(i, false)?;
+        }
         for i in 0..opts.servers {
             c.start_server(i)?;
         }
@@ -180,19 +211,37 @@ impl ProcessCluster {
         }
     }
 
-    fn start_manager(&mut self) -> Result<(), TestkitError> {
-        let addr_file = self.dir.path().join("manager.addr");
+    /// Starts manager `i`. The only manager is waited for until it listens, and so is
+    /// one of several when `wait_lead` (no other leads); otherwise it may stand by.
+    fn start_manager(&mut self, i: usize, wait_lead: bool) -> Result<(), TestkitError> {
+        let (addr_file, data_dir) = if self.etcd.is_some() {
+            (
+                self.dir.path().join(format!("manager{i}.addr")),
+                self.dir.path().join(format!("manager{i}")),
+            )
+        } else {
+            (
+                self.dir.path().join("manager.addr"),
+                self.dir.path().join("manager"),
+            )
+        };
         let _ = std::fs::remove_file(&addr_file);
         let mut cmd = self.command_on("manager")?;
         cmd.arg("manager");
         self.tls_args(&mut cmd);
+        if let Some(etcd) = &self.etcd {
+            cmd.arg("--etcd")
+                .arg(etcd.endpoints())
+                .arg("--etcd-lease-secs")
+                .arg("1");
+        }
         let mut child = cmd
             .arg("--secret-file")
             .arg(self.secret_path())
             .arg("--listen")
-            .arg(&self.manager_addr)
+            .arg(&self.manager_listens[i])
             .arg("--data-dir")
-            .arg(self.dir.path().join("manager"))
+            .arg(data_dir)
             .arg("--region-size")
             .arg(self.opts.region_size.to_string())
             .arg("--heartbeat-ms")
@@ -203,10 +252,16 @@ impl ProcessCluster {
             .arg(&addr_file)
             .args(&self.opts.manager_args)
             .spawn()?;
-        let (addr, tls) = read_addr_file(&addr_file, &mut child, Duration::from_secs(20))?;
-        self.manager_addr = addr;
-        self.manager_tls_addr = tls;
-        self.manager = Some(child);
+        if self.etcd.is_none() {
+            let (addr, tls) = read_addr_file(&addr_file, &mut child, Duration::from_secs(20))?;
+            // A restart binds the same address again.
+            self.manager_listens[i].clone_from(&addr);
+            self.manager_addr = addr;
+            self.manager_tls_addr = tls;
+        } else if wait_lead {
+            read_addr_file(&addr_file, &mut child, Duration::from_secs(20))?;
+        }
+        self.managers[i] = Some(child);
         Ok(())
     }
 
@@ -314,9 +369,53 @@ impl ProcessCluster {
         self.servers.get(i)?.as_ref().map(Child::id)
     }
 
-    /// OS process id of the manager, while it runs.
+    /// OS process id of the (first running) manager.
     pub fn manager_pid(&self) -> Option<u32> {
-        self.manager.as_ref().map(Child::id)
+        self.managers.iter().flatten().next().map(Child::id)
+    }
+
+    /// Each manager's OS process id, while it runs.
+    pub fn manager_pids(&self) -> Vec<Option<u32>> {
+        self.managers
+            .iter()
+            .map(|m| m.as_ref().map(Child::id))
+            .collect()
+    }
+
+    /// Number of managers (one, or several on etcd).
+    pub fn manager_count(&self) -> usize {
+        self.managers.len()
+    }
+
+    /// The manager that leads now: the one whose control port accepts connections
+    /// (a standby does not listen).
+    pub fn leader(&mut self) -> Option<usize> {
+        (0..self.managers.len()).find(|&i| {
+            let running = self.managers[i]
+                .as_mut()
+                .is_some_and(|c| matches!(c.try_wait(), Ok(None)));
+            running
+                && self.manager_listens[i].parse().is_ok_and(|a| {
+                    std::net::TcpStream::connect_timeout(&a, Duration::from_millis(200)).is_ok()
+                })
+        })
+    }
+
+    /// SIGKILLs manager `i` and reaps it.
+    pub fn kill_manager(&mut self, i: usize) -> Result<(), TestkitError> {
+        if let Some(mut m) = self.managers.get_mut(i).and_then(Option::take) {
+            m.kill()?;
+            m.wait()?;
+        }
+        Ok(())
+    }
+
+    /// Starts manager `i` again after it was killed (with several, it stands by
+    /// until the leader goes).
+    pub fn start_manager_again(&mut self, i: usize) -> Result<(), TestkitError> {
+        self.kill_manager(i)?;
+        let wait = self.etcd.is_none();
+        self.start_manager(i, wait)
     }
 
     /// SIGKILLs server `i` (no chance to say goodbye) and reaps it.
@@ -407,11 +506,8 @@ impl ProcessCluster {
 
     /// SIGKILLs the manager and starts a new one on the same address and data dir.
     pub fn restart_manager(&mut self) -> Result<(), TestkitError> {
-        if let Some(mut m) = self.manager.take() {
-            m.kill()?;
-            m.wait()?;
-        }
-        self.start_manager()
+        self.kill_manager(0)?;
+        self.start_manager(0, true)
     }
 }
 
@@ -421,7 +517,7 @@ impl Drop for ProcessCluster {
             .servers
             .iter_mut()
             .filter_map(Option::as_mut)
-            .chain(self.manager.as_mut())
+            .chain(self.managers.iter_mut().filter_map(Option::as_mut))
         {
             let _ = c.kill();
             let _ = c.wait();

@@ -3,7 +3,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Result;
-use farcache_manager::{Manager, ManagerConfig, SloSettings};
+use farcache_manager::{CatalogueBackend, EtcdSettings, Manager, ManagerConfig, SloSettings};
 
 use crate::size::parse_size;
 
@@ -26,6 +26,18 @@ pub struct Args {
     /// Write the bound address (and TLS address) to this file once listening.
     #[arg(long)]
     addr_file: Option<PathBuf>,
+    /// Keep the catalogue in etcd at these client URLs (comma-separated) instead of
+    /// a file in --data-dir. Any number of managers may share one etcd: one leads,
+    /// the others stand by (not listening) and take over when its lease lapses.
+    #[arg(long, value_delimiter = ',')]
+    etcd: Vec<String>,
+    /// Key prefix in etcd (several clusters may share one etcd).
+    #[arg(long, default_value = "/farcache")]
+    etcd_prefix: String,
+    /// The leader's etcd lease in seconds: a dead leader is replaced this long after
+    /// it last renewed it.
+    #[arg(long, default_value_t = 2)]
+    etcd_lease_secs: u64,
     #[command(flatten)]
     net: super::Listening,
     #[command(flatten)]
@@ -75,9 +87,23 @@ pub fn run(a: Args) -> Result<()> {
         on_demand_core_hour: a.slo.on_demand_core_price,
         client_core_hour: a.slo.client_core_price,
     };
-    let h = Manager::start(c)?;
-    super::announce("manager", h.addr(), h.tls_addr(), a.addr_file.as_deref())?;
+    if !a.etcd.is_empty() {
+        let mut e = EtcdSettings::new(a.etcd);
+        e.prefix = a.etcd_prefix;
+        e.lease_ttl = Duration::from_secs(a.etcd_lease_secs);
+        c.catalogue = CatalogueBackend::Etcd(e);
+    }
     loop {
-        std::thread::park();
+        // On etcd this waits until this manager leads.
+        let h = Manager::start(c.clone())?;
+        super::announce("manager", h.addr(), h.tls_addr(), a.addr_file.as_deref())?;
+        // Never, on the embedded catalogue.
+        let why = loop {
+            if let Some(why) = h.wait_deposed(Duration::from_secs(3600)) {
+                break why;
+            }
+        };
+        tracing::warn!(%why, "lost the lead: closing the listener and standing by again");
+        h.shutdown();
     }
 }

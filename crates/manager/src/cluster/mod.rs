@@ -20,6 +20,7 @@ use parking_lot::Mutex;
 use crate::catalogue::{CacheRecord, Catalogue};
 use crate::error::Reject;
 use crate::events::Events;
+use crate::leadership::Leadership;
 use crate::server_link::ServerLinks;
 use crate::store::{Store, Write};
 
@@ -64,10 +65,17 @@ pub(crate) struct Cluster {
     pub(crate) links: ServerLinks,
     /// This cluster, for the threads it starts (draining a reclaimed server).
     pub(crate) this: Weak<Cluster>,
+    /// Whether this manager may act (see `leadership`).
+    pub(crate) leadership: Arc<Leadership>,
 }
 
 impl Cluster {
-    pub(crate) fn new(catalogue: Catalogue, store: Store, secret: ClusterSecret) -> Arc<Self> {
+    pub(crate) fn new(
+        catalogue: Catalogue,
+        store: Store,
+        secret: ClusterSecret,
+        leadership: Arc<Leadership>,
+    ) -> Arc<Self> {
         Arc::new_cyclic(|this| Self {
             state: Mutex::new(State {
                 events: Events::default(),
@@ -76,8 +84,9 @@ impl Cluster {
             }),
             changes: Mutex::new(()),
             copies: Mutex::new(()),
-            links: ServerLinks::new(SERVER_CALL_TIMEOUT, secret),
+            links: ServerLinks::new(SERVER_CALL_TIMEOUT, secret, Arc::clone(&leadership)),
             this: this.clone(),
+            leadership,
         })
     }
 

@@ -23,6 +23,7 @@ use crate::catalogue::{Catalogue, ServerRecord};
 use crate::cluster::Cluster;
 use crate::config::ManagerConfig;
 use crate::error::Reject;
+use crate::leadership::Leadership;
 use crate::slo::Planner;
 use crate::store::Store;
 
@@ -49,13 +50,14 @@ impl Service {
         catalogue: Catalogue,
         store: Store,
         slo: Planner,
+        leadership: Arc<Leadership>,
     ) -> Self {
         Self {
             slo,
             region_size: config.region_size,
             heartbeat_ms: u64::try_from(config.heartbeat_interval.as_millis()).unwrap_or(u64::MAX),
             heartbeat_timeout: config.heartbeat_timeout,
-            cluster: Cluster::new(catalogue, store, config.secret.clone()),
+            cluster: Cluster::new(catalogue, store, config.secret.clone(), leadership),
             authority: Authority::new(config.secret.clone()),
         }
     }
@@ -72,6 +74,15 @@ impl Service {
     /// The one entry for requests: refuses what `caller` may not ask, then hands the
     /// request to the concern that owns it. Refusals and failures become error replies.
     pub fn handle(&self, caller: &Caller, req: ControlRequest) -> ControlResponse {
+        if !self.cluster.leadership.holds() {
+            // A deposed manager's view may be stale: it neither answers nor grants
+            // leases. Callers with several manager addresses try the next.
+            return Reject::new(
+                farcache_proto::control::ControlErrorCode::NotLeader,
+                "this manager no longer leads; ask another",
+            )
+            .into();
+        }
         if let Err(r) = self.authorize(caller, &req) {
             tracing::warn!(
                 who = %role_name(caller.role, &caller.access),

@@ -19,6 +19,9 @@ use crate::store::Write;
 impl Service {
     /// Declares silent servers dead (called by the liveness thread).
     pub fn check_liveness(&self, now: Instant) {
+        if !self.cluster.leadership.holds() {
+            return;
+        }
         let dead = self
             .cluster
             .state

@@ -1,5 +1,6 @@
-//! Registration with the manager and periodic heartbeats. Survives manager restarts:
-//! it reconnects and re-registers under the same server id.
+//! Registration with the manager and periodic heartbeats. Survives manager restarts
+//! and changes of leader: it reconnects (to the next address, when several managers
+//! are given) and re-registers under the same server id.
 
 use std::net::TcpStream;
 use std::sync::Arc;
@@ -19,6 +20,15 @@ const IO_TIMEOUT: Duration = Duration::from_secs(2);
 /// address as identity).
 fn connect(dialer: &Dialer, addr: &str) -> Result<TcpStream, RpcError> {
     dialer.dial(resolve(addr)?, Timeouts::all(IO_TIMEOUT), 0)
+}
+
+/// The managers' addresses in a comma-separated list (one leads; the others stand by).
+pub fn manager_addrs(list: &str) -> Vec<String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .map(String::from)
+        .collect()
 }
 
 fn register(sh: &Shared, stream: &mut TcpStream) -> Result<Duration, RpcError> {
@@ -97,18 +107,36 @@ pub fn announce_reclaim(
             "not registered with the manager yet".into(),
         ));
     }
-    let mut s = connect(&sh.dialer, manager)?;
     let req = ControlRequest::ReclaimServer {
         server_id: id,
         grace_ms: u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
         mode,
     };
-    match control_call(&mut s, &req)? {
-        ControlResponse::Ok => Ok(()),
-        other => Err(RpcError::Unexpected(format!(
-            "reply to ReclaimServer: {other:?}"
-        ))),
+    // The leader answers; standbys do not listen and a deposed one says NotLeader.
+    let mut last = RpcError::Unexpected("no manager address configured".into());
+    for addr in manager_addrs(manager) {
+        let answer = connect(&sh.dialer, &addr).and_then(|mut s| control_call(&mut s, &req));
+        match answer {
+            Ok(ControlResponse::Ok) => return Ok(()),
+            Ok(other) => {
+                return Err(RpcError::Unexpected(format!(
+                    "reply to ReclaimServer: {other:?}"
+                )));
+            }
+            Err(RpcError::Remote {
+                code: ControlErrorCode::NotLeader,
+                message,
+            }) => {
+                last = RpcError::Remote {
+                    code: ControlErrorCode::NotLeader,
+                    message,
+                }
+            }
+            Err(e @ RpcError::Remote { .. }) => return Err(e),
+            Err(e) => last = e,
+        }
     }
+    Err(last)
 }
 
 /// Reports backups whose writes have waited `after` (two leases) without an
@@ -145,14 +173,28 @@ fn report_stalled(
     Ok(())
 }
 
-/// Runs until shutdown: register, then heartbeat; on any failure reconnect with backoff.
-pub fn run(sh: Arc<Shared>, manager: String) {
+/// Runs until shutdown: register, then heartbeat; on any failure reconnect with backoff
+/// (to the next manager in the list, if several are given).
+pub fn run(sh: Arc<Shared>, managers: String) {
+    let addrs = manager_addrs(&managers);
+    if addrs.is_empty() {
+        warn!(%managers, "no manager address: not registering");
+        return;
+    }
+    let mut at = 0;
+    // With standbys, a new leader is looked for more often: the lease runs meanwhile.
+    let cap = if addrs.len() > 1 {
+        Duration::from_millis(200)
+    } else {
+        Duration::from_secs(1)
+    };
     let mut backoff = Duration::from_millis(50);
     let mut warned = false;
     let mut reported: Vec<String> = Vec::new();
     while !sh.shutdown.load(Ordering::Acquire) {
+        let manager = &addrs[at % addrs.len()];
         let r = (|| -> Result<(), RpcError> {
-            let mut s = connect(&sh.dialer, &manager)?;
+            let mut s = connect(&sh.dialer, manager)?;
             let every = register(&sh, &mut s)?;
             warned = false;
             backoff = Duration::from_millis(50);
@@ -194,8 +236,12 @@ pub fn run(sh: Arc<Shared>, manager: String) {
                 warn!(%manager, "manager unreachable, retrying: {e}");
                 warned = true;
             }
-            sh.sleep(backoff);
-            backoff = (backoff * 2).min(Duration::from_secs(1));
+            at += 1;
+            // A full round of the list without an answer: back off before the next.
+            if at.is_multiple_of(addrs.len()) {
+                sh.sleep(backoff);
+                backoff = (backoff * 2).min(cap);
+            }
         }
     }
 }

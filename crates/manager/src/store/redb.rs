@@ -1,14 +1,14 @@
-//! Persistence: the catalogue in a redb file, one write transaction per change.
+//! The embedded catalogue: a redb file, one write transaction per change. The default
+//! for one machine (`farcache up`, `demo`, tests).
 //!
 //! Records are JSON so the file stays readable with generic tools and fields can be
 //! added without a migration.
 
 use std::path::Path;
 
-use farcache_proto::{CacheId, ServerId};
 use redb::{Database, ReadableTable, TableDefinition};
 
-use crate::catalogue::{CacheRecord, ServerRecord};
+use super::{Backend, Loaded, Write, decode, encode};
 use crate::error::ManagerError;
 
 const SERVERS: TableDefinition<u32, &[u8]> = TableDefinition::new("servers");
@@ -17,37 +17,18 @@ const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const NEXT_SERVER_ID: &str = "next_server_id";
 const NEXT_CACHE_ID: &str = "next_cache_id";
 
-/// One change; a slice of these commits atomically.
-#[derive(Debug, Clone, Copy)]
-pub enum Write<'a> {
-    Server(&'a ServerRecord),
-    Cache(&'a CacheRecord),
-    RemoveCache(CacheId),
-    NextServerId(ServerId),
-    NextCacheId(CacheId),
-}
-
-/// Everything read back at startup.
-#[derive(Debug, Default)]
-pub struct Loaded {
-    pub servers: Vec<ServerRecord>,
-    pub caches: Vec<CacheRecord>,
-    pub next_server_id: ServerId,
-    pub next_cache_id: CacheId,
-}
-
-pub struct Store {
+pub struct RedbStore {
     db: Database,
 }
 
-impl Store {
+impl RedbStore {
     /// Opens (or creates) the file and reads it whole. redb locks the file, so a second
     /// manager on the same directory fails here instead of corrupting state.
     pub fn open(path: &Path) -> Result<(Self, Loaded), ManagerError> {
         let db = Database::create(path)?;
         let store = Self { db };
         // Create the tables up front so reads never meet a missing table.
-        store.commit(&[])?;
+        store.apply(&[])?;
         let loaded = store.load()?;
         Ok((store, loaded))
     }
@@ -80,7 +61,7 @@ impl Store {
     }
 
     /// Applies `writes` in one durable transaction: all or nothing.
-    pub fn commit(&self, writes: &[Write<'_>]) -> Result<(), ManagerError> {
+    fn apply(&self, writes: &[Write<'_>]) -> Result<(), ManagerError> {
         let txn = self.db.begin_write()?;
         {
             let mut servers = txn.open_table(SERVERS)?;
@@ -111,17 +92,20 @@ impl Store {
     }
 }
 
-fn encode<T: serde::Serialize>(v: &T) -> Result<Vec<u8>, ManagerError> {
-    serde_json::to_vec(v).map_err(|e| ManagerError::Corrupt(format!("cannot encode: {e}")))
-}
+impl Backend for RedbStore {
+    fn commit(&self, writes: &[Write<'_>]) -> Result<(), ManagerError> {
+        self.apply(writes)
+    }
 
-fn decode<T: serde::de::DeserializeOwned>(what: &str, b: &[u8]) -> Result<T, ManagerError> {
-    serde_json::from_slice(b).map_err(|e| ManagerError::Corrupt(format!("{what}: {e}")))
+    fn name(&self) -> &'static str {
+        "redb"
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::catalogue::{CacheRecord, ServerRecord};
     use farcache_proto::control::PriceClass;
 
     #[test]
@@ -153,7 +137,7 @@ mod tests {
         };
         let (a, b) = (cache(1, "a"), cache(2, "b"));
         {
-            let (store, loaded) = Store::open(&path).unwrap();
+            let (store, loaded) = RedbStore::open(&path).unwrap();
             assert!(loaded.servers.is_empty() && loaded.caches.is_empty());
             assert_eq!(loaded.next_server_id, 0);
             store
@@ -166,9 +150,12 @@ mod tests {
                 ])
                 .unwrap();
             store.commit(&[Write::RemoveCache(1)]).unwrap();
-            assert!(Store::open(&path).is_err(), "second opener must be refused");
+            assert!(
+                RedbStore::open(&path).is_err(),
+                "second opener must be refused"
+            );
         }
-        let (_store, loaded) = Store::open(&path).unwrap();
+        let (_store, loaded) = RedbStore::open(&path).unwrap();
         assert_eq!(loaded.servers, vec![server]);
         assert_eq!(loaded.caches, vec![b]);
         assert_eq!((loaded.next_server_id, loaded.next_cache_id), (4, 3));

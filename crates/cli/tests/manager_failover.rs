@@ -1,0 +1,185 @@
+//! Several managers on etcd (a 3-member etcd on loopback), as real processes: the
+//! leader is SIGKILLed and a standby takes over with the whole catalogue, while the
+//! data path keeps serving; a leader that pauses past its etcd lease is deposed and
+//! never answers again with its stale view.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{bin, eventually, pattern, within};
+use farcache_client::{Client, ClientConfig};
+use farcache_proto::control::{ControlErrorCode, ServerState};
+use farcache_testkit::{ClusterOptions, ProcessCluster};
+
+const REGION: u64 = 64 << 10;
+const CALL_LIMIT: Duration = Duration::from_secs(30);
+
+fn client(cluster: &ProcessCluster) -> Client {
+    let mut cfg = ClientConfig::new("").op_timeout(Duration::from_secs(5));
+    // A paused manager accepts connections but never answers: a client whose call
+    // was on it waits 15 connect timeouts for the reply before it tries the next.
+    cfg.connect_timeout = Duration::from_secs(1);
+    cluster.client_with(cfg).expect("client")
+}
+
+fn wait_leader(cluster: &mut ProcessCluster, want: usize, what: &str) -> Duration {
+    let t = Instant::now();
+    while cluster.leader() != Some(want) {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "{what}: manager {want} did not take over (leader: {:?})",
+            cluster.leader()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    t.elapsed()
+}
+
+fn all_alive(c: &Client, n: usize) {
+    eventually(
+        "every server registered with the new leader",
+        Duration::from_secs(20),
+        Duration::from_millis(50),
+        || {
+            let st = c.status().ok()?;
+            (st.servers.len() == n && st.servers.iter().all(|s| s.state == ServerState::Alive))
+                .then_some(())
+        },
+    );
+}
+
+#[test]
+fn a_standby_takes_over_with_the_catalogue_and_a_paused_leader_is_deposed() {
+    let mut opts = ClusterOptions::default()
+        .servers(3)
+        .managers(2)
+        .region_size(REGION)
+        .server_memory(16 << 20);
+    // Server leases (0.8 of this) outlast a failover (an etcd lease of 1 s).
+    opts.heartbeat_timeout = Duration::from_secs(3);
+    let mut cluster = ProcessCluster::start(bin(), &opts).expect("start cluster on etcd");
+    assert_eq!(cluster.leader(), Some(0), "the first manager leads");
+    let c = client(&cluster);
+    let alpha = c.create("alpha", 5 * REGION).expect("create alpha");
+    let image = pattern(7, alpha.capacity() as usize);
+    alpha.write(0, &image).expect("write alpha");
+    let before = c.open("alpha").unwrap().info();
+
+    // A reader and writer on the data path through the failover.
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ok, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let load = {
+        let (cache, stop, ok, failed) = (alpha.clone(), stop.clone(), ok.clone(), failed.clone());
+        std::thread::spawn(move || {
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let at = (i * 4096) % (4 * REGION);
+                let r = cache
+                    .write(at, &i.to_le_bytes())
+                    .and_then(|()| cache.read(at, 8));
+                match r {
+                    Ok(b) if b[..] == i.to_le_bytes() => ok.fetch_add(1, Ordering::Relaxed),
+                    _ => failed.fetch_add(1, Ordering::Relaxed),
+                };
+                i += 1;
+            }
+            i
+        })
+    };
+    std::thread::sleep(Duration::from_millis(200));
+
+    cluster.kill_manager(0).expect("kill the leader");
+    let took = wait_leader(&mut cluster, 1, "after SIGKILL");
+    eprintln!("failover: manager 1 listens {took:?} after the leader was killed");
+    all_alive(&c, 3);
+    std::thread::sleep(Duration::from_millis(200));
+    stop.store(true, Ordering::Relaxed);
+    load.join().unwrap();
+    let (ok_n, failed_n) = (ok.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+    assert!(ok_n > 0, "the load ran");
+    assert_eq!(
+        failed_n, 0,
+        "data-path ops failed during the failover ({ok_n} ok)"
+    );
+
+    // The same client follows the leader: the catalogue is whole, and changes work.
+    let after = within("open after failover", CALL_LIMIT, {
+        let c = c.clone();
+        move || c.open("alpha")
+    })
+    .expect("open alpha on the new leader")
+    .info();
+    assert_eq!(
+        (after.id, after.epoch, &after.regions, after.capacity),
+        (before.id, before.epoch, &before.regions, before.capacity)
+    );
+    let got = alpha.read(0, alpha.capacity()).unwrap();
+    assert_eq!(got[4 * REGION as usize..], image[4 * REGION as usize..]);
+    let beta = c
+        .create("beta", 2 * REGION)
+        .expect("create on the new leader");
+    assert!(beta.id() > before.id, "ids are not reused across leaders");
+    beta.write(0, b"beta").unwrap();
+    match c.create("alpha", REGION) {
+        Err(e) => assert_eq!(e.code(), Some(ControlErrorCode::AlreadyExists)),
+        Ok(_) => panic!("alpha created twice"),
+    }
+
+    // Manager 0 comes back as a standby; manager 1 pauses past its lease.
+    cluster
+        .start_manager_again(0)
+        .expect("start manager 0 again");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(cluster.leader(), Some(1), "a returning manager stands by");
+    let paused = cluster.manager_pids()[1].expect("manager 1 runs");
+    signal(paused, "STOP");
+    let took = wait_leader(&mut cluster, 0, "while the leader is paused");
+    eprintln!("failover: manager 0 listens {took:?} into manager 1's pause");
+    let gamma = within("create while the old leader is paused", CALL_LIMIT, {
+        let c = c.clone();
+        move || c.create("gamma", REGION)
+    })
+    .expect("create gamma on manager 0");
+    signal(paused, "CONT");
+    // The woken manager knows it lost the lead: it closes its port rather than
+    // answer from a catalogue without gamma.
+    eventually(
+        "the deposed manager stops listening",
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || (cluster.leader() == Some(0)).then_some(()),
+    );
+    let names = |c: &Client| -> Vec<String> {
+        let mut n: Vec<String> = c
+            .status()
+            .unwrap()
+            .caches
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        n.sort();
+        n
+    };
+    assert_eq!(names(&c), ["alpha", "beta", "gamma"]);
+    all_alive(&c, 3);
+    c.delete("beta").expect("delete on manager 0");
+    assert_eq!(names(&client(&cluster)), ["alpha", "gamma"]);
+    let b = beta.clone();
+    assert!(
+        within("read deleted beta", CALL_LIMIT, move || b.read(0, 4)).is_err(),
+        "beta's regions were dropped"
+    );
+    assert_eq!(c.open("gamma").unwrap().id(), gamma.id());
+}
+
+fn signal(pid: u32, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "kill -{sig} {pid}");
+}

@@ -1,0 +1,134 @@
+//! An etcd cluster on loopback for tests: `members` processes of Debian's `etcd`
+//! (package `etcd-server`), tuned to notice a dead member and expire leases fast
+//! (50 ms heartbeats, 500 ms elections, so leases of one second are kept as asked).
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::TestkitError;
+
+pub struct EtcdCluster {
+    members: Vec<Option<Child>>,
+    endpoints: Vec<String>,
+}
+
+/// A loopback port free right now (another process may take it before it is used;
+/// on loopback in tests that has not been seen to happen).
+pub fn free_port() -> Result<u16, TestkitError> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+impl EtcdCluster {
+    /// Starts `members` etcd processes with their data under `dir` and waits until
+    /// the cluster answers.
+    pub fn start(dir: &Path, members: usize) -> Result<Self, TestkitError> {
+        let bin = which("etcd").ok_or_else(|| {
+            TestkitError::Other(
+                "etcd is not installed: apt-get install -y etcd-server etcd-client".into(),
+            )
+        })?;
+        let ports: Vec<(u16, u16)> = (0..members.max(1))
+            .map(|_| Ok((free_port()?, free_port()?)))
+            .collect::<Result<_, TestkitError>>()?;
+        let initial: Vec<String> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (_, peer))| format!("e{i}=http://127.0.0.1:{peer}"))
+            .collect();
+        let mut c = Self {
+            members: Vec::new(),
+            endpoints: ports
+                .iter()
+                .map(|(client, _)| format!("http://127.0.0.1:{client}"))
+                .collect(),
+        };
+        for (i, (client, peer)) in ports.iter().enumerate() {
+            let mut cmd = Command::new(&bin);
+            cmd.arg("--name")
+                .arg(format!("e{i}"))
+                .arg("--data-dir")
+                .arg(dir.join(format!("etcd{i}")))
+                .arg("--listen-client-urls")
+                .arg(format!("http://127.0.0.1:{client}"))
+                .arg("--advertise-client-urls")
+                .arg(format!("http://127.0.0.1:{client}"))
+                .arg("--listen-peer-urls")
+                .arg(format!("http://127.0.0.1:{peer}"))
+                .arg("--initial-advertise-peer-urls")
+                .arg(format!("http://127.0.0.1:{peer}"))
+                .arg("--initial-cluster")
+                .arg(initial.join(","))
+                .arg("--initial-cluster-state")
+                .arg("new")
+                .arg("--initial-cluster-token")
+                .arg("farcache-test")
+                .arg("--heartbeat-interval")
+                .arg("50")
+                .arg("--election-timeout")
+                .arg("500")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null());
+            if std::env::var_os("FARCACHE_TEST_LOGS").is_none() {
+                cmd.stderr(Stdio::null());
+            }
+            c.members.push(Some(cmd.spawn()?));
+        }
+        c.wait_healthy(Duration::from_secs(30))?;
+        Ok(c)
+    }
+
+    /// Client URLs, comma-separated (what `farcache manager --etcd` takes).
+    pub fn endpoints(&self) -> String {
+        self.endpoints.join(",")
+    }
+
+    fn wait_healthy(&mut self, timeout: Duration) -> Result<(), TestkitError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            for m in self.members.iter_mut().flatten() {
+                if let Some(status) = m.try_wait()? {
+                    return Err(TestkitError::Other(format!(
+                        "etcd exited early with {status}"
+                    )));
+                }
+            }
+            // A write through the cluster: it needs an elected etcd leader.
+            let ok = Command::new("etcdctl")
+                .env("ETCDCTL_API", "3")
+                .arg("--endpoints")
+                .arg(self.endpoints())
+                .arg("--command-timeout=1s")
+                .args(["put", "/farcache-test/ready", "1"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if ok {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(TestkitError::Timeout("etcd did not become healthy".into()));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for EtcdCluster {
+    fn drop(&mut self) {
+        for m in self.members.iter_mut().flatten() {
+            let _ = m.kill();
+            let _ = m.wait();
+        }
+    }
+}
+
+fn which(name: &str) -> Option<std::path::PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| Path::new(d).join(name))
+        .find(|p| p.is_file())
+}
