@@ -357,3 +357,85 @@ fn a_moved_region_answers_retries_of_ops_that_ran_before_the_move() {
     );
     assert_added_once(&cache, &r);
 }
+
+/// Regions of cache `name` the catalogue places on server `id` (`None` while no
+/// manager answers).
+fn placed_on(client: &farcache_client::Client, name: &str, id: u32) -> Option<usize> {
+    let st = client.status().ok()?;
+    let info = st.caches.iter().find(|c| c.name == name)?;
+    Some(info.regions.iter().filter(|&&s| s == id).count())
+}
+
+/// A reclamation outlives the manager that started it: the leader (one of two
+/// managers on etcd) is SIGKILLed while the reclaimed server's regions move, one
+/// copy at a time (each held back 700 ms by `migration-before-copy`). The standby
+/// finds the reclamation in the catalogue, rolls back the copy left half done (its
+/// table still names the source), and moves the rest before the grace ends; every
+/// byte reads back.
+#[test]
+fn a_reclaim_goes_on_after_the_leader_is_killed_mid_drain() {
+    use farcache_proto::control::{MigrationMode, ServerState};
+    let _g = serial();
+    let mut opts = ClusterOptions::default()
+        .servers(3)
+        .managers(2)
+        .region_size(REGION)
+        .server_memory(64 << 20)
+        .server_env("FAILPOINTS", "migration-before-copy=sleep(700)");
+    // Server leases outlast a failover (an etcd lease of 1 s).
+    opts.heartbeat_timeout = Duration::from_secs(3);
+    let mut c = ProcessCluster::start(bin(), &opts).expect("start cluster on etcd");
+    let mut cfg = farcache_client::ClientConfig::new("").op_timeout(Duration::from_secs(5));
+    cfg.connect_timeout = Duration::from_secs(1);
+    let client = c.client_with(cfg).expect("client");
+    let cache = client.create("drain", 9 * REGION).expect("create");
+    let image = common::pattern(11, (9 * REGION) as usize);
+    cache.write(0, &image).expect("fill");
+    let victim = cache.info().regions[0];
+    let before = placed_on(&client, "drain", victim).expect("status");
+    assert!(before >= 2, "the victim holds {before} regions");
+
+    let grace = Duration::from_secs(40);
+    let t0 = Instant::now();
+    client
+        .reclaim(victim, grace, MigrationMode::DirtyTracking)
+        .expect("reclaim");
+    eventually(
+        "a first region moved",
+        Duration::from_secs(20),
+        Duration::from_millis(20),
+        || (placed_on(&client, "drain", victim)? < before).then_some(()),
+    );
+    let left = placed_on(&client, "drain", victim).expect("status");
+    assert!(
+        left > 0,
+        "the drain ended before the leader could be killed"
+    );
+    c.kill_manager(0).expect("kill the leader");
+    eventually(
+        "the standby takes over",
+        Duration::from_secs(20),
+        Duration::from_millis(20),
+        || (c.leader() == Some(1)).then_some(()),
+    );
+    eventually(
+        "the new leader finishes the drain",
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        || (placed_on(&client, "drain", victim)? == 0).then_some(()),
+    );
+    let took = t0.elapsed();
+    assert!(took < grace, "drained after {took:?}, past the grace");
+    eprintln!("drain of {before} regions across a failover: {took:?} ({left} left at the kill)");
+    let st = client.status().expect("status");
+    assert_eq!(
+        st.servers.iter().find(|s| s.id == victim).map(|s| s.state),
+        Some(ServerState::Leaving),
+        "the reclaimed server stays leaving under the new leader"
+    );
+    let got = cache.read(0, 9 * REGION).expect("read after the drain");
+    if let Some(d) = common::diff(&got, &image) {
+        panic!("after a drain across a failover: {d}");
+    }
+    cache.write(3, b"writable").expect("write after the drain");
+}

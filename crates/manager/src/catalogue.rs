@@ -30,6 +30,41 @@ pub struct ServerRecord {
     /// Where clients reach the server over TLS, if it serves TLS.
     #[serde(default)]
     pub tls_addr: Option<String>,
+    /// A reclamation under way: kept so that a manager taking over resumes the drain
+    /// within what is left of the grace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reclaim: Option<ReclaimRecord>,
+}
+
+/// A server's announced reclamation, as stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReclaimRecord {
+    /// When the grace ends, in milliseconds since the Unix epoch (wall clock, so
+    /// that another manager can tell what is left of it).
+    pub until_unix_ms: u64,
+    pub mode: farcache_proto::control::MigrationMode,
+}
+
+impl ReclaimRecord {
+    /// A grace of `grace` from now.
+    pub fn from_now(grace: Duration, mode: farcache_proto::control::MigrationMode) -> Self {
+        let until = std::time::SystemTime::now() + grace;
+        let until_unix_ms = until
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        ReclaimRecord {
+            until_unix_ms,
+            mode,
+        }
+    }
+
+    /// What is left of the grace now (zero once it ended).
+    pub fn left(&self) -> Duration {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        Duration::from_millis(self.until_unix_ms.saturating_sub(now))
+    }
 }
 
 /// What the store keeps about a cache.
@@ -207,6 +242,13 @@ impl Catalogue {
 
     pub fn server_record(&self, id: ServerId) -> Option<&ServerRecord> {
         self.servers.get(&id).map(|e| &e.record)
+    }
+
+    /// Records (or clears) server `id`'s reclamation in its record.
+    pub fn set_reclaim(&mut self, id: ServerId, reclaim: Option<ReclaimRecord>) {
+        if let Some(e) = self.servers.get_mut(&id) {
+            e.record.reclaim = reclaim;
+        }
     }
 
     pub fn server_state(&self, id: ServerId) -> Option<ServerState> {
@@ -490,6 +532,7 @@ mod tests {
             price_class: PriceClass::OnDemand,
             price_per_gib_hour: 1.0,
             tls_addr: None,
+            reclaim: None,
         }
     }
 

@@ -8,6 +8,7 @@
 //! |---|---|
 //! | `backup-before-stream-check` | a backup has read a replication frame and is about to check that its stream is still the owner's newest |
 //! | `owner-before-release` | an owner's backups acknowledged writes; the responses waiting for them are about to go out |
+//! | `migration-before-copy` | a region's copy to another server is about to start (writes still go on; a `sleep` makes a drain slow enough to fail a manager over in the middle) |
 //! | `execute-refuse-args` | with `return(HEX)`: an EXECUTE whose arguments contain the bytes `HEX` is answered `NOT_SERVING`, as by a server whose region fails over (in-process clusters set it with `fail::cfg`) |
 
 /// Applies `FAILPOINTS` for the life of the process (a no-op without the feature).

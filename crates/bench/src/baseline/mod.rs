@@ -110,7 +110,7 @@ impl ChildServer {
         matches!(self.child.try_wait(), Ok(None))
     }
 
-    fn log_tail(&self) -> String {
+    pub(crate) fn log_tail(&self) -> String {
         let s = std::fs::read_to_string(&self.log).unwrap_or_default();
         let s = strip_ansi(&s);
         let lines: Vec<&str> = s.lines().collect();

@@ -10,6 +10,7 @@ use farcache_proto::control::{
 };
 use farcache_proto::{CacheId, ServerId};
 
+use crate::catalogue::ReclaimRecord;
 use crate::cluster::{Cluster, Target};
 use crate::error::Reject;
 use crate::placement;
@@ -49,6 +50,14 @@ impl Cluster {
                 }
                 Some(ServerState::Leaving) => return Ok(()), // already draining
                 Some(ServerState::Alive) => {
+                    // Stored first: a manager that takes over resumes the drain.
+                    let reclaim = ReclaimRecord::from_now(grace, mode);
+                    if let Some(rec) = st.catalogue.server_record(id) {
+                        let mut rec = rec.clone();
+                        rec.reclaim = Some(reclaim);
+                        st.commit(&[Write::Server(&rec)])?;
+                    }
+                    st.catalogue.set_reclaim(id, Some(reclaim));
                     st.catalogue.set_leaving(id);
                 }
                 Some(s) => {
@@ -90,6 +99,13 @@ impl Cluster {
                     .find(|r| !skip.contains(&(r.cache, r.region)));
                 (st.catalogue.server_state(id), next)
             };
+            if !self.leadership.holds() {
+                tracing::warn!(
+                    server = id,
+                    "no longer leading: the next leader resumes the drain"
+                );
+                return;
+            }
             if state != Some(ServerState::Leaving) {
                 tracing::warn!(
                     server = id,
@@ -130,6 +146,9 @@ impl Cluster {
             }
         }
         let _changes = self.changes.lock();
+        if !self.leadership.holds() {
+            return;
+        }
         let (left, owned) = {
             let st = self.state.lock();
             (st.catalogue.placed_on(id), st.catalogue.owned_by(id))

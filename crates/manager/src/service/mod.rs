@@ -112,6 +112,7 @@ impl Service {
                     price_class,
                     price_per_gib_hour,
                     tls_addr,
+                    reclaim: None,
                 },
                 server_id.is_some(),
             ),

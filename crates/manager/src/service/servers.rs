@@ -122,6 +122,12 @@ impl Service {
                 ),
             ));
         }
+        // The first word from a server this manager loaded (it took over, or
+        // restarted): a reclamation the stored record holds goes on.
+        let resume = (st.catalogue.server_state(id) == Some(ServerState::Unknown))
+            .then(|| st.catalogue.server_record(id).and_then(|r| r.reclaim))
+            .flatten();
+        record.reclaim = resume;
         let next = st.catalogue.next_server_id().max(id.saturating_add(1));
         st.commit(&[Write::Server(&record), Write::NextServerId(next)])?;
         let (addr, used, memory) = (
@@ -150,6 +156,17 @@ impl Service {
             // rolled back (the table still names the source), a committed one is
             // completed (the table names the target).
             self.cluster.push_tables_of(id);
+        }
+        if let Some(r) = resume {
+            let left = r.left();
+            tracing::info!(
+                server = id,
+                left_ms = left.as_millis() as u64,
+                "resuming the reclamation a previous manager started"
+            );
+            if let Err(e) = self.cluster.reclaim(id, left, r.mode) {
+                tracing::warn!(server = id, "cannot resume its reclamation: {}", e.message);
+            }
         }
         if used > memory {
             tracing::warn!(

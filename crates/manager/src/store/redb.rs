@@ -121,6 +121,7 @@ mod tests {
             price_class: PriceClass::Spot,
             price_per_gib_hour: 0.25,
             tls_addr: Some("127.0.0.1:2".into()),
+            reclaim: None,
         };
         let cache = |id, name: &str| CacheRecord {
             id,

@@ -72,6 +72,7 @@ pub fn run(sh: &Arc<Shared>, task: &Arc<Task>) {
 }
 
 fn copy(sh: &Shared, task: &Task) -> Result<(), CopyError> {
+    fail::fail_point!("migration-before-copy");
     let region = sh
         .store
         .region(task.cache, task.region)
