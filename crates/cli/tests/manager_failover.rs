@@ -175,6 +175,73 @@ fn a_standby_takes_over_with_the_catalogue_and_a_paused_leader_is_deposed() {
     assert_eq!(c.open("gamma").unwrap().id(), gamma.id());
 }
 
+/// etcd loses its quorum (two of three members frozen): the leader can no longer
+/// renew its lease, so it steps down and stops answering, and neither manager
+/// exits; the data path keeps serving. When the quorum is back a manager leads
+/// again with the whole catalogue.
+#[test]
+fn managers_wait_out_an_etcd_without_quorum() {
+    let mut opts = ClusterOptions::default()
+        .servers(2)
+        .managers(2)
+        .region_size(REGION)
+        .server_memory(16 << 20);
+    // Server leases outlast the outage below (one heartbeat timeout each).
+    opts.heartbeat_timeout = Duration::from_secs(10);
+    let mut cluster = ProcessCluster::start(bin(), &opts).expect("start cluster on etcd");
+    let c = client(&cluster);
+    let cache = c.create("quorum", 4 * REGION).expect("create");
+    let image = pattern(5, cache.capacity() as usize);
+    cache.write(0, &image).expect("write");
+
+    let etcd = cluster.etcd().expect("etcd");
+    etcd.pause_member(1).expect("pause etcd 1");
+    etcd.pause_member(2).expect("pause etcd 2");
+    eventually(
+        "the leader steps down without etcd",
+        Duration::from_secs(15),
+        Duration::from_millis(50),
+        || cluster.leader().is_none().then_some(()),
+    );
+    // Campaigns fail meanwhile; both managers wait and try again.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        cluster.manager_running(0) && cluster.manager_running(1),
+        "a manager exited while etcd had no quorum"
+    );
+    assert!(cluster.leader().is_none(), "a manager led without etcd");
+    cache
+        .write(8, b"no manager")
+        .expect("the data path serves without a manager");
+
+    let etcd = cluster.etcd().expect("etcd");
+    etcd.resume_member(1).expect("resume etcd 1");
+    etcd.resume_member(2).expect("resume etcd 2");
+    let t = Instant::now();
+    eventually(
+        "a manager leads again",
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        || cluster.leader().map(|_| ()),
+    );
+    eprintln!(
+        "a manager leads {:?} after etcd's quorum came back",
+        t.elapsed()
+    );
+    all_alive(&c, 2);
+    let info = within("open after the outage", CALL_LIMIT, {
+        let c = c.clone();
+        move || c.open("quorum")
+    })
+    .expect("open on the new leader")
+    .info();
+    assert_eq!(info.id, cache.id());
+    let mut want = image.clone();
+    want[8..18].copy_from_slice(b"no manager");
+    assert_eq!(cache.read(0, cache.capacity()).unwrap(), want);
+    c.create("after", REGION).expect("create after the outage");
+}
+
 fn signal(pid: u32, sig: &str) {
     let ok = std::process::Command::new("kill")
         .arg(format!("-{sig}"))

@@ -84,6 +84,37 @@ impl EtcdCluster {
         self.endpoints.join(",")
     }
 
+    /// Number of members.
+    pub fn members(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Freezes member `i` (SIGSTOP): to the others and to clients it is gone
+    /// without a word, as a host that vanished; two of three take the quorum away.
+    pub fn pause_member(&self, i: usize) -> Result<(), TestkitError> {
+        self.signal(i, libc::SIGSTOP)
+    }
+
+    /// Wakes member `i` (SIGCONT).
+    pub fn resume_member(&self, i: usize) -> Result<(), TestkitError> {
+        self.signal(i, libc::SIGCONT)
+    }
+
+    fn signal(&self, i: usize, sig: libc::c_int) -> Result<(), TestkitError> {
+        let m = self
+            .members
+            .get(i)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| TestkitError::Other(format!("no etcd member {i}")))?;
+        let pid = libc::pid_t::try_from(m.id())
+            .map_err(|_| TestkitError::Other("etcd pid out of range".into()))?;
+        // SAFETY: kill(2) on a child this harness started and has not reaped.
+        if unsafe { libc::kill(pid, sig) } != 0 {
+            return Err(std::io::Error::last_os_error().into());
+        }
+        Ok(())
+    }
+
     fn wait_healthy(&mut self, timeout: Duration) -> Result<(), TestkitError> {
         let deadline = Instant::now() + timeout;
         loop {
@@ -119,6 +150,11 @@ impl EtcdCluster {
 impl Drop for EtcdCluster {
     fn drop(&mut self) {
         for m in self.members.iter_mut().flatten() {
+            // A paused member dies on SIGKILL too; wake it so nothing lingers stopped.
+            if let Ok(pid) = libc::pid_t::try_from(m.id()) {
+                // SAFETY: kill(2) on a child not reaped yet.
+                unsafe { libc::kill(pid, libc::SIGCONT) };
+            }
             let _ = m.kill();
             let _ = m.wait();
         }

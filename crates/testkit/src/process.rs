@@ -401,6 +401,19 @@ impl ProcessCluster {
         })
     }
 
+    /// The etcd the managers share (with several managers).
+    pub fn etcd(&self) -> Option<&EtcdCluster> {
+        self.etcd.as_ref()
+    }
+
+    /// Whether manager process `i` still runs (a standby runs without listening).
+    pub fn manager_running(&mut self, i: usize) -> bool {
+        self.managers
+            .get_mut(i)
+            .and_then(Option::as_mut)
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
     /// SIGKILLs manager `i` and reaps it.
     pub fn kill_manager(&mut self, i: usize) -> Result<(), TestkitError> {
         if let Some(mut m) = self.managers.get_mut(i).and_then(Option::take) {

@@ -3,7 +3,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Result;
-use farcache_manager::{CatalogueBackend, EtcdSettings, Manager, ManagerConfig, SloSettings};
+use farcache_manager::{
+    CatalogueBackend, EtcdSettings, Manager, ManagerConfig, ManagerError, SloSettings,
+};
+
+/// How long a manager that cannot reach etcd waits before campaigning again.
+const ETCD_RETRY_FIRST: Duration = Duration::from_millis(200);
+const ETCD_RETRY_MAX: Duration = Duration::from_secs(5);
 
 use crate::size::parse_size;
 
@@ -93,9 +99,23 @@ pub fn run(a: Args) -> Result<()> {
         e.lease_ttl = Duration::from_secs(a.etcd_lease_secs);
         c.catalogue = CatalogueBackend::Etcd(e);
     }
+    let on_etcd = matches!(c.catalogue, CatalogueBackend::Etcd(_));
+    let mut backoff = ETCD_RETRY_FIRST;
     loop {
-        // On etcd this waits until this manager leads.
-        let h = Manager::start(c.clone())?;
+        // On etcd this waits until this manager leads. etcd being unreachable (or
+        // losing its quorum) is a reason to wait, not to exit: a standby that quit
+        // would leave the cluster without one when etcd comes back.
+        let h = match Manager::start(c.clone()) {
+            Ok(h) => h,
+            Err(ManagerError::Etcd(e)) if on_etcd => {
+                tracing::warn!(retry_in = ?backoff, "etcd: {e}; campaigning again");
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(ETCD_RETRY_MAX);
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        backoff = ETCD_RETRY_FIRST;
         super::announce("manager", h.addr(), h.tls_addr(), a.addr_file.as_deref())?;
         // Never, on the embedded catalogue.
         let why = loop {
