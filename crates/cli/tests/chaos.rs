@@ -113,6 +113,47 @@ fn a_short_chaos_run_with_two_copies_loses_nothing() {
     );
 }
 
+/// Three managers on etcd, the leader SIGKILLed twice among the server faults: a
+/// standby takes over each time (and the killed one stands by again), and the data
+/// path loses nothing across it all.
+#[test]
+fn a_chaos_run_with_leader_kills_loses_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (r, text, _) = chaos(
+        dir.path(),
+        &[
+            "--duration",
+            "15s",
+            "--reclaims",
+            "2",
+            "--kills",
+            "1",
+            "--replicas",
+            "2",
+            "--managers",
+            "3",
+            "--leader-kills",
+            "2",
+        ],
+    );
+    let n = |k: &str| field(&r, &text, k);
+    assert_eq!((n("managers"), n("leader_kills")), (3, 2), "{text}");
+    assert_eq!(n("manager_failovers"), 2, "{text}");
+    assert_eq!(
+        (
+            n("wrong_reads"),
+            n("acked_writes_lost"),
+            n("acked_writes_lost_reported"),
+            n("lost_regions")
+        ),
+        (0, 0, 0, 0),
+        "{text}"
+    );
+    assert!(n("control_probes") > 0, "{text}");
+    assert!(n("max_control_unavailable_ms") > 0, "{text}");
+    assert_eq!(n("history_wrong_reads") + n("stale_reads"), 0, "{text}");
+}
+
 /// `chaos --lab`: the cluster in the network lab, with partitions (one way and both),
 /// a vanishing host and heals besides kills and reclaims. The recorded history checks
 /// as linearizable registers (no stale read, no read of bytes no write put there, no

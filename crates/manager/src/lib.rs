@@ -43,6 +43,7 @@ use farcache_proto::control::ClusterStatus;
 
 pub use config::{CatalogueBackend, DEFAULT_REGION_SIZE, ManagerConfig, REGION_ALIGN};
 pub use error::ManagerError;
+pub use lease::LEASE_SHARE;
 pub use slo::SloSettings;
 pub use store::etcd::EtcdSettings;
 

@@ -26,9 +26,10 @@ pub struct Args {
     /// Heartbeat interval asked of servers.
     #[arg(long, default_value_t = 500)]
     heartbeat_ms: u64,
-    /// A server silent this long is marked dead.
-    #[arg(long, default_value_t = 3000)]
-    dead_after_ms: u64,
+    /// A server silent this long is marked dead (servers' leases are 0.8 of it).
+    /// Default: 3000, or with --etcd long enough that leases outlast a failover.
+    #[arg(long)]
+    dead_after_ms: Option<u64>,
     /// Write the bound address (and TLS address) to this file once listening.
     #[arg(long)]
     addr_file: Option<PathBuf>,
@@ -76,6 +77,7 @@ struct SloArgs {
 }
 
 pub fn run(a: Args) -> Result<()> {
+    let dead_after = dead_after_ms(&a);
     let mut c = ManagerConfig::new(a.listen, a.data_dir, a.net.secret()?);
     if let Some((at, t)) = a.net.tls()? {
         c.tls_listen = Some(at);
@@ -84,7 +86,7 @@ pub fn run(a: Args) -> Result<()> {
     c.guard = a.net.guard();
     c.region_size = a.region_size;
     c.heartbeat_interval = Duration::from_millis(a.heartbeat_ms);
-    c.heartbeat_timeout = Duration::from_millis(a.dead_after_ms);
+    c.heartbeat_timeout = Duration::from_millis(dead_after);
     c.slo = SloSettings {
         model: a.slo.slo_model,
         any_machine: a.slo.slo_model_any_machine,
@@ -125,5 +127,51 @@ pub fn run(a: Args) -> Result<()> {
         };
         tracing::warn!(%why, "lost the lead: closing the listener and standing by again");
         h.shutdown();
+    }
+}
+
+/// The shortest heartbeat timeout whose leases outlast a change of leader: the etcd
+/// lease running out, the standby's campaign and load, and a server's next
+/// heartbeat finding the new leader (two intervals), with half a second to spare.
+fn failover_safe_dead_after_ms(etcd_lease_secs: u64, heartbeat_ms: u64) -> u64 {
+    let failover_ms = etcd_lease_secs * 1000 + 2 * heartbeat_ms + 500;
+    (failover_ms as f64 / farcache_manager::LEASE_SHARE).ceil() as u64
+}
+
+/// `--dead-after-ms`, or its default: 3 s, longer on etcd if leases need it. A
+/// value given shorter than that on etcd is kept, with a warning.
+fn dead_after_ms(a: &Args) -> u64 {
+    let safe = (!a.etcd.is_empty())
+        .then(|| failover_safe_dead_after_ms(a.etcd_lease_secs, a.heartbeat_ms));
+    match (a.dead_after_ms, safe) {
+        (Some(ms), Some(safe)) if ms < safe => {
+            tracing::warn!(
+                dead_after_ms = ms,
+                failover_safe = safe,
+                "servers' leases are shorter than a change of leader can take: when a leader \
+                 dies, servers stop serving until the new one renews them; raise \
+                 --dead-after-ms to {safe} or lower --etcd-lease-secs"
+            );
+            ms
+        }
+        (Some(ms), _) => ms,
+        (None, Some(safe)) => safe.max(DEFAULT_DEAD_AFTER_MS),
+        (None, None) => DEFAULT_DEAD_AFTER_MS,
+    }
+}
+
+const DEFAULT_DEAD_AFTER_MS: u64 = 3000;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leases_outlast_a_failover_by_default_on_etcd() {
+        // etcd lease 2 s, heartbeats every 500 ms: a failover takes up to 3.5 s.
+        let ms = failover_safe_dead_after_ms(2, 500);
+        assert_eq!(ms, 4375);
+        let lease = Duration::from_millis(ms).mul_f64(farcache_manager::LEASE_SHARE);
+        assert!(lease >= Duration::from_millis(3500), "{lease:?}");
     }
 }

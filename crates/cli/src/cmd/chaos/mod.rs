@@ -34,6 +34,7 @@ use serde::Serialize;
 use crate::size::{parse_duration, parse_size};
 
 mod acks;
+mod control;
 mod report;
 
 use acks::Acks;
@@ -84,9 +85,19 @@ pub struct Args {
     /// How long a partition or a vanished host lasts.
     #[arg(long, default_value = "2500ms", value_parser = parse_duration)]
     fault_for: std::time::Duration,
+    /// Managers: with 2 or more they share a 3-member etcd on loopback (one leads,
+    /// the others stand by) and the leader is SIGKILLed --leader-kills times.
+    #[arg(long, default_value_t = 1)]
+    managers: usize,
+    /// Leader kills over the run (with --managers 2 or more; default 3 then). The
+    /// killed manager starts again as a standby once another leads.
+    #[arg(long)]
+    leader_kills: Option<u32>,
     /// Silence after which the manager declares a server dead (leases are 0.8 of it).
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
-    dead_after: std::time::Duration,
+    /// Default 1s; 3s with several managers, so leases outlast a change of leader
+    /// (the test etcd's lease is 1 s).
+    #[arg(long, value_parser = parse_duration)]
+    dead_after: Option<std::time::Duration>,
 }
 
 #[derive(Debug, Serialize)]
@@ -102,6 +113,15 @@ struct Event {
 pub fn run(a: Args) -> Result<()> {
     if !a.lab && (a.partitions > 0 || a.vanishes > 0) {
         bail!("--partitions and --vanishes need --lab (links can only be cut in the lab)");
+    }
+    if a.managers == 0 {
+        bail!("--managers must be at least 1");
+    }
+    if a.managers > 1 && a.lab {
+        bail!("--managers 2 or more runs etcd on loopback, which the lab's hosts do not reach");
+    }
+    if a.managers < 2 && a.leader_kills.is_some_and(|k| k > 0) {
+        bail!("--leader-kills needs --managers 2 or more (a standby to take over)");
     }
     if a.lab {
         Lab::check().context("`farcache chaos --lab` cannot run here")?;
@@ -130,13 +150,19 @@ fn run_in(a: Args, lab: Option<Arc<Lab>>) -> Result<()> {
         + a.region_size * u64::from(a.replicas) * 2;
     let mut opts = ClusterOptions::default()
         .servers(a.servers)
+        .managers(a.managers)
         .region_size(a.region_size)
         .server_memory(per_server)
         .server_args(["--grace".to_string(), format!("{}ms", a.grace.as_millis())])
         // For `split_brain_ms`.
         .server_args(["--ack-windows"]);
-    opts.heartbeat_timeout = a.dead_after;
-    opts.heartbeat_interval = (a.dead_after / 10).max(Duration::from_millis(10));
+    let dead_after = a.dead_after.unwrap_or(if a.managers > 1 {
+        Duration::from_secs(3)
+    } else {
+        Duration::from_secs(1)
+    });
+    opts.heartbeat_timeout = dead_after;
+    opts.heartbeat_interval = (dead_after / 10).max(Duration::from_millis(10));
     eprintln!("starting {} servers…", a.servers);
     let mut cluster = match &lab {
         Some(l) => ProcessCluster::start_in_lab(bin, &opts, l.clone()),
@@ -165,9 +191,17 @@ fn run_in(a: Args, lab: Option<Arc<Lab>>) -> Result<()> {
     } else {
         None
     };
+    let leader_kills = if a.managers > 1 {
+        a.leader_kills.unwrap_or(3)
+    } else {
+        0
+    };
+    let control = control::Prober::start(&cluster)?;
+    let mut failovers = control::Failovers::default();
     let started = Instant::now();
     let mut rng = StdRng::seed_from_u64(a.seed);
     let mut plan: Vec<&'static str> = std::iter::repeat_n("reclaim", a.reclaims as usize)
+        .chain(std::iter::repeat_n("leader_kill", leader_kills as usize))
         .chain(std::iter::repeat_n("kill", a.kills as usize))
         .chain(std::iter::repeat_n("partition", a.partitions as usize))
         .chain(std::iter::repeat_n("vanish", a.vanishes as usize))
@@ -192,10 +226,18 @@ fn run_in(a: Args, lab: Option<Arc<Lab>>) -> Result<()> {
             std::thread::sleep(Duration::from_millis(20));
             bar.set_message(format!("{} ops", verifier.ops()));
         }
+        if *kind == "leader_kill" {
+            let at_ms = started.elapsed().as_millis() as u64;
+            let e = failovers.kill_leader(&mut cluster, &client, at_ms)?;
+            bar.println(format!("leader killed: {}", e.what));
+            events.push(e);
+            bar.inc(1);
+            continue;
+        }
         if *kind != "reclaim" && a.replicas > 1 {
             max_wait = max_wait.max(await_copies(&client, Duration::from_secs(30)));
         }
-        let st = client.status()?;
+        let st = control::status(&client)?;
         let Some((i, id)) = pick(&mut cluster, &st, &leaving, &mut rng) else {
             bar.println("no server to act on; skipped");
             continue;
@@ -274,7 +316,9 @@ fn run_in(a: Args, lab: Option<Arc<Lab>>) -> Result<()> {
     let v = verifier.stop();
     let counted = counters.map(|c| c.stop());
     acks.poll_now(&mut cluster);
-    let st = client.status()?;
+    let control = control.stop();
+    let mut st = control::status(&client)?;
+    failovers.merge_into(&mut st);
     let events_checked: Vec<history::Event> = history
         .events()
         .into_iter()
@@ -293,6 +337,12 @@ fn run_in(a: Args, lab: Option<Arc<Lab>>) -> Result<()> {
     report.heartbeat_interval_ms = heartbeat_interval_ms;
     report.max_rereplication_wait_ms = max_wait.as_millis() as u64;
     report.counters = counted;
+    report.managers = a.managers;
+    report.leader_kills = leader_kills;
+    report.manager_failovers = failovers.count;
+    report.max_failover_ms = failovers.max_ms;
+    report.max_control_unavailable_ms = control.max_unavailable_ms;
+    report.control_probes = control.probes;
     print(&report)?;
     std::fs::write(&a.json, serde_json::to_vec_pretty(&report)?)
         .with_context(|| format!("writing {}", a.json.display()))?;

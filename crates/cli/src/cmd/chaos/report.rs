@@ -50,6 +50,17 @@ pub(super) struct Report {
     /// each checked to count once (no add applied twice, none acknowledged lost).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) counters: Option<farcache_testkit::counters::CounterReport>,
+    /// Managers (2 or more: on etcd, one leading).
+    pub(super) managers: usize,
+    pub(super) leader_kills: u32,
+    /// Times another manager took the lead after a kill.
+    pub(super) manager_failovers: u32,
+    /// Longest time from a leader's kill until another manager listened.
+    pub(super) max_failover_ms: u64,
+    /// Longest stretch in which no manager answered a status call (probed every
+    /// 50 ms; from the last answer before to the first after).
+    pub(super) max_control_unavailable_ms: u64,
+    pub(super) control_probes: u64,
     pub(super) events: Vec<Event>,
     /// Ops per 100 ms.
     pub(super) timeline: Vec<u64>,
@@ -117,6 +128,12 @@ pub(super) fn build(
         split_brain_ms: 0.0,
         ack_windows: 0,
         counters: None,
+        managers: 1,
+        leader_kills: 0,
+        manager_failovers: 0,
+        max_failover_ms: 0,
+        max_control_unavailable_ms: 0,
+        control_probes: 0,
         added,
         ops: v.reads + v.writes,
         wrong_reads: v.wrong_reads,
@@ -156,6 +173,16 @@ pub(super) fn print(r: &Report) -> Result<()> {
         r.partitions,
         r.vanishes,
         r.added
+    )?;
+    outln!(
+        "  managers    {} ({} leader kills, {} failovers, longest {} ms); longest control-plane \
+         outage {} ms ({} status probes)",
+        r.managers,
+        r.leader_kills,
+        r.manager_failovers,
+        r.max_failover_ms,
+        r.max_control_unavailable_ms,
+        r.control_probes
     )?;
     if r.lab_rtt_us > 0.0 {
         outln!(
@@ -213,7 +240,8 @@ pub(super) fn print(r: &Report) -> Result<()> {
     )?;
     if let Some(c) = &r.counters {
         outln!(
-            "  fetch-adds  {} acknowledged, {} of unknown outcome on {} counters: {} applied              twice, {} acknowledged and lost, {} counters unreadable",
+            "  fetch-adds  {} acknowledged, {} of unknown outcome on {} counters: {} applied \
+             twice, {} acknowledged and lost, {} counters unreadable",
             c.adds,
             c.adds_unknown,
             c.counters,
