@@ -130,3 +130,44 @@ fn bench_io_rejects_bad_arguments() {
         common::assert_refused(args);
     }
 }
+
+/// `farcache bench control`, small: create and delete rows on redb and on etcd, a
+/// failover row, each with latencies; the etcd rows carry their targets.
+#[test]
+fn bench_control_measures_both_catalogues_and_a_failover() {
+    let out = tempfile::tempdir().expect("tempdir");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_farcache"));
+    cmd.args(["bench", "control", "--creates", "20", "--failovers", "1"])
+        .arg("--out")
+        .arg(out.path());
+    let stdout = common::run_ok(&mut cmd, "farcache bench control");
+    let latest = out.path().join("control-latest.json");
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&latest).expect("control-latest.json"))
+            .expect("json");
+    let rows = json["rows"].as_array().expect("rows");
+    for name in [
+        "create, redb (1 manager)",
+        "delete, redb (1 manager)",
+        "create, etcd (3 managers)",
+        "delete, etcd (3 managers)",
+        "leader failover, etcd (kill -> create answered)",
+    ] {
+        let r = rows
+            .iter()
+            .find(|r| r["name"].as_str() == Some(name))
+            .unwrap_or_else(|| panic!("no row {name:?}: {stdout}"));
+        let p50 = r["p50_us"].as_f64().expect("p50_us");
+        assert!(p50 > 0.0 && p50 <= r["p999_us"].as_f64().unwrap(), "{r}");
+    }
+    let failover = rows
+        .iter()
+        .find(|r| r["op"] == "failover")
+        .expect("failover row");
+    assert!(failover["meets_target"].is_boolean(), "{failover}");
+    // A failover waits at least for the dead leader's etcd lease (1 s) to lapse.
+    assert!(
+        failover["p50_us"].as_f64().unwrap() > 500_000.0,
+        "{failover}"
+    );
+}

@@ -35,9 +35,11 @@ use farcache_bench::{BenchReport, DEFAULT_RESULTS_DIR, format_table, write_chart
 
 use crate::size::parse_size;
 
+mod control;
 mod elastic;
 mod store;
 
+pub use control::ControlArgs;
 pub use elastic::{DrainArgs, MigrateArgs, ReplicationArgs};
 use elastic::{drain, migrate, replication};
 pub use store::{StoreArgs, StoreEvictArgs, StoreHotArgs, StoreLargeArgs};
@@ -83,6 +85,9 @@ pub enum BenchCommand {
     /// The Redis-protocol front end (`farcache resp`) vs Redis, one redis-benchmark
     /// driving both: SET/GET unpipelined and pipelined, MGET of 10 and 100 keys.
     Resp(super::bench_resp::RespArgs),
+    /// The control plane: cache create/delete latency with the catalogue in redb
+    /// (one manager) and in etcd (three managers), and leader failover time on etcd.
+    Control(ControlArgs),
 }
 
 #[derive(clap::Args)]
@@ -200,6 +205,7 @@ pub fn run(b: BenchCommand) -> Result<()> {
         BenchCommand::Drain(a) => drain(a),
         BenchCommand::Slo(a) => super::bench_slo::run(a),
         BenchCommand::Resp(a) => super::bench_resp::run(a),
+        BenchCommand::Control(a) => control::control(a),
     }
 }
 
