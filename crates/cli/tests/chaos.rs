@@ -41,6 +41,21 @@ fn field(r: &serde_json::Value, text: &str, k: &str) -> u64 {
         .unwrap_or_else(|| panic!("{k} missing in {text}"))
 }
 
+/// No wrong read, no acknowledged write lost (silently or as `DataLost`), no region lost.
+fn assert_nothing_lost(r: &serde_json::Value, text: &str) {
+    let n = |k: &str| field(r, text, k);
+    assert_eq!(
+        (
+            n("wrong_reads"),
+            n("acked_writes_lost"),
+            n("acked_writes_lost_reported"),
+            n("lost_regions")
+        ),
+        (0, 0, 0, 0),
+        "{text}"
+    );
+}
+
 #[test]
 fn a_short_chaos_run_loses_nothing_silently() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -82,16 +97,7 @@ fn a_short_chaos_run_with_two_copies_loses_nothing() {
     let n = |k: &str| field(&r, &text, k);
     assert_eq!(n("replicas"), 2);
     assert_eq!(n("kills"), 3, "{text}");
-    assert_eq!(
-        (
-            n("wrong_reads"),
-            n("acked_writes_lost"),
-            n("acked_writes_lost_reported"),
-            n("lost_regions")
-        ),
-        (0, 0, 0, 0),
-        "{text}"
-    );
+    assert_nothing_lost(&r, &text);
     assert!(n("promotions") > 0, "backups took over: {text}");
     assert!(n("heartbeat_interval_ms") > 0);
     let c = &r["counters"];
@@ -119,36 +125,12 @@ fn a_short_chaos_run_with_two_copies_loses_nothing() {
 #[test]
 fn a_chaos_run_with_leader_kills_loses_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (r, text, _) = chaos(
-        dir.path(),
-        &[
-            "--duration",
-            "15s",
-            "--reclaims",
-            "2",
-            "--kills",
-            "1",
-            "--replicas",
-            "2",
-            "--managers",
-            "3",
-            "--leader-kills",
-            "2",
-        ],
-    );
+    let args = "--duration 15s --reclaims 2 --kills 1 --replicas 2 --managers 3 --leader-kills 2";
+    let (r, text, _) = chaos(dir.path(), &args.split(' ').collect::<Vec<_>>());
     let n = |k: &str| field(&r, &text, k);
     assert_eq!((n("managers"), n("leader_kills")), (3, 2), "{text}");
     assert_eq!(n("manager_failovers"), 2, "{text}");
-    assert_eq!(
-        (
-            n("wrong_reads"),
-            n("acked_writes_lost"),
-            n("acked_writes_lost_reported"),
-            n("lost_regions")
-        ),
-        (0, 0, 0, 0),
-        "{text}"
-    );
+    assert_nothing_lost(&r, &text);
     assert!(n("control_probes") > 0, "{text}");
     assert!(n("max_control_unavailable_ms") > 0, "{text}");
     assert_eq!(n("history_wrong_reads") + n("stale_reads"), 0, "{text}");
