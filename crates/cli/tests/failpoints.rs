@@ -439,3 +439,100 @@ fn a_reclaim_goes_on_after_the_leader_is_killed_mid_drain() {
     }
     cache.write(3, b"writable").expect("write after the drain");
 }
+
+/// Two managers on etcd with `FAILPOINTS` set to `points` in both, two servers, and
+/// a client that follows the leader.
+fn etcd_cluster(points: &str) -> (ProcessCluster, farcache_client::Client) {
+    let mut opts = ClusterOptions::default()
+        .servers(2)
+        .managers(2)
+        .region_size(REGION)
+        .server_memory(32 << 20)
+        .manager_env("FAILPOINTS", points);
+    // Server leases outlast a failover (an etcd lease of 1 s).
+    opts.heartbeat_timeout = Duration::from_secs(3);
+    let c = ProcessCluster::start(bin(), &opts).expect("start cluster on etcd");
+    let mut cfg = farcache_client::ClientConfig::new("").op_timeout(Duration::from_secs(5));
+    cfg.connect_timeout = Duration::from_secs(1);
+    let client = c.client_with(cfg).expect("client");
+    (c, client)
+}
+
+fn caches_named(client: &farcache_client::Client, name: &str) -> usize {
+    let st = client.status().expect("status");
+    st.caches.iter().filter(|c| c.name == name).count()
+}
+
+/// A create whose etcd answer is lost after it landed: the manager reads the keys
+/// back in one snapshot, finds its own write under its own leadership, and goes on
+/// leading. The cache exists once, and later commits on the same keys (a delete)
+/// pass their revision checks, so the read-back recorded the right revision.
+#[test]
+fn a_commit_whose_answer_is_lost_is_read_back_and_kept() {
+    let _g = serial();
+    let (mut c, client) = etcd_cluster("etcd-cache-commit-answer-lost=1*return");
+    let cache = client
+        .create("lost-answer", 2 * REGION)
+        .expect("a create whose answer was lost");
+    cache.write(0, b"kept").expect("write");
+    assert_eq!(c.leader(), Some(0), "the manager kept the lead");
+    assert_eq!(caches_named(&client, "lost-answer"), 1);
+    client.create("after", REGION).expect("the next create");
+    client
+        .delete("lost-answer")
+        .expect("a delete conditioned on the read-back revision");
+    assert_eq!(caches_named(&client, "lost-answer"), 0);
+    assert_eq!(c.leader(), Some(0), "still leading after the delete");
+}
+
+/// A create whose commit never reached etcd, so the manager cannot tell whether it
+/// landed: it steps down rather than act on a view that may be stale, the create
+/// fails, and a manager that leads next finishes nothing half done — the regions the
+/// failed attempt placed on servers are freed, and the same create then works once.
+#[test]
+fn a_commit_of_unknown_outcome_steps_the_leader_down_and_leaves_no_half_create() {
+    let _g = serial();
+    // Each manager's first cache commit is lost: the first leader, and maybe the
+    // next, step down; the one after that has used its point up.
+    let (mut c, client) = etcd_cluster("etcd-cache-commit-unsent=1*return");
+    assert!(
+        client.create("unsent", 2 * REGION).is_err(),
+        "a create whose commit may not have landed is not reported as done"
+    );
+    eventually(
+        "the first leader steps down",
+        Duration::from_secs(10),
+        Duration::from_millis(20),
+        || (c.leader() != Some(0)).then_some(()),
+    );
+    let t0 = Instant::now();
+    let mut failed = 1;
+    let cache = loop {
+        match client.create("unsent", 2 * REGION) {
+            Ok(cache) => break cache,
+            Err(e) => {
+                failed += 1;
+                assert!(
+                    t0.elapsed() < Duration::from_secs(40) && failed <= 6,
+                    "the create never succeeded: {e}"
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    };
+    eprintln!("create succeeded after {failed} failed attempts");
+    assert_eq!(caches_named(&client, "unsent"), 1, "one cache, once");
+    cache.write(0, b"whole").expect("write");
+    assert_eq!(cache.read(0, 5).expect("read")[..], b"whole"[..]);
+    // What failed attempts allocated is freed: the servers hold exactly the two
+    // regions of the one cache.
+    eventually(
+        "the servers hold only what the catalogue places",
+        Duration::from_secs(20),
+        Duration::from_millis(100),
+        || {
+            let held: u64 = (0..2).map(|i| common::server_stats(&c, i).regions).sum();
+            (held == 2).then_some(())
+        },
+    );
+}

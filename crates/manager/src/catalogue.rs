@@ -176,6 +176,10 @@ pub struct Catalogue {
     servers: BTreeMap<ServerId, ServerEntry>,
     caches: BTreeMap<CacheId, CacheRecord>,
     names: BTreeMap<String, CacheId>,
+    /// Per server: how many regions the caches place there and their digest (the
+    /// heartbeat's pair), kept in step with every cache change so that comparing
+    /// heartbeats costs the number of servers, not the number of regions.
+    placed: BTreeMap<ServerId, (u64, u64)>,
     next_server_id: ServerId,
     next_cache_id: CacheId,
 }
@@ -187,6 +191,7 @@ impl Default for Catalogue {
             servers: BTreeMap::new(),
             caches: BTreeMap::new(),
             names: BTreeMap::new(),
+            placed: BTreeMap::new(),
             next_server_id: 1,
             next_cache_id: 1,
         }
@@ -332,10 +337,8 @@ impl Catalogue {
             .values()
             .filter(|e| up(e.state))
             .filter_map(|e| {
-                let (count, digest) = e.reported?;
-                let placed = self.placed_on(e.record.id);
-                (count != placed.len() as u64 || digest != region_digest(placed))
-                    .then_some(e.record.id)
+                let reported = e.reported?;
+                (reported != self.placed_digest(e.record.id)).then_some(e.record.id)
             })
             .collect()
     }
@@ -450,7 +453,31 @@ impl Catalogue {
         Some(cache)
     }
 
+    /// How many regions the caches place on server `id`, and their digest.
+    pub fn placed_digest(&self, id: ServerId) -> (u64, u64) {
+        self.placed.get(&id).copied().unwrap_or((0, 0))
+    }
+
     fn account(&mut self, cache: &CacheRecord, add: bool) {
+        for i in 0..cache.regions.len() {
+            let mut on: Vec<ServerId> = cache.copies(i).collect();
+            on.sort_unstable();
+            on.dedup();
+            let one = region_digest([HeldRegion {
+                cache: cache.id,
+                region: i as u32,
+            }]);
+            for sid in on {
+                let (n, d) = self.placed.entry(sid).or_insert((0, 0));
+                if add {
+                    *n += 1;
+                    *d = d.wrapping_add(one);
+                } else {
+                    *n = n.saturating_sub(1);
+                    *d = d.wrapping_sub(one);
+                }
+            }
+        }
         for sid in cache.regions.iter().chain(cache.backups.iter().flatten()) {
             // A region on a server the store forgot cannot be accounted; it is still
             // reported in the region table.
@@ -569,6 +596,46 @@ mod tests {
             cat.candidates().is_empty(),
             "unknown servers get no placements"
         );
+    }
+
+    /// The per-server index of placed regions stays equal to a full recount through
+    /// random creates, replacements (moves, new backups) and deletes.
+    #[test]
+    fn the_placed_index_matches_a_recount_through_random_changes() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let mut cat = Catalogue::default();
+        for id in 1..=6 {
+            cat.upsert_server(server(id, 1 << 40), Instant::now());
+        }
+        for step in 0..2000u32 {
+            let id = rng.gen_range(1..=40);
+            if rng.gen_bool(0.2) {
+                cat.remove_cache(id);
+            } else {
+                let n = rng.gen_range(1..=8usize);
+                let regions: Vec<ServerId> = (0..n).map(|_| rng.gen_range(1..=6)).collect();
+                let backups: Vec<Vec<ServerId>> = (0..n)
+                    .map(|_| {
+                        (0..rng.gen_range(0..=2))
+                            .map(|_| rng.gen_range(1..=6))
+                            .collect()
+                    })
+                    .collect();
+                cat.insert_cache(CacheRecord {
+                    backups,
+                    ..cache(id, &format!("c{id}"), regions)
+                });
+            }
+            for sid in 1..=6 {
+                let placed = cat.placed_on(sid);
+                assert_eq!(
+                    cat.placed_digest(sid),
+                    (placed.len() as u64, region_digest(placed)),
+                    "server {sid} after step {step}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -23,6 +23,7 @@ mod cluster;
 mod config;
 mod error;
 mod events;
+mod failpoints;
 mod leadership;
 mod lease;
 mod listener;

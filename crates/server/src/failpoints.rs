@@ -12,6 +12,8 @@
 //! | `execute-refuse-args` | with `return(HEX)`: an EXECUTE whose arguments contain the bytes `HEX` is answered `NOT_SERVING`, as by a server whose region fails over (in-process clusters set it with `fail::cfg`) |
 
 /// Applies `FAILPOINTS` for the life of the process (a no-op without the feature).
+/// `farcache manager` calls it too: the points are process-wide, so the manager's
+/// own (`farcache_manager`'s `failpoints` module) are set the same way.
 pub fn from_env() {
     #[cfg(feature = "failpoints")]
     {

@@ -22,6 +22,8 @@ pub struct ClusterOptions {
     pub server_env: Vec<(String, String)>,
     /// Extra command-line arguments for the manager process (`ProcessCluster`).
     pub manager_args: Vec<String>,
+    /// Extra environment for every manager process (`ProcessCluster`).
+    pub manager_env: Vec<(String, String)>,
     /// Managers (`ProcessCluster`): more than one keep the catalogue on a 3-member
     /// etcd the cluster starts; one leads, the others stand by.
     pub managers: usize,
@@ -41,6 +43,7 @@ impl Default for ClusterOptions {
             server_args: Vec::new(),
             server_env: Vec::new(),
             manager_args: Vec::new(),
+            manager_env: Vec::new(),
             managers: 1,
         }
     }
@@ -78,14 +81,22 @@ impl ClusterOptions {
         self
     }
 
-    /// Sets `key=value` in every server's environment (`ProcessCluster`).
+    /// Extra arguments for every manager process (`ProcessCluster`).
     pub fn manager_args<I: IntoIterator<Item = S>, S: Into<String>>(mut self, args: I) -> Self {
         self.manager_args = args.into_iter().map(Into::into).collect();
         self
     }
 
+    /// Sets `key=value` in every server's environment (`ProcessCluster`).
     pub fn server_env(mut self, key: &str, value: &str) -> Self {
         self.server_env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Sets `key=value` in every manager's environment (`ProcessCluster`), e.g.
+    /// `FAILPOINTS` of a binary built with them.
+    pub fn manager_env(mut self, key: &str, value: &str) -> Self {
+        self.manager_env.push((key.into(), value.into()));
         self
     }
 

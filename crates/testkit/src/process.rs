@@ -228,6 +228,9 @@ impl ProcessCluster {
         let _ = std::fs::remove_file(&addr_file);
         let mut cmd = self.command_on("manager")?;
         cmd.arg("manager");
+        for (k, v) in &self.opts.manager_env {
+            cmd.env(k, v);
+        }
         self.tls_args(&mut cmd);
         if let Some(etcd) = &self.etcd {
             cmd.arg("--etcd")

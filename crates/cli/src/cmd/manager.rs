@@ -77,6 +77,9 @@ struct SloArgs {
 }
 
 pub fn run(a: Args) -> Result<()> {
+    // FAILPOINTS, in a build with them (the manager's own points are listed in
+    // farcache-manager's `failpoints` module).
+    farcache_server::failpoints::from_env();
     let dead_after = dead_after_ms(&a);
     let mut c = ManagerConfig::new(a.listen, a.data_dir, a.net.secret()?);
     if let Some((at, t)) = a.net.tls()? {

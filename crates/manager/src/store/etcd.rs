@@ -276,17 +276,19 @@ impl EtcdStore {
         Ok(loaded)
     }
 
-    /// After a commit whose answer was lost: did it land? Reads each written key's
-    /// mod revision; all past what was known means it did.
+    /// After a commit whose answer was lost: did it land? Reads, in one snapshot, the
+    /// leader key and each written key. It landed if this manager still leads (so
+    /// no other can have written since) and every key moved past the revision known
+    /// before, to the value written (a deleted key is gone).
     fn landed(
         &self,
         keys: &[(String, Option<Vec<u8>>)],
         known: &HashMap<String, i64>,
     ) -> Option<i64> {
         let mut c = self.client.clone();
-        let ops: Vec<TxnOp> = keys
-            .iter()
-            .map(|(k, _)| TxnOp::get(k.as_str(), None))
+        let leader_key = format!("{}/leader", self.prefix);
+        let ops: Vec<TxnOp> = std::iter::once(TxnOp::get(leader_key.as_str(), None))
+            .chain(keys.iter().map(|(k, _)| TxnOp::get(k.as_str(), None)))
             .collect();
         let r = self
             .rt
@@ -295,15 +297,27 @@ impl EtcdStore {
             })
             .ok()?
             .ok()?;
+        let mut answers = r.op_responses().into_iter();
+        let TxnOpResponse::Get(leader) = answers.next()? else {
+            return None;
+        };
+        let leads = leader
+            .kvs()
+            .first()
+            .is_some_and(|kv| kv.create_revision() == self.leader_rev);
+        if !leads {
+            return None;
+        }
         let mut rev = 0;
-        for ((k, v), op) in keys.iter().zip(r.op_responses()) {
+        for ((k, v), op) in keys.iter().zip(answers) {
             let TxnOpResponse::Get(g) = op else {
                 return None;
             };
-            let now = g.kvs().first().map_or(0, |kv| kv.mod_revision());
+            let kv = g.kvs().first();
+            let now = kv.map_or(0, |kv| kv.mod_revision());
             let before = known.get(k).copied().unwrap_or(0);
             let done = match v {
-                Some(_) => now > before,
+                Some(v) => now > before && kv.is_some_and(|kv| kv.value() == v.as_slice()),
                 None => now == 0 && before > 0,
             };
             if !done {
@@ -311,7 +325,12 @@ impl EtcdStore {
             }
             rev = rev.max(now);
         }
-        Some(rev)
+        // Every key the commit deleted: the snapshot's revision stands for them.
+        Some(if rev == 0 {
+            r.header().map_or(0, |h| h.revision())
+        } else {
+            rev
+        })
     }
 }
 
@@ -358,23 +377,31 @@ impl Backend for EtcdStore {
             });
         }
         let mut c = self.client.clone();
-        let answer = self.rt.block_on(async {
-            tokio::time::timeout(
-                self.call_timeout,
-                c.txn(Txn::new().when(when).and_then(ops)),
-            )
-            .await
-        });
+        let cache_commit = writes.iter().any(|w| matches!(w, Write::Cache(_)));
+        let unsent = cache_commit && crate::failpoints::hit("etcd-cache-commit-unsent");
+        let answer = (!unsent)
+            .then(|| {
+                self.rt.block_on(async {
+                    tokio::time::timeout(
+                        self.call_timeout,
+                        c.txn(Txn::new().when(when).and_then(ops)),
+                    )
+                    .await
+                })
+            })
+            .and_then(|a| a.ok())
+            .and_then(|a| a.ok())
+            .filter(|_| !(cache_commit && crate::failpoints::hit("etcd-cache-commit-answer-lost")));
         let rev = match answer {
-            Ok(Ok(r)) if r.succeeded() => r.header().map_or(0, |h| h.revision()),
-            Ok(Ok(_)) => {
+            Some(r) if r.succeeded() => r.header().map_or(0, |h| h.revision()),
+            Some(_) => {
                 self.leadership
                     .depose("an etcd commit failed its conditions: another manager leads");
                 return Err(ManagerError::NotLeader(
                     "another manager leads (etcd refused the change)".into(),
                 ));
             }
-            Ok(Err(_)) | Err(_) => match self.landed(&keys, &revs) {
+            None => match self.landed(&keys, &revs) {
                 Some(rev) => rev,
                 None => {
                     // Unknown whether it landed: this manager's view may be stale,
