@@ -180,6 +180,8 @@ pub struct Catalogue {
     /// heartbeat's pair), kept in step with every cache change so that comparing
     /// heartbeats costs the number of servers, not the number of regions.
     placed: BTreeMap<ServerId, (u64, u64)>,
+    /// Caches with a region short of copies (what re-replication looks at).
+    short: std::collections::BTreeSet<CacheId>,
     next_server_id: ServerId,
     next_cache_id: CacheId,
 }
@@ -192,6 +194,7 @@ impl Default for Catalogue {
             caches: BTreeMap::new(),
             names: BTreeMap::new(),
             placed: BTreeMap::new(),
+            short: std::collections::BTreeSet::new(),
             next_server_id: 1,
             next_cache_id: 1,
         }
@@ -453,12 +456,34 @@ impl Catalogue {
         Some(cache)
     }
 
+    /// Caches with a region short of copies.
+    pub fn short_caches(&self) -> impl Iterator<Item = &CacheRecord> {
+        self.short.iter().filter_map(|id| self.caches.get(id))
+    }
+
+    /// The first region (in cache and region order) placed on server `id`.
+    pub fn first_placed_on(&self, id: ServerId) -> Option<HeldRegion> {
+        self.caches.values().find_map(|c| {
+            (0..c.regions.len())
+                .find(|&i| c.copies(i).any(|s| s == id))
+                .map(|i| HeldRegion {
+                    cache: c.id,
+                    region: i as u32,
+                })
+        })
+    }
+
     /// How many regions the caches place on server `id`, and their digest.
     pub fn placed_digest(&self, id: ServerId) -> (u64, u64) {
         self.placed.get(&id).copied().unwrap_or((0, 0))
     }
 
     fn account(&mut self, cache: &CacheRecord, add: bool) {
+        if add && !cache.short_of_copies().is_empty() {
+            self.short.insert(cache.id);
+        } else {
+            self.short.remove(&cache.id);
+        }
         for i in 0..cache.regions.len() {
             let mut on: Vec<ServerId> = cache.copies(i).collect();
             on.sort_unstable();
@@ -598,7 +623,8 @@ mod tests {
         );
     }
 
-    /// The per-server index of placed regions stays equal to a full recount through
+    /// The per-server index of placed regions, the first region on each server and the
+    /// caches short of copies stay equal to a full recount through
     /// random creates, replacements (moves, new backups) and deletes.
     #[test]
     fn the_placed_index_matches_a_recount_through_random_changes() {
@@ -624,10 +650,24 @@ mod tests {
                     .collect();
                 cat.insert_cache(CacheRecord {
                     backups,
+                    replicas: rng.gen_range(1..=3),
                     ..cache(id, &format!("c{id}"), regions)
                 });
             }
+            let short: Vec<CacheId> = cat.short_caches().map(|c| c.id).collect();
+            let recount: Vec<CacheId> = cat
+                .caches
+                .values()
+                .filter(|c| !c.short_of_copies().is_empty())
+                .map(|c| c.id)
+                .collect();
+            assert_eq!(short, recount, "short caches after step {step}");
             for sid in 1..=6 {
+                assert_eq!(
+                    cat.first_placed_on(sid),
+                    cat.placed_on(sid).first().copied(),
+                    "first region on {sid}"
+                );
                 let placed = cat.placed_on(sid);
                 assert_eq!(
                     cat.placed_digest(sid),

@@ -48,17 +48,26 @@ impl Cluster {
         let mut by_price: Vec<_> = cands.iter().collect();
         by_price.sort_by(|a, b| b.price_per_gib_hour.total_cmp(&a.price_per_gib_hour));
         for dear in by_price {
-            let placed = st.catalogue.placed_on(dear.id);
-            let Some(r) = placed.first() else { continue };
+            // Most ticks end here (no cheaper server has room), before any region is
+            // looked at.
+            let room = cands
+                .iter()
+                .filter(|c| c.price_per_gib_hour < dear.price_per_gib_hour)
+                .map(|c| c.free)
+                .max()
+                .unwrap_or(0);
+            if room == 0 {
+                continue;
+            }
+            let Some(r) = st.catalogue.first_placed_on(dear.id) else {
+                continue;
+            };
             let size = st
                 .catalogue
                 .cache(r.cache)
                 .map_or(u64::MAX, |c| c.region_size);
-            let cheaper = cands
-                .iter()
-                .any(|c| c.price_per_gib_hour < dear.price_per_gib_hour && c.free >= size);
-            if cheaper {
-                return Some((*r, dear.id));
+            if room >= size {
+                return Some((r, dear.id));
             }
         }
         None

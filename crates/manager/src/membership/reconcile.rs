@@ -55,8 +55,12 @@ impl Cluster {
                     continue;
                 }
                 let placed = st.catalogue.placed_on(t.server);
-                let known: Vec<CacheId> =
-                    st.catalogue.status().caches.iter().map(|c| c.id).collect();
+                // Only the caches this server holds regions of are looked up.
+                let known: std::collections::HashSet<CacheId> = held
+                    .iter()
+                    .map(|r| r.cache)
+                    .filter(|&c| st.catalogue.cache(c).is_some())
+                    .collect();
                 (placed, known)
             };
             let mut dropped: Vec<CacheId> = Vec::new();

@@ -58,11 +58,9 @@ impl Cluster {
     /// A region with fewer copies than its cache's `replicas` whose owner is alive.
     fn short_region(&self) -> Option<HeldRegion> {
         let st = self.state.lock();
-        let caches = st.catalogue.status().caches;
-        for c in caches {
-            let Some(rec) = st.catalogue.cache(c.id) else {
-                continue;
-            };
+        // Only caches with a region short of copies are looked at: a tick costs what
+        // changed, not the size of the catalogue.
+        for rec in st.catalogue.short_caches() {
             for region in rec.short_of_copies() {
                 let owner = rec.regions[region as usize];
                 if st.catalogue.server_state(owner).is_some_and(up) {
