@@ -138,6 +138,7 @@ fn bench_control_measures_both_catalogues_and_a_failover() {
     let out = tempfile::tempdir().expect("tempdir");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_farcache"));
     cmd.args(["bench", "control", "--creates", "20", "--failovers", "1"])
+        .args(["--catalogue", "200x10", "--catalogue-servers", "5"])
         .arg("--out")
         .arg(out.path());
     let stdout = common::run_ok(&mut cmd, "farcache bench control");
@@ -165,6 +166,13 @@ fn bench_control_measures_both_catalogues_and_a_failover() {
         .find(|r| r["op"] == "failover")
         .expect("failover row");
     assert!(failover["meets_target"].is_boolean(), "{failover}");
+    for op in ["upkeep", "commit", "load"] {
+        let r = rows
+            .iter()
+            .find(|r| r["op"] == op && r["name"].as_str().is_some_and(|n| n.contains("200x10")))
+            .unwrap_or_else(|| panic!("no catalogue {op} row: {stdout}"));
+        assert!(r["p50_us"].as_f64().unwrap() > 0.0, "{r}");
+    }
     // A failover waits at least for the dead leader's etcd lease (1 s) to lapse.
     assert!(
         failover["p50_us"].as_f64().unwrap() > 500_000.0,

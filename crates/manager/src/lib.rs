@@ -30,6 +30,7 @@ mod listener;
 mod liveness;
 mod membership;
 mod placement;
+pub mod scale;
 mod server_link;
 mod service;
 mod slo;

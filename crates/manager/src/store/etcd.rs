@@ -67,6 +67,9 @@ pub(crate) struct EtcdStore {
     leadership: Arc<Leadership>,
 }
 
+/// Keys per page when the catalogue is read.
+const LOAD_PAGE: i64 = 1000;
+
 fn etcd_err(what: &str, e: impl std::fmt::Display) -> ManagerError {
     ManagerError::Etcd(format!("{what}: {e}"))
 }
@@ -240,30 +243,63 @@ impl EtcdStore {
         }
     }
 
-    fn load(&self) -> Result<Loaded, ManagerError> {
+    /// Reads the whole catalogue, a page of keys at a time (one answer holding a large
+    /// catalogue would pass gRPC's 4 MiB message limit), every page at the revision
+    /// of the first, so the pages form one snapshot.
+    pub(crate) fn load(&self) -> Result<Loaded, ManagerError> {
         let mut c = self.client.clone();
         let from = format!("{}/", self.prefix);
-        let r = self
-            .rt
-            .block_on(c.get(from.as_str(), Some(GetOptions::new().with_prefix())))
-            .map_err(|e| etcd_err("read the catalogue", e))?;
+        // The end of the prefix's range: the prefix with its last byte raised ('/' + 1).
+        let end = format!("{}0", self.prefix);
+        let mut kvs = Vec::new();
+        let mut next = from.clone().into_bytes();
+        let mut at = 0;
+        loop {
+            let mut opts = GetOptions::new()
+                .with_range(end.as_str())
+                .with_limit(LOAD_PAGE);
+            if at > 0 {
+                opts = opts.with_revision(at);
+            }
+            let r = self
+                .rt
+                .block_on(c.get(next.clone(), Some(opts)))
+                .map_err(|e| etcd_err("read the catalogue", e))?;
+            if at == 0 {
+                at = r.header().map_or(0, |h| h.revision());
+            }
+            let page = r.kvs().len();
+            let more = r.more();
+            if let Some(last) = r.kvs().last() {
+                // The next page starts just after the last key.
+                next = [last.key(), &[0]].concat();
+            }
+            kvs.extend(
+                r.kvs()
+                    .iter()
+                    .map(|kv| (kv.key().to_vec(), kv.value().to_vec(), kv.mod_revision())),
+            );
+            if !more || page == 0 {
+                break;
+            }
+        }
         let mut loaded = Loaded::default();
         let mut revs = self.revisions.lock();
-        for kv in r.kvs() {
-            let key = String::from_utf8_lossy(kv.key()).into_owned();
+        for (key, value, mod_revision) in &kvs {
+            let key = String::from_utf8_lossy(key).into_owned();
             let Some(rest) = key.strip_prefix(&from) else {
                 continue;
             };
             let counter = || -> Result<u32, ManagerError> {
-                std::str::from_utf8(kv.value())
+                std::str::from_utf8(value)
                     .ok()
                     .and_then(|s| s.parse().ok())
                     .ok_or_else(|| ManagerError::Corrupt(format!("{key} is not a counter")))
             };
             if rest.starts_with("servers/") {
-                loaded.servers.push(decode(&key, kv.value())?);
+                loaded.servers.push(decode(&key, value)?);
             } else if rest.starts_with("caches/") {
-                loaded.caches.push(decode(&key, kv.value())?);
+                loaded.caches.push(decode(&key, value)?);
             } else if rest == "meta/next_server_id" {
                 loaded.next_server_id = counter()?;
             } else if rest == "meta/next_cache_id" {
@@ -271,7 +307,7 @@ impl EtcdStore {
             } else {
                 continue;
             }
-            revs.insert(key, kv.mod_revision());
+            revs.insert(key, *mod_revision);
         }
         Ok(loaded)
     }
