@@ -89,6 +89,30 @@ impl EtcdCluster {
         self.members.len()
     }
 
+    /// The create revision of `key` (0 if absent, `None` if etcd did not answer):
+    /// it changes whenever the key is created again, e.g. a new leader's key.
+    pub fn create_revision(&self, key: &str) -> Option<i64> {
+        let out = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .arg("--endpoints")
+            .arg(self.endpoints())
+            .arg("--command-timeout=2s")
+            .args(["get", key, "-w", "fields"])
+            .stderr(Stdio::null())
+            .output()
+            .ok()
+            .filter(|o| o.status.success())?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        Some(
+            text.lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    (k.trim() == "\"CreateRevision\"").then(|| v.trim().parse().ok())?
+                })
+                .unwrap_or(0),
+        )
+    }
+
     /// Freezes member `i` (SIGSTOP): to the others and to clients it is gone
     /// without a word, as a host that vanished; two of three take the quorum away.
     pub fn pause_member(&self, i: usize) -> Result<(), TestkitError> {
