@@ -99,6 +99,24 @@ fn one() -> u32 {
 }
 
 impl CacheRecord {
+    /// A cache of one copy per region, epoch 1, no procedures, file or SLO, whose
+    /// capacity is its regions: what tests and the scale measure start from.
+    pub fn plain(id: CacheId, name: String, region_size: u64, regions: Vec<ServerId>) -> Self {
+        Self {
+            id,
+            name,
+            capacity: regions.len() as u64 * region_size,
+            region_size,
+            epoch: 1,
+            regions,
+            procs: Vec::new(),
+            replicas: 1,
+            backups: Vec::new(),
+            from_file: None,
+            slo: None,
+        }
+    }
+
     /// The backups of region `i` (none if it has none).
     pub fn backups_of(&self, i: usize) -> &[ServerId] {
         self.backups.get(i).map_or(&[], Vec::as_slice)
@@ -589,19 +607,7 @@ mod tests {
     }
 
     fn cache(id: CacheId, name: &str, regions: Vec<ServerId>) -> CacheRecord {
-        CacheRecord {
-            id,
-            name: name.into(),
-            capacity: regions.len() as u64 * R,
-            region_size: R,
-            epoch: 1,
-            regions,
-            procs: Vec::new(),
-            replicas: 1,
-            backups: Vec::new(),
-            from_file: None,
-            slo: None,
-        }
+        CacheRecord::plain(id, name.into(), R, regions)
     }
 
     #[test]

@@ -92,20 +92,7 @@ fn build(servers: u32, caches: u32, regions: u32) -> (Catalogue, Vec<ServerRecor
 }
 
 fn record(id: CacheId, regions: Vec<ServerId>) -> CacheRecord {
-    let region_size = 64 << 20;
-    CacheRecord {
-        id,
-        name: format!("cache-{id:06}"),
-        capacity: regions.len() as u64 * region_size,
-        region_size,
-        epoch: 1,
-        regions,
-        procs: Vec::new(),
-        replicas: 1,
-        backups: Vec::new(),
-        from_file: None,
-        slo: None,
-    }
+    CacheRecord::plain(id, format!("cache-{id:06}"), 64 << 20, regions)
 }
 
 /// The upkeep's per-tick look at the catalogue when nothing changed, in µs (the
