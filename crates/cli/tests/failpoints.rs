@@ -539,3 +539,132 @@ fn a_commit_of_unknown_outcome_steps_the_leader_down_and_leaves_no_half_create()
         },
     );
 }
+
+/// Regions the two servers of an `etcd_cluster` hold, all caches together.
+fn held_regions(c: &ProcessCluster) -> u64 {
+    (0..2).map(|i| common::server_stats(c, i).regions).sum()
+}
+
+/// A second client on the cluster, for status calls while the first one waits.
+fn observer(c: &ProcessCluster) -> farcache_client::Client {
+    let mut cfg = farcache_client::ClientConfig::new("").op_timeout(Duration::from_secs(5));
+    cfg.connect_timeout = Duration::from_secs(1);
+    c.client_with(cfg).expect("client")
+}
+
+/// The leader is SIGKILLed in the middle of a create (its regions placed on servers,
+/// the cache not committed). The standby knows nothing of it: what was placed is
+/// freed, and the create, asked again, exists once and works.
+#[test]
+fn a_create_cut_short_by_the_leaders_death_is_not_half_done() {
+    let _g = serial();
+    let (mut c, client) = etcd_cluster("manager-before-create-commit=1*sleep(4000)");
+    let watch = observer(&c);
+    let creator = {
+        let client = client.clone();
+        std::thread::spawn(move || client.create("midway", 2 * REGION).map(|_| ()))
+    };
+    eventually(
+        "the create placed its regions",
+        Duration::from_secs(10),
+        Duration::from_millis(20),
+        || (held_regions(&c) == 2).then_some(()),
+    );
+    assert_eq!(caches_named(&watch, "midway"), 0, "not committed yet");
+    c.kill_manager(0).expect("kill the leader mid-create");
+    // The call fails, or the client asked the next leader (which commits it).
+    let first = creator.join().expect("creator thread");
+    eprintln!("the interrupted create returned {first:?}");
+    let t0 = Instant::now();
+    let cache = loop {
+        match client.open("midway") {
+            Ok(cache) => break cache,
+            Err(_) => match client.create("midway", 2 * REGION) {
+                Ok(cache) => break cache,
+                Err(e) => {
+                    assert!(t0.elapsed() < Duration::from_secs(40), "no create: {e}");
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            },
+        }
+    };
+    assert_eq!(caches_named(&watch, "midway"), 1, "one cache, once");
+    cache
+        .write(REGION - 2, b"whole")
+        .expect("write across regions");
+    assert_eq!(cache.read(REGION - 2, 5).expect("read")[..], b"whole"[..]);
+    eventually(
+        "the regions the dead leader placed are freed",
+        Duration::from_secs(20),
+        Duration::from_millis(100),
+        || (held_regions(&c) == 2).then_some(()),
+    );
+}
+
+/// The leader is SIGKILLed in the middle of a reshape that grows a cache (new regions
+/// placed, servers told the new capacity, the table not committed). Afterwards the
+/// cache has one table that every byte written before agrees with, servers hold
+/// exactly its regions, and it can be grown and written again.
+#[test]
+fn a_reshape_cut_short_by_the_leaders_death_leaves_one_table() {
+    let _g = serial();
+    let (mut c, client) = etcd_cluster("manager-before-reshape-commit=1*sleep(4000)");
+    let watch = observer(&c);
+    let cache = client.create("grow", 2 * REGION).expect("create");
+    let image = common::pattern(17, (2 * REGION) as usize);
+    cache.write(0, &image).expect("fill");
+    let grower = {
+        let client = client.clone();
+        std::thread::spawn(move || client.reshape("grow", 4 * REGION).map(|_| ()))
+    };
+    eventually(
+        "the reshape placed its new regions",
+        Duration::from_secs(10),
+        Duration::from_millis(20),
+        || (held_regions(&c) == 4).then_some(()),
+    );
+    c.kill_manager(0).expect("kill the leader mid-reshape");
+    let first = grower.join().expect("reshape thread");
+    eprintln!("the interrupted reshape returned {first:?}");
+    let info = eventually(
+        "a manager leads and answers",
+        Duration::from_secs(20),
+        Duration::from_millis(50),
+        || watch.open("grow").ok(),
+    )
+    .info();
+    let regions = info.regions.len() as u64;
+    assert!(
+        info.capacity == 2 * REGION || info.capacity == 4 * REGION,
+        "capacity {} after the interrupted reshape",
+        info.capacity
+    );
+    eventually(
+        "servers hold exactly the table's regions",
+        Duration::from_secs(20),
+        Duration::from_millis(100),
+        || (held_regions(&c) == regions).then_some(()),
+    );
+    let grown = eventually(
+        "grow to four regions",
+        Duration::from_secs(20),
+        Duration::from_millis(100),
+        || {
+            client.reshape("grow", 4 * REGION).ok()?;
+            client.open("grow").ok()
+        },
+    );
+    let got = grown
+        .read(0, 2 * REGION)
+        .expect("read the first two regions");
+    if let Some(d) = common::diff(&got, &image) {
+        panic!("after an interrupted reshape: {d}");
+    }
+    grown
+        .write(3 * REGION + 1, b"grown")
+        .expect("write in a new region");
+    assert_eq!(
+        grown.read(3 * REGION + 1, 5).expect("read")[..],
+        b"grown"[..]
+    );
+}

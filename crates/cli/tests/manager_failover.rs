@@ -242,6 +242,125 @@ fn managers_wait_out_an_etcd_without_quorum() {
     c.create("after", REGION).expect("create after the outage");
 }
 
+/// A server dies with the leader (both SIGKILLed at once): the standby takes over,
+/// declares the silent server dead a heartbeat timeout after it took over, and
+/// promotes the backups of the regions it owned. Every byte written before reads
+/// back, every region's owner is alive, and writes go on.
+#[test]
+fn a_server_dying_with_the_leader_has_its_regions_promoted_by_the_next_one() {
+    let mut opts = ClusterOptions::default()
+        .servers(3)
+        .managers(2)
+        .region_size(REGION)
+        .server_memory(16 << 20);
+    opts.heartbeat_timeout = Duration::from_secs(3);
+    let mut cluster = ProcessCluster::start(bin(), &opts).expect("start cluster on etcd");
+    let c = client(&cluster);
+    let two = farcache_client::CreateOptions {
+        replicas: 2,
+        ..farcache_client::CreateOptions::default()
+    };
+    let cache = c.create_with("pair", 6 * REGION, &two).expect("create");
+    let image = pattern(9, cache.capacity() as usize);
+    cache.write(0, &image).expect("fill");
+    let victim = cache.info().regions[0];
+    let owned = cache
+        .info()
+        .regions
+        .iter()
+        .filter(|&&s| s == victim)
+        .count();
+    let i = common::server_index(&cluster, &c, victim);
+
+    cluster.kill_server(i).expect("kill the server");
+    cluster.kill_manager(0).expect("kill the leader");
+    wait_leader(&mut cluster, 1, "with a server dead too");
+    let st = eventually(
+        "the new leader promotes the dead server's regions",
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || {
+            let st = c.status().ok()?;
+            let dead = st
+                .servers
+                .iter()
+                .any(|s| s.id == victim && s.state == ServerState::Dead);
+            let info = st.caches.iter().find(|x| x.name == "pair")?;
+            let alive = |id: &u32| {
+                st.servers
+                    .iter()
+                    .any(|s| s.id == *id && s.state == ServerState::Alive)
+            };
+            (dead && info.regions.iter().all(alive)).then_some(st)
+        },
+    );
+    assert!(
+        st.promotions.len() >= owned,
+        "{} promotions for {owned} regions the dead server owned",
+        st.promotions.len()
+    );
+    let got = eventually(
+        "every byte reads back",
+        Duration::from_secs(20),
+        Duration::from_millis(100),
+        || cache.read(0, cache.capacity()).ok(),
+    );
+    if let Some(d) = common::diff(&got, &image) {
+        panic!("after a server died with the leader: {d}");
+    }
+    cache.write(1, b"after").expect("write after the promotion");
+    assert_eq!(cache.read(1, 5).unwrap()[..], b"after"[..]);
+}
+
+/// A reclamation announced while no manager leads (the leader just SIGKILLed): the
+/// client's call waits for the standby to take over, and the server's regions move
+/// before its grace ends, every byte with them.
+#[test]
+fn a_reclaim_announced_during_a_failover_drains_within_its_grace() {
+    let mut opts = ClusterOptions::default()
+        .servers(3)
+        .managers(2)
+        .region_size(REGION)
+        .server_memory(16 << 20);
+    opts.heartbeat_timeout = Duration::from_secs(3);
+    let mut cluster = ProcessCluster::start(bin(), &opts).expect("start cluster on etcd");
+    let c = client(&cluster);
+    let cache = c.create("leaving", 6 * REGION).expect("create");
+    let image = pattern(13, cache.capacity() as usize);
+    cache.write(0, &image).expect("fill");
+    let victim = cache.info().regions[0];
+
+    cluster.kill_manager(0).expect("kill the leader");
+    let grace = Duration::from_secs(15);
+    let t0 = Instant::now();
+    c.reclaim(
+        victim,
+        grace,
+        farcache_proto::control::MigrationMode::DirtyTracking,
+    )
+    .expect("the reclaim reaches the next leader");
+    let announced = t0.elapsed();
+    eventually(
+        "the reclaimed server's regions move",
+        grace,
+        Duration::from_millis(50),
+        || {
+            let st = c.status().ok()?;
+            let info = st.caches.iter().find(|x| x.name == "leaving")?;
+            (!info.regions.contains(&victim)).then_some(())
+        },
+    );
+    eprintln!(
+        "reclaim announced {announced:?} after the leader died; drained {:?} after",
+        t0.elapsed()
+    );
+    assert!(t0.elapsed() < grace, "drained past the grace");
+    let got = cache.read(0, cache.capacity()).expect("read");
+    if let Some(d) = common::diff(&got, &image) {
+        panic!("after a drain announced during a failover: {d}");
+    }
+}
+
 fn signal(pid: u32, sig: &str) {
     let ok = std::process::Command::new("kill")
         .arg(format!("-{sig}"))

@@ -277,6 +277,15 @@ impl Catalogue {
         }
     }
 
+    /// Loaded servers not heard from since this manager started (not yet declared
+    /// dead either).
+    pub fn not_heard_from(&self) -> usize {
+        self.servers
+            .values()
+            .filter(|e| e.state == ServerState::Unknown)
+            .count()
+    }
+
     pub fn server_state(&self, id: ServerId) -> Option<ServerState> {
         self.servers.get(&id).map(|e| e.state)
     }

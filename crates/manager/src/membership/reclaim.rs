@@ -1,7 +1,7 @@
 //! A server reclaimed with notice: it takes no new regions and its regions move, one
 //! at a time, to the cheapest servers with room, before its grace period ends.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use farcache_proto::control::{
@@ -19,8 +19,10 @@ use crate::store::Write;
 /// The manager gives up on regions this long before the grace ends, so the losses are
 /// announced (and the regions re-placed) while the server is still there.
 const MARGIN: Duration = Duration::from_millis(500);
-/// Attempts per region before it is left behind.
-const ATTEMPTS: u32 = 3;
+/// A region whose move failed is tried again after this, doubling up to
+/// `RETRY_MAX`, until the grace runs out.
+const RETRY_FIRST: Duration = Duration::from_millis(50);
+const RETRY_MAX: Duration = Duration::from_secs(2);
 /// Longest grace accepted (a notice longer than this is not a reclamation).
 const MAX_GRACE: Duration = Duration::from_secs(3600);
 /// Transfer rate assumed before any migration was measured (for the early warning).
@@ -28,6 +30,26 @@ const ASSUMED_BYTES_PER_S: f64 = 1e9;
 
 fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// Stores server `id`'s reclamation in its record, durably first.
+fn store_reclaim(
+    st: &mut crate::cluster::State,
+    id: ServerId,
+    grace: Duration,
+    mode: MigrationMode,
+) -> Result<(), Reject> {
+    let reclaim = ReclaimRecord::from_now(grace, mode);
+    let Some(mut rec) = st.catalogue.server_record(id).cloned() else {
+        return Err(Reject::new(
+            ControlErrorCode::UnknownServer,
+            format!("no server {id}"),
+        ));
+    };
+    rec.reclaim = Some(reclaim);
+    st.commit(&[Write::Server(&rec)])?;
+    st.catalogue.set_reclaim(id, Some(reclaim));
+    Ok(())
 }
 
 impl Cluster {
@@ -49,15 +71,20 @@ impl Cluster {
                     ));
                 }
                 Some(ServerState::Leaving) => return Ok(()), // already draining
+                Some(ServerState::Unknown) => {
+                    // Loaded but not heard from since this manager took over: the
+                    // drain starts when the server registers (see `register`).
+                    store_reclaim(&mut st, id, grace, mode)?;
+                    tracing::info!(
+                        server = id,
+                        grace_ms = grace.as_millis() as u64,
+                        "server reclaimed before it reported to this manager: it drains once it does"
+                    );
+                    return Ok(());
+                }
                 Some(ServerState::Alive) => {
                     // Stored first: a manager that takes over resumes the drain.
-                    let reclaim = ReclaimRecord::from_now(grace, mode);
-                    if let Some(rec) = st.catalogue.server_record(id) {
-                        let mut rec = rec.clone();
-                        rec.reclaim = Some(reclaim);
-                        st.commit(&[Write::Server(&rec)])?;
-                    }
-                    st.catalogue.set_reclaim(id, Some(reclaim));
+                    store_reclaim(&mut st, id, grace, mode)?;
                     st.catalogue.set_leaving(id);
                 }
                 Some(s) => {
@@ -87,17 +114,15 @@ impl Cluster {
 
     fn drain(&self, id: ServerId, deadline: Instant, mode: MigrationMode) {
         self.warn_if_late(id, deadline);
-        let mut failed: Vec<(HeldRegion, u32)> = Vec::new();
-        let mut skip: HashSet<(CacheId, u32)> = HashSet::new();
+        // Regions whose move failed: attempts so far, and when to try again. A region
+        // is given up only when the grace runs out: failures are often passing (just
+        // after a manager took over, the other servers have not reported to it yet
+        // and no target is known).
+        let mut failed: HashMap<(CacheId, u32), (u32, Instant)> = HashMap::new();
         loop {
-            let (state, next) = {
+            let (state, placed) = {
                 let st = self.state.lock();
-                let next = st
-                    .catalogue
-                    .placed_on(id)
-                    .into_iter()
-                    .find(|r| !skip.contains(&(r.cache, r.region)));
-                (st.catalogue.server_state(id), next)
+                (st.catalogue.server_state(id), st.catalogue.placed_on(id))
             };
             if !self.leadership.holds() {
                 tracing::warn!(
@@ -114,34 +139,46 @@ impl Cluster {
                 );
                 return;
             }
-            let Some(r) = next else { break };
-            if Instant::now() >= deadline {
+            let now = Instant::now();
+            if placed.is_empty() || now >= deadline {
                 break;
             }
+            let waiting = |r: &HeldRegion| failed.get(&(r.cache, r.region)).map(|&(_, at)| at);
+            let Some(r) = placed
+                .iter()
+                .find(|r| waiting(r).is_none_or(|at| at <= now))
+                .copied()
+            else {
+                // Every region left waits for its next try.
+                let wake = placed
+                    .iter()
+                    .filter_map(waiting)
+                    .min()
+                    .unwrap_or(now)
+                    .min(deadline);
+                std::thread::sleep(wake.saturating_duration_since(now).max(RETRY_FIRST / 4));
+                continue;
+            };
             match self.migrate_region(r.cache, r.region, id, mode, deadline) {
-                Ok(rec) => self.state.lock().events.migrated(rec),
+                Ok(rec) => {
+                    failed.remove(&(r.cache, r.region));
+                    self.state.lock().events.migrated(rec);
+                }
                 Err(e) => {
+                    let n = failed.get(&(r.cache, r.region)).map_or(1, |&(n, _)| n + 1);
+                    let backoff = RETRY_FIRST
+                        .saturating_mul(1 << (n - 1).min(5))
+                        .min(RETRY_MAX);
                     tracing::warn!(
                         server = id,
                         cache = r.cache,
                         region = r.region,
+                        attempt = n,
+                        retry_in = ?backoff,
                         "migration failed: {}",
                         e.message
                     );
-                    let n = match failed.iter_mut().find(|(f, _)| *f == r) {
-                        Some((_, n)) => {
-                            *n += 1;
-                            *n
-                        }
-                        None => {
-                            failed.push((r, 1));
-                            1
-                        }
-                    };
-                    if n >= ATTEMPTS {
-                        skip.insert((r.cache, r.region));
-                    }
-                    std::thread::sleep(Duration::from_millis(50));
+                    failed.insert((r.cache, r.region), (n, Instant::now() + backoff));
                 }
             }
         }

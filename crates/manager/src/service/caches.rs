@@ -160,6 +160,8 @@ impl Service {
             from_file,
             slo: choice,
         };
+        // Regions placed on servers, the cache not committed yet.
+        fail::fail_point!("manager-before-create-commit");
         let mut st = self.cluster.state.lock();
         if let Err(e) = st.commit(&[Write::Cache(&record)]) {
             drop(st);
@@ -284,6 +286,8 @@ impl Service {
         record.capacity = capacity;
         record.epoch = epoch;
 
+        // Servers told the new capacity, the table not committed yet.
+        fail::fail_point!("manager-before-reshape-commit");
         let mut st = self.cluster.state.lock();
         if let Err(e) = st.commit(&[Write::Cache(&record)]) {
             drop(st);
@@ -369,6 +373,15 @@ impl Service {
     ) -> Result<Vec<Target>, Reject> {
         let regions = usize::try_from(n).map_err(|_| Reject::invalid("too many regions"))?;
         let chosen = placement::place(&cat.candidates(), regions, region_size).map_err(|s| {
+            // Just after a manager took over, servers it loaded have not registered
+            // with it yet: their room is unknown, not missing.
+            let waiting = cat.not_heard_from();
+            if waiting > 0 {
+                return Reject::unavailable(format!(
+                    "cache '{name}': {waiting} server(s) have not reported to this manager \
+                     yet (it took over or restarted moments ago); try again"
+                ));
+            }
             Reject::new(
                 ControlErrorCode::InsufficientMemory,
                 format!("cache '{name}': {n} region(s) of {region_size} bytes: {s}"),
