@@ -25,6 +25,19 @@ fn client(cluster: &ProcessCluster) -> Client {
     cluster.client_with(cfg).expect("client")
 }
 
+/// `servers` servers and two managers on a 3-member etcd; servers are declared dead
+/// after `dead_after` (their leases, 0.8 of it, outlast a failover: an etcd lease of
+/// 1 s).
+fn on_etcd(servers: usize, dead_after: Duration) -> ProcessCluster {
+    let mut opts = ClusterOptions::default()
+        .servers(servers)
+        .managers(2)
+        .region_size(REGION)
+        .server_memory(16 << 20);
+    opts.heartbeat_timeout = dead_after;
+    ProcessCluster::start(bin(), &opts).expect("start cluster on etcd")
+}
+
 fn wait_leader(cluster: &mut ProcessCluster, want: usize, what: &str) -> Duration {
     let t = Instant::now();
     while cluster.leader() != Some(want) {
@@ -53,14 +66,7 @@ fn all_alive(c: &Client, n: usize) {
 
 #[test]
 fn a_standby_takes_over_with_the_catalogue_and_a_paused_leader_is_deposed() {
-    let mut opts = ClusterOptions::default()
-        .servers(3)
-        .managers(2)
-        .region_size(REGION)
-        .server_memory(16 << 20);
-    // Server leases (0.8 of this) outlast a failover (an etcd lease of 1 s).
-    opts.heartbeat_timeout = Duration::from_secs(3);
-    let mut cluster = ProcessCluster::start(bin(), &opts).expect("start cluster on etcd");
+    let mut cluster = on_etcd(3, Duration::from_secs(3));
     assert_eq!(cluster.leader(), Some(0), "the first manager leads");
     let c = client(&cluster);
     let alpha = c.create("alpha", 5 * REGION).expect("create alpha");
@@ -181,14 +187,8 @@ fn a_standby_takes_over_with_the_catalogue_and_a_paused_leader_is_deposed() {
 /// again with the whole catalogue.
 #[test]
 fn managers_wait_out_an_etcd_without_quorum() {
-    let mut opts = ClusterOptions::default()
-        .servers(2)
-        .managers(2)
-        .region_size(REGION)
-        .server_memory(16 << 20);
     // Server leases outlast the outage below (one heartbeat timeout each).
-    opts.heartbeat_timeout = Duration::from_secs(10);
-    let mut cluster = ProcessCluster::start(bin(), &opts).expect("start cluster on etcd");
+    let mut cluster = on_etcd(2, Duration::from_secs(10));
     let c = client(&cluster);
     let cache = c.create("quorum", 4 * REGION).expect("create");
     let image = pattern(5, cache.capacity() as usize);
@@ -248,13 +248,7 @@ fn managers_wait_out_an_etcd_without_quorum() {
 /// back, every region's owner is alive, and writes go on.
 #[test]
 fn a_server_dying_with_the_leader_has_its_regions_promoted_by_the_next_one() {
-    let mut opts = ClusterOptions::default()
-        .servers(3)
-        .managers(2)
-        .region_size(REGION)
-        .server_memory(16 << 20);
-    opts.heartbeat_timeout = Duration::from_secs(3);
-    let mut cluster = ProcessCluster::start(bin(), &opts).expect("start cluster on etcd");
+    let mut cluster = on_etcd(3, Duration::from_secs(3));
     let c = client(&cluster);
     let two = farcache_client::CreateOptions {
         replicas: 2,
@@ -317,13 +311,7 @@ fn a_server_dying_with_the_leader_has_its_regions_promoted_by_the_next_one() {
 /// before its grace ends, every byte with them.
 #[test]
 fn a_reclaim_announced_during_a_failover_drains_within_its_grace() {
-    let mut opts = ClusterOptions::default()
-        .servers(3)
-        .managers(2)
-        .region_size(REGION)
-        .server_memory(16 << 20);
-    opts.heartbeat_timeout = Duration::from_secs(3);
-    let mut cluster = ProcessCluster::start(bin(), &opts).expect("start cluster on etcd");
+    let mut cluster = on_etcd(3, Duration::from_secs(3));
     let c = client(&cluster);
     let cache = c.create("leaving", 6 * REGION).expect("create");
     let image = pattern(13, cache.capacity() as usize);
