@@ -53,6 +53,26 @@ fn store_reclaim(
 }
 
 impl Cluster {
+    /// After server `id` registered with this manager for the first time (it took
+    /// over, or restarted): push the tables it knows (rolling back a move the
+    /// previous leader left uncommitted), then go on with a stored reclamation.
+    pub(crate) fn rejoin(&self, id: ServerId, push: bool, resume: Option<ReclaimRecord>) {
+        if push {
+            self.push_tables_of(id);
+        }
+        if let Some(r) = resume {
+            let left = r.left();
+            tracing::info!(
+                server = id,
+                left_ms = left.as_millis() as u64,
+                "resuming the reclamation a previous manager started"
+            );
+            if let Err(e) = self.reclaim(id, left, r.mode) {
+                tracing::warn!(server = id, "cannot resume its reclamation: {}", e.message);
+            }
+        }
+    }
+
     /// Starts draining server `id`; returns at once (the moves go on in the background).
     pub(crate) fn reclaim(
         &self,

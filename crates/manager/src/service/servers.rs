@@ -6,6 +6,7 @@
 //! until it registers again; what happens to a dead server's regions is
 //! `membership`'s work.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use farcache_proto::ServerId;
@@ -150,22 +151,19 @@ impl Service {
             }
             (Seen::Fenced, _) => {}
         }
-        if matches!(seen, Seen::Back(ServerState::Unknown)) {
-            // First word from it since this manager started: tell it the tables this
-            // manager knows. A move the previous manager left uncommitted is thereby
-            // rolled back (the table still names the source), a committed one is
-            // completed (the table names the target).
-            self.cluster.push_tables_of(id);
-        }
-        if let Some(r) = resume {
-            let left = r.left();
-            tracing::info!(
-                server = id,
-                left_ms = left.as_millis() as u64,
-                "resuming the reclamation a previous manager started"
-            );
-            if let Err(e) = self.cluster.reclaim(id, left, r.mode) {
-                tracing::warn!(server = id, "cannot resume its reclamation: {}", e.message);
+        // What follows waits on the change lock (a reshape or create may hold it
+        // across a slow commit), so it runs after the reply: a server whose
+        // registration is not answered sends no heartbeats and would be declared
+        // dead for the manager's own delay.
+        let push = matches!(seen, Seen::Back(ServerState::Unknown));
+        if push || resume.is_some() {
+            let cluster = Arc::clone(&self.cluster);
+            let spawned = std::thread::Builder::new()
+                .name(format!("farcache-rejoin-{id}"))
+                .spawn(move || cluster.rejoin(id, push, resume));
+            if let Err(e) = spawned {
+                tracing::warn!(server = id, "no rejoin thread ({e}): pushing its tables before answering");
+                self.cluster.rejoin(id, push, resume);
             }
         }
         if used > memory {
