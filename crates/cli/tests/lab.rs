@@ -19,7 +19,7 @@ use farcache_client::{Cache, Client, ClientConfig, ClientError, CreateOptions, O
 use farcache_proto::ServerId;
 use farcache_proto::control::ServerState;
 use farcache_testkit::history::{self, Event, History, Kind, Outcome, outcome_of};
-use farcache_testkit::{ClusterOptions, Lab, ProcessCluster};
+use farcache_testkit::{ClusterOptions, EtcdCluster, Lab, ProcessCluster};
 
 const REGION: u64 = 64 << 10;
 const REGIONS: u64 = 4;
@@ -324,6 +324,124 @@ fn an_owner_cut_off_from_the_manager_stops_before_its_backup_takes_over() {
             now_owned, 0,
             "the fenced server still owns regions: {info:?}"
         );
+    })
+    .expect("lab thread");
+}
+
+/// The leading manager cut off from etcd, both ways, while servers and clients still
+/// reach it: it stops acting once it can no longer renew its etcd lease (it closes
+/// its listener and stands by), the standby leads once etcd expired that lease, and
+/// servers' leases, renewed by the new leader before they run out, carry the data
+/// path through: no server is declared dead, nothing is promoted, the load sees no
+/// failure and no stale read, and a cache can be created again. Healed, the old
+/// leader stands by, and leads again when the new one is killed.
+#[test]
+fn a_leader_cut_off_from_etcd_steps_down_and_its_standby_takes_over() {
+    let Some(lab) = lab() else { return };
+    let l = lab.clone();
+    lab.run_on("c0", move || {
+        let mut o = options(3).managers(2);
+        // Servers' leases (0.8 of it) outlast a change of leader: etcd lease 1 s,
+        // campaign, and the servers' next heartbeats finding the new leader.
+        o.heartbeat_timeout = Duration::from_millis(2500);
+        let mut cluster = ProcessCluster::start_in_lab(bin(), &o, l.clone()).expect("cluster");
+        let admin = client(&cluster, Duration::from_secs(10));
+        let cache = two_copies(&admin, "reg");
+        let load = Load::start(&cache, &[0, 8, REGION, 3 * REGION]);
+        load.wait_acked(50, Duration::from_secs(10));
+        assert_eq!(cluster.leader(), Some(0), "manager 0 leads at the start");
+
+        let cut = Instant::now();
+        for j in 0..cluster.etcd().map_or(0, EtcdCluster::members) {
+            l.partition("manager", &EtcdCluster::lab_host(j))
+                .expect("partition");
+        }
+        let took_over = eventually(
+            "the standby leads",
+            Duration::from_secs(15),
+            Duration::from_millis(20),
+            || (cluster.leader() == Some(1)).then(|| cut.elapsed()),
+        );
+        assert!(
+            cluster.manager_running(0),
+            "the cut-off leader stands by; it must not exit"
+        );
+        let created = eventually(
+            "a create through the new leader",
+            Duration::from_secs(10),
+            Duration::from_millis(50),
+            || admin.create("after-the-cut", 2 * REGION).ok(),
+        );
+        created
+            .write(REGION - 2, b"fresh")
+            .expect("write the new cache");
+        assert_eq!(
+            created.read(REGION - 2, 5).expect("read the new cache")[..],
+            b"fresh"[..]
+        );
+        load.wait_acked(100, Duration::from_secs(10));
+        // Every server reports to the new leader (its next heartbeats), none was
+        // declared dead (it would have been fenced) and nothing was promoted.
+        let st = eventually(
+            "every server alive under the new leader",
+            Duration::from_secs(10),
+            Duration::from_millis(50),
+            || {
+                let st = admin.status().ok()?;
+                st.servers
+                    .iter()
+                    .all(|s| s.state == ServerState::Alive)
+                    .then_some(st)
+            },
+        );
+        assert!(
+            st.promotions.is_empty(),
+            "a backup was promoted though no owner failed: {:?}",
+            st.promotions
+        );
+        for i in 0..cluster.server_count() {
+            assert_eq!(
+                server_stats(&cluster, i).guard.fenced,
+                0,
+                "server {i} was declared dead and fenced"
+            );
+        }
+        l.heal().expect("heal");
+        // Healed, the old leader campaigns again and stands by behind the new one.
+        std::thread::sleep(Duration::from_secs(2));
+        assert_eq!(cluster.leader(), Some(1), "the new leader keeps leading");
+        cluster.kill_manager(1).expect("kill the new leader");
+        let back = Instant::now();
+        eventually(
+            "the healed manager leads again",
+            Duration::from_secs(20),
+            Duration::from_millis(20),
+            || (cluster.leader() == Some(0)).then_some(()),
+        );
+        let back = back.elapsed();
+        load.wait_acked(50, Duration::from_secs(10));
+        let events = load.stop();
+        let v = history::check(&events, 0);
+        eprintln!(
+            "leader cut off from etcd: standby led after {took_over:?}; healed manager led \
+             again {back:?} after the second kill; {} reads, {} writes acknowledged",
+            v.reads, v.writes_ok
+        );
+        assert_eq!(v.violations(), 0, "{:?}", v.samples);
+        assert_eq!(
+            failures(&events),
+            0,
+            "the application saw the control plane fail over: {:?}",
+            events
+                .iter()
+                .filter(|e| e.outcome != Outcome::Ok)
+                .take(5)
+                .collect::<Vec<_>>()
+        );
+        let info = cache.refresh().expect("table");
+        let back_data = cache.read(0, 8).expect("read after both failovers");
+        assert_eq!(back_data.len(), 8);
+        assert_eq!(info.regions.len() as u64, REGIONS);
     })
     .expect("lab thread");
 }

@@ -1,18 +1,27 @@
-//! An etcd cluster on loopback for tests: `members` processes of Debian's `etcd`
-//! (package `etcd-server`), tuned to notice a dead member and expire leases fast
-//! (50 ms heartbeats, 500 ms elections, so leases of one second are kept as asked).
+//! An etcd cluster for tests: `members` processes of Debian's `etcd` (package
+//! `etcd-server`), tuned to notice a dead member and expire leases fast (50 ms
+//! heartbeats, 500 ms elections, so leases of one second are kept as asked). On
+//! loopback, or in the network lab with member `i` on host `etcd{i}` (so a manager
+//! can be cut off from etcd while it still reaches servers and clients).
 
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::TestkitError;
+use crate::{Lab, TestkitError};
 
 pub struct EtcdCluster {
     members: Vec<Option<Child>>,
     endpoints: Vec<String>,
+    /// The lab the members run in (`etcdctl` runs on a lab host too).
+    lab: Option<Arc<Lab>>,
 }
+
+/// The ports of a member in the lab (each host has a namespace of its own).
+const LAB_CLIENT_PORT: u16 = 2379;
+const LAB_PEER_PORT: u16 = 2380;
 
 /// A loopback port free right now (another process may take it before it is used;
 /// on loopback in tests that has not been seen to happen).
@@ -21,43 +30,72 @@ pub fn free_port() -> Result<u16, TestkitError> {
 }
 
 impl EtcdCluster {
-    /// Starts `members` etcd processes with their data under `dir` and waits until
-    /// the cluster answers.
+    /// Starts `members` etcd processes on loopback with their data under `dir` and
+    /// waits until the cluster answers.
     pub fn start(dir: &Path, members: usize) -> Result<Self, TestkitError> {
+        let hosts: Vec<(String, u16, u16)> = (0..members.max(1))
+            .map(|_| Ok(("127.0.0.1".to_owned(), free_port()?, free_port()?)))
+            .collect::<Result<_, TestkitError>>()?;
+        Self::start_on(dir, hosts, None)
+    }
+
+    /// Starts `members` etcd processes in `lab`, member `i` on host `etcd{i}`.
+    pub fn start_in_lab(dir: &Path, members: usize, lab: Arc<Lab>) -> Result<Self, TestkitError> {
+        let hosts: Vec<(String, u16, u16)> = (0..members.max(1))
+            .map(|i| {
+                let h = lab.add_host(&Self::lab_host(i))?;
+                Ok((h.ip.to_string(), LAB_CLIENT_PORT, LAB_PEER_PORT))
+            })
+            .collect::<Result<_, TestkitError>>()?;
+        Self::start_on(dir, hosts, Some(lab))
+    }
+
+    /// The lab host member `i` runs on.
+    pub fn lab_host(i: usize) -> String {
+        format!("etcd{i}")
+    }
+
+    /// Members at (ip, client port, peer port).
+    fn start_on(
+        dir: &Path,
+        hosts: Vec<(String, u16, u16)>,
+        lab: Option<Arc<Lab>>,
+    ) -> Result<Self, TestkitError> {
         let bin = which("etcd").ok_or_else(|| {
             TestkitError::Other(
                 "etcd is not installed: apt-get install -y etcd-server etcd-client".into(),
             )
         })?;
-        let ports: Vec<(u16, u16)> = (0..members.max(1))
-            .map(|_| Ok((free_port()?, free_port()?)))
-            .collect::<Result<_, TestkitError>>()?;
-        let initial: Vec<String> = ports
+        let initial: Vec<String> = hosts
             .iter()
             .enumerate()
-            .map(|(i, (_, peer))| format!("e{i}=http://127.0.0.1:{peer}"))
+            .map(|(i, (ip, _, peer))| format!("e{i}=http://{ip}:{peer}"))
             .collect();
         let mut c = Self {
             members: Vec::new(),
-            endpoints: ports
+            endpoints: hosts
                 .iter()
-                .map(|(client, _)| format!("http://127.0.0.1:{client}"))
+                .map(|(ip, client, _)| format!("http://{ip}:{client}"))
                 .collect(),
+            lab,
         };
-        for (i, (client, peer)) in ports.iter().enumerate() {
-            let mut cmd = Command::new(&bin);
+        for (i, (ip, client, peer)) in hosts.iter().enumerate() {
+            let mut cmd = match &c.lab {
+                Some(lab) => lab.command(&Self::lab_host(i), &bin)?,
+                None => Command::new(&bin),
+            };
             cmd.arg("--name")
                 .arg(format!("e{i}"))
                 .arg("--data-dir")
                 .arg(dir.join(format!("etcd{i}")))
                 .arg("--listen-client-urls")
-                .arg(format!("http://127.0.0.1:{client}"))
+                .arg(format!("http://{ip}:{client}"))
                 .arg("--advertise-client-urls")
-                .arg(format!("http://127.0.0.1:{client}"))
+                .arg(format!("http://{ip}:{client}"))
                 .arg("--listen-peer-urls")
-                .arg(format!("http://127.0.0.1:{peer}"))
+                .arg(format!("http://{ip}:{peer}"))
                 .arg("--initial-advertise-peer-urls")
-                .arg(format!("http://127.0.0.1:{peer}"))
+                .arg(format!("http://{ip}:{peer}"))
                 .arg("--initial-cluster")
                 .arg(initial.join(","))
                 .arg("--initial-cluster-state")
@@ -79,6 +117,21 @@ impl EtcdCluster {
         Ok(c)
     }
 
+    /// `etcdctl` against the cluster (on the first member's lab host in a lab).
+    fn ctl(&self) -> Command {
+        let bin = which("etcdctl").unwrap_or_else(|| "etcdctl".into());
+        let mut cmd = match &self.lab {
+            Some(lab) => lab
+                .command(&Self::lab_host(0), &bin)
+                .unwrap_or_else(|_| Command::new(&bin)),
+            None => Command::new(&bin),
+        };
+        cmd.env("ETCDCTL_API", "3")
+            .arg("--endpoints")
+            .arg(self.endpoints());
+        cmd
+    }
+
     /// Client URLs, comma-separated (what `farcache manager --etcd` takes).
     pub fn endpoints(&self) -> String {
         self.endpoints.join(",")
@@ -92,10 +145,8 @@ impl EtcdCluster {
     /// The create revision of `key` (0 if absent, `None` if etcd did not answer):
     /// it changes whenever the key is created again, e.g. a new leader's key.
     pub fn create_revision(&self, key: &str) -> Option<i64> {
-        let out = Command::new("etcdctl")
-            .env("ETCDCTL_API", "3")
-            .arg("--endpoints")
-            .arg(self.endpoints())
+        let out = self
+            .ctl()
             .arg("--command-timeout=2s")
             .args(["get", key, "-w", "fields"])
             .stderr(Stdio::null())
@@ -150,10 +201,8 @@ impl EtcdCluster {
                 }
             }
             // A write through the cluster: it needs an elected etcd leader.
-            let ok = Command::new("etcdctl")
-                .env("ETCDCTL_API", "3")
-                .arg("--endpoints")
-                .arg(self.endpoints())
+            let ok = self
+                .ctl()
                 .arg("--command-timeout=1s")
                 .args(["put", "/farcache-test/ready", "1"])
                 .stdout(Stdio::null())

@@ -19,6 +19,7 @@ mod process;
 pub mod verify;
 
 pub use error::TestkitError;
+pub use etcd::EtcdCluster;
 pub use lab::Lab;
 pub use local::{IN_PROCESS_HEARTBEAT_TIMEOUT, LocalCluster};
 pub use options::ClusterOptions;

@@ -34,7 +34,8 @@ pub struct ProcessCluster {
     server_extra: Vec<Vec<String>>,
     /// Per server: variables of `ClusterOptions::server_env` it runs without.
     server_env_off: Vec<Vec<String>>,
-    /// With a lab, the manager runs on its host `manager` and server `i` on `s{i}`.
+    /// With a lab, manager `i` runs on host [`Self::manager_host`] and server `i` on
+    /// `s{i}`.
     lab: Option<Arc<Lab>>,
 }
 
@@ -75,8 +76,9 @@ impl ProcessCluster {
         Self::start_with(bin.into(), opts, None)
     }
 
-    /// Starts the cluster in `lab`: the manager on lab host `manager`, server `i` on
-    /// host `s{i}` (hosts are added as needed). The calling thread must be inside a
+    /// Starts the cluster in `lab`: manager `i` on lab host
+    /// [`manager_host(i)`](Self::manager_host) (several share an etcd whose members run
+    /// on hosts `etcd{j}`), server `i` on host `s{i}` (hosts are added as needed). The calling thread must be inside a
     /// lab host ([`Lab::run_on`]): it waits for the servers through a client.
     pub fn start_in_lab(
         bin: impl Into<PathBuf>,
@@ -99,25 +101,21 @@ impl ProcessCluster {
     ) -> Result<Self, TestkitError> {
         let dir = tempfile::tempdir()?;
         let several = opts.managers > 1;
-        if several && lab.is_some() {
-            return Err(TestkitError::Other(
-                "several managers in the lab are not supported yet".into(),
-            ));
-        }
-        let manager_listens: Vec<String> = if several {
-            (0..opts.managers)
+        let manager_listens: Vec<String> = match (&lab, several) {
+            // Each manager on a host of its own: a fixed port there.
+            (Some(lab), true) => (0..opts.managers)
+                .map(|i| Ok(format!("{}:7400", lab.add_host(&Self::manager_host(i))?.ip)))
+                .collect::<Result<_, TestkitError>>()?,
+            (Some(lab), false) => vec![format!("{}:0", lab.add_host("manager")?.ip)],
+            (None, true) => (0..opts.managers)
                 .map(|_| Ok(format!("127.0.0.1:{}", free_port()?)))
-                .collect::<Result<_, TestkitError>>()?
-        } else {
-            vec![match &lab {
-                Some(lab) => format!("{}:0", lab.add_host("manager")?.ip),
-                None => "127.0.0.1:0".into(),
-            }]
+                .collect::<Result<_, TestkitError>>()?,
+            (None, false) => vec!["127.0.0.1:0".into()],
         };
-        let etcd = if several {
-            Some(EtcdCluster::start(dir.path(), 3)?)
-        } else {
-            None
+        let etcd = match (&lab, several) {
+            (_, false) => None,
+            (Some(lab), true) => Some(EtcdCluster::start_in_lab(dir.path(), 3, lab.clone())?),
+            (None, true) => Some(EtcdCluster::start(dir.path(), 3)?),
         };
         let manager_addr = manager_listens.join(",");
         let secret = ClusterSecret::create(&dir.path().join("cluster.secret"))
@@ -163,6 +161,14 @@ impl ProcessCluster {
     /// The lab, when the cluster runs in one.
     pub fn lab(&self) -> Option<&Arc<Lab>> {
         self.lab.as_ref()
+    }
+
+    /// The lab host manager `i` runs on (etcd member `j` runs on `etcd{j}`).
+    pub fn manager_host(i: usize) -> String {
+        match i {
+            0 => "manager".into(),
+            _ => format!("manager{i}"),
+        }
     }
 
     /// The lab host server `i` runs on.
@@ -226,7 +232,7 @@ impl ProcessCluster {
             )
         };
         let _ = std::fs::remove_file(&addr_file);
-        let mut cmd = self.command_on("manager")?;
+        let mut cmd = self.command_on(&Self::manager_host(i))?;
         cmd.arg("manager");
         for (k, v) in &self.opts.manager_env {
             cmd.env(k, v);

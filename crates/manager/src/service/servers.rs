@@ -162,7 +162,10 @@ impl Service {
                 .name(format!("farcache-rejoin-{id}"))
                 .spawn(move || cluster.rejoin(id, push, resume));
             if let Err(e) = spawned {
-                tracing::warn!(server = id, "no rejoin thread ({e}): pushing its tables before answering");
+                tracing::warn!(
+                    server = id,
+                    "no rejoin thread ({e}): pushing its tables before answering"
+                );
                 self.cluster.rejoin(id, push, resume);
             }
         }
