@@ -83,6 +83,8 @@ fn rpc_kind(e: &RpcError) -> &'static str {
         RpcError::Io(_) => "Unavailable",
         RpcError::Auth(_) => "AuthError",
         RpcError::Remote { code, .. } => control_kind(*code),
+        // Redirects are followed; one left over means the leader kept changing.
+        RpcError::Redirect { .. } => "Unavailable",
         // The manager closes a handshake with a wrong proof with an error frame.
         RpcError::PeerError(m) if is_auth_text(m) => "AuthError",
         RpcError::Decode(_) | RpcError::PeerError(_) | RpcError::Unexpected(_) => "ProtocolError",

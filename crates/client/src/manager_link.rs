@@ -1,7 +1,9 @@
 //! The client's control connection to the manager; reconnects once per call so a
 //! manager restart is invisible to the application. With several managers (a
 //! comma-separated list: one leads, the others stand by) it follows the leader: a
-//! manager that does not answer or says `NotLeader` sends it to the next.
+//! standby names the leader (`Redirect`, followed at once, even to a manager not in
+//! the list), and a manager that does not answer or says `NotLeader` sends it to
+//! the next.
 
 use std::time::{Duration, Instant};
 
@@ -16,11 +18,14 @@ use crate::error::ClientError;
 
 /// How long a call looks for a leader among several managers.
 const FAILOVER_PATIENCE: Duration = Duration::from_secs(5);
+/// Redirects one call follows (standbys that disagree while a leader changes).
+const MAX_REDIRECTS: u32 = 8;
 
 pub(crate) struct ManagerLink {
     /// As given (for errors).
     addr: String,
-    addrs: Vec<String>,
+    /// The list given, and leaders standbys named that it lacked.
+    addrs: Mutex<Vec<String>>,
     /// The one that answered last: tried first.
     current: std::sync::atomic::AtomicUsize,
     timeout: Duration,
@@ -48,7 +53,7 @@ impl ManagerLink {
         }
         Self {
             addr,
-            addrs,
+            addrs: Mutex::new(addrs),
             current: std::sync::atomic::AtomicUsize::new(0),
             timeout,
             cred,
@@ -61,10 +66,11 @@ impl ManagerLink {
     fn dial(&self) -> Result<BlockingStream, RpcError> {
         use std::sync::atomic::Ordering;
         let first = self.current.load(Ordering::Relaxed);
+        let addrs = self.addrs.lock().clone();
         let mut last = None;
-        for i in 0..self.addrs.len() {
-            let at = (first + i) % self.addrs.len();
-            match self.dial_one(&self.addrs[at]) {
+        for i in 0..addrs.len() {
+            let at = (first + i) % addrs.len();
+            match self.dial_one(&addrs[at]) {
                 Ok(s) => {
                     self.current.store(at, Ordering::Relaxed);
                     return Ok(s);
@@ -79,8 +85,27 @@ impl ManagerLink {
     fn skip_current(&self) {
         use std::sync::atomic::Ordering;
         let at = self.current.load(Ordering::Relaxed);
-        self.current
-            .store((at + 1) % self.addrs.len(), Ordering::Relaxed);
+        let n = self.addrs.lock().len().max(1);
+        self.current.store((at + 1) % n, Ordering::Relaxed);
+    }
+
+    /// After a `Redirect`: the leader it names is dialed next (added to the list if
+    /// the list lacks it).
+    fn follow(&self, leader: &str, leader_tls: Option<&str>) {
+        use std::sync::atomic::Ordering;
+        let to = match (&self.tls, leader_tls) {
+            (Some(_), Some(t)) => t,
+            _ => leader,
+        };
+        let mut addrs = self.addrs.lock();
+        let at = match addrs.iter().position(|a| a == to) {
+            Some(at) => at,
+            None => {
+                addrs.push(to.to_owned());
+                addrs.len() - 1
+            }
+        };
+        self.current.store(at, Ordering::Relaxed);
     }
 
     fn dial_one(&self, addr: &str) -> Result<BlockingStream, RpcError> {
@@ -133,7 +158,7 @@ impl ManagerLink {
         let mut last = None;
         // With standbys, a new leader may be taking over (an etcd lease, a second or
         // two): keep looking for one that long.
-        let several = self.addrs.len() > 1;
+        let several = self.addrs.lock().len() > 1;
         let patience = Instant::now()
             + if several {
                 self.timeout.max(FAILOVER_PATIENCE)
@@ -141,6 +166,7 @@ impl ManagerLink {
                 Duration::ZERO
             };
         let mut tries = 0;
+        let mut redirects = 0;
         while tries < 2 || Instant::now() < patience {
             tries += 1;
             if g.is_none() {
@@ -163,10 +189,18 @@ impl ManagerLink {
             }
             match control_call(s, req) {
                 Ok(r) => return Ok(r),
+                Err(RpcError::Redirect { leader, leader_tls }) if redirects < MAX_REDIRECTS => {
+                    // Not a failed try: the next dial goes to the leader.
+                    redirects += 1;
+                    tries -= 1;
+                    *g = None;
+                    self.follow(&leader, leader_tls.as_deref());
+                    last = Some(RpcError::Redirect { leader, leader_tls });
+                }
                 Err(RpcError::Remote {
                     code: ControlErrorCode::NotLeader,
                     message,
-                }) if self.addrs.len() > 1 => {
+                }) if several => {
                     *g = None;
                     self.skip_current();
                     last = Some(RpcError::Remote {

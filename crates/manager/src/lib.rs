@@ -24,6 +24,7 @@ mod config;
 mod error;
 mod events;
 mod failpoints;
+mod front;
 mod leadership;
 mod lease;
 mod listener;
@@ -50,8 +51,9 @@ pub use slo::SloSettings;
 pub use store::etcd::EtcdSettings;
 
 use catalogue::Catalogue;
+use front::{LeaderAddr, Standby};
 use leadership::Leadership;
-use listener::{Listener, ListenerConfig};
+use listener::{Handler, Listener, ListenerConfig};
 use liveness::Liveness;
 use service::Service;
 use store::Store;
@@ -69,16 +71,38 @@ impl Manager {
     pub fn start(config: ManagerConfig) -> Result<ManagerHandle, ManagerError> {
         config.validate()?;
         std::fs::create_dir_all(&config.data_dir)?;
-        let (store, loaded, leadership): (Store, _, _) = match &config.catalogue {
-            CatalogueBackend::Redb => {
-                let (s, l) = RedbStore::open(&config.store_path())?;
-                (Box::new(s), l, Leadership::sole())
-            }
-            CatalogueBackend::Etcd(e) => {
-                let (s, l, lead) = EtcdStore::campaign(e, &config.listen.to_string())?;
-                (Box::new(s), l, lead)
-            }
-        };
+        let authority = Authority::new(config.secret.clone());
+        let (store, loaded, leadership, listen, tls_listen): (Store, _, _, _, _) =
+            match &config.catalogue {
+                CatalogueBackend::Redb => {
+                    let (s, l) = RedbStore::open(&config.store_path())?;
+                    let tls = config.tls_listen;
+                    (Box::new(s), l, Leadership::sole(), config.listen, tls)
+                }
+                CatalogueBackend::Etcd(e) => {
+                    // Standing by, it listens already and names the leader to whoever
+                    // asks; it frees the addresses just before it serves them itself.
+                    let standby = Standby::new();
+                    let front = Listener::spawn(
+                        ListenerConfig {
+                            listener: TcpListener::bind(config.listen)?,
+                            tls: match (config.tls_listen, config.tls.clone()) {
+                                (Some(at), Some(t)) => Some((TcpListener::bind(at)?, t)),
+                                _ => None,
+                            },
+                            authority: authority.clone(),
+                            guard: config.guard.clone(),
+                        },
+                        standby.clone(),
+                    )?;
+                    let (at, tls_at) = (front.addr(), front.tls_addr());
+                    let me = LeaderAddr::new(at, tls_at).encode();
+                    let won = EtcdStore::campaign(e, &me, &|l| standby.set_leader(l));
+                    front.stop();
+                    let (s, l, lead) = won?;
+                    (Box::new(s), l, lead, at, tls_at)
+                }
+            };
         let mut catalogue = Catalogue::from_parts(
             loaded.servers,
             loaded.caches,
@@ -99,8 +123,8 @@ impl Manager {
             planner,
             Arc::clone(&leadership),
         ));
-        let listener = TcpListener::bind(config.listen)?;
-        let tls = match (config.tls_listen, config.tls.clone()) {
+        let listener = TcpListener::bind(listen)?;
+        let tls = match (tls_listen, config.tls.clone()) {
             (Some(at), Some(t)) => Some((TcpListener::bind(at)?, t)),
             _ => None,
         };
@@ -115,10 +139,10 @@ impl Manager {
         let cfg = ListenerConfig {
             listener,
             tls,
-            authority: Authority::new(config.secret.clone()),
+            authority,
             guard: config.guard.clone(),
         };
-        let listener = match Listener::spawn(cfg, Arc::clone(&service)) {
+        let listener = match Listener::spawn(cfg, Arc::clone(&service) as Arc<dyn Handler>) {
             Ok(l) => l,
             Err(e) => {
                 liveness.stop();

@@ -22,7 +22,8 @@ use farcache_net::handshake::MAX_HELLO;
 use farcache_net::{
     Accepted, Clocks, FrameBuf, Greeting, GuardConfig, OutBuf, Stream, TlsAcceptor, accept_next,
 };
-use farcache_proto::control::ControlRequest;
+use farcache_proto::ServerId;
+use farcache_proto::control::{ControlRequest, ControlResponse};
 use farcache_proto::frame::encode_frame;
 use farcache_proto::{Authority, DecodeError, FrameHeader, FrameKind, HEADER_LEN, Role};
 use mio::net::TcpListener;
@@ -30,7 +31,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use parking_lot::Mutex;
 use slab::Slab;
 
-use crate::service::{Caller, Service};
+use crate::service::Caller;
 
 /// Control messages are small JSON, but a procedure's code rides along (up to
 /// `MAX_PROC_CODE`): the limit leaves room for both.
@@ -45,6 +46,15 @@ const QUICK_THREADS: usize = 2;
 const CHANGE_THREADS: usize = 4;
 /// How soon to retry accepting after running out of descriptors.
 const ACCEPT_RETRY: Duration = Duration::from_millis(20);
+
+/// What answers authenticated requests: the service while this manager leads, a
+/// standby's redirect to the leader while it does not.
+pub(crate) trait Handler: Send + Sync + 'static {
+    fn handle(&self, caller: &Caller, req: ControlRequest) -> ControlResponse;
+
+    /// Server `id`'s heartbeat link closed (it may have died).
+    fn link_closed(&self, id: ServerId);
+}
 
 /// What the listener needs to start.
 pub struct ListenerConfig {
@@ -81,7 +91,7 @@ impl Pool {
     fn spawn(
         name: &str,
         threads: usize,
-        service: &Arc<Service>,
+        service: &Arc<dyn Handler>,
         replies: &Sender<Reply>,
         waker: &Arc<Waker>,
         handles: &mut Vec<JoinHandle<()>>,
@@ -94,14 +104,19 @@ impl Pool {
             handles.push(
                 thread::Builder::new()
                     .name(format!("manager-{name}-{i}"))
-                    .spawn(move || run_jobs(&rx, &service, &replies, &waker))?,
+                    .spawn(move || run_jobs(&rx, service.as_ref(), &replies, &waker))?,
             );
         }
         Ok(Self { tx })
     }
 }
 
-fn run_jobs(rx: &Mutex<Receiver<Job>>, service: &Service, replies: &Sender<Reply>, waker: &Waker) {
+fn run_jobs(
+    rx: &Mutex<Receiver<Job>>,
+    service: &dyn Handler,
+    replies: &Sender<Reply>,
+    waker: &Waker,
+) {
     loop {
         let job = match rx.lock().recv() {
             Ok(j) => j,
@@ -118,7 +133,7 @@ fn run_jobs(rx: &Mutex<Receiver<Job>>, service: &Service, replies: &Sender<Reply
 }
 
 impl Listener {
-    pub fn spawn(cfg: ListenerConfig, service: Arc<Service>) -> io::Result<Self> {
+    pub fn spawn(cfg: ListenerConfig, service: Arc<dyn Handler>) -> io::Result<Self> {
         let addr = cfg.listener.local_addr()?;
         let tls_addr = cfg.tls.as_ref().map(|(l, _)| l.local_addr()).transpose()?;
         let poll = Poll::new()?;
@@ -227,7 +242,7 @@ struct Conn {
 }
 
 struct EventLoop {
-    service: Arc<Service>,
+    service: Arc<dyn Handler>,
     poll: Poll,
     listener: TcpListener,
     tls: Option<(TcpListener, TlsAcceptor)>,
@@ -391,7 +406,7 @@ impl EventLoop {
             let service = self.service.clone();
             let spawned = thread::Builder::new()
                 .name("manager-suspect".into())
-                .spawn(move || service.suspect(id));
+                .spawn(move || service.link_closed(id));
             if let Err(e) = spawned {
                 tracing::warn!(server = id, "cannot check a silent server: {e}");
             }

@@ -138,7 +138,7 @@ pub fn measure(o: &ScaleOptions) -> Result<ScaleReport, ManagerError> {
     };
     drop(small);
     if let Some(settings) = &o.etcd {
-        let (store, _, _) = EtcdStore::campaign(settings, "farcache bench control")?;
+        let (store, _, _) = EtcdStore::campaign(settings, "farcache bench control", &|_| {})?;
         let result = write_and_load(&store, &cat, &servers, &mut report);
         store.resign();
         result?;

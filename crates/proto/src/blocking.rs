@@ -23,6 +23,12 @@ pub enum RpcError {
         code: ControlErrorCode,
         message: String,
     },
+    /// A standby named the leading manager: ask it instead.
+    #[error("this manager stands by; the leader is at {leader}")]
+    Redirect {
+        leader: String,
+        leader_tls: Option<String>,
+    },
     #[error("unexpected {0}")]
     Unexpected(String),
     #[error("{0}")]
@@ -52,7 +58,8 @@ pub fn read_frame<R: Read>(r: &mut R, max_len: u32) -> Result<(FrameHeader, Vec<
     Ok((h, payload))
 }
 
-/// One control round trip. A remote `Error` reply becomes [`RpcError::Remote`].
+/// One control round trip. A remote `Error` reply becomes [`RpcError::Remote`], a
+/// standby's `Redirect` [`RpcError::Redirect`].
 pub fn control_call<S: Read + Write>(
     s: &mut S,
     req: &ControlRequest,
@@ -62,6 +69,9 @@ pub fn control_call<S: Read + Write>(
     match h.kind {
         FrameKind::ControlReply => match ControlResponse::decode(&payload)? {
             ControlResponse::Error { code, message } => Err(RpcError::Remote { code, message }),
+            ControlResponse::Redirect { leader, leader_tls } => {
+                Err(RpcError::Redirect { leader, leader_tls })
+            }
             ok => Ok(ok),
         },
         FrameKind::Error => Err(RpcError::PeerError(

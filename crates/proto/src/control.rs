@@ -511,8 +511,8 @@ pub enum ControlErrorCode {
     /// The server was declared dead: it must drop every region it holds and register
     /// again before it serves anything.
     Fenced,
-    /// This manager does not lead (it stands by, or lost its leadership): ask another.
-    /// The message names the leader's address when this manager knows it.
+    /// This manager does not lead (it stands by, or lost its leadership) and knows no
+    /// leader: ask another. (A standby that knows the leader answers `Redirect`.)
     NotLeader,
 }
 
@@ -580,6 +580,14 @@ pub enum ControlResponse {
     Status(ClusterStatus),
     Stats(ServerStats),
     Migration(MigrationReport),
+    /// A standby's answer to every request: ask the manager at `leader` (or at
+    /// `leader_tls`, over TLS), which leads. With no leader elected it answers
+    /// `Error` with `NotLeader` instead.
+    Redirect {
+        leader: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        leader_tls: Option<String>,
+    },
     Error {
         code: ControlErrorCode,
         message: String,

@@ -302,13 +302,19 @@ impl ProcessCluster {
                 cmd.env(k, v);
             }
         }
+        // Extra arguments may name the managers themselves.
+        let own_manager = self
+            .server_extra
+            .get(i)
+            .is_some_and(|e| e.iter().any(|a| a == "--manager"));
+        if !own_manager {
+            cmd.arg("--manager").arg(&self.manager_addr);
+        }
         let mut child = cmd
             .arg("--secret-file")
             .arg(self.secret_path())
             .arg("--listen")
             .arg(listen)
-            .arg("--manager")
-            .arg(&self.manager_addr)
             .arg("--memory")
             .arg(self.opts.server_memory.to_string())
             .arg("--threads")
@@ -340,6 +346,11 @@ impl ProcessCluster {
 
     pub fn manager_addr(&self) -> &str {
         &self.manager_addr
+    }
+
+    /// Where manager `i` listens (with several, whether it leads or stands by).
+    pub fn manager_listen(&self, i: usize) -> &str {
+        &self.manager_listens[i]
     }
 
     pub fn server_addr(&self, i: usize) -> &str {
@@ -396,18 +407,35 @@ impl ProcessCluster {
         self.managers.len()
     }
 
-    /// The manager that leads now: the one whose control port accepts connections
-    /// (a standby does not listen).
+    /// The manager that leads now: the one that answers a status call (a standby
+    /// answers with a redirect to the leader, and a manager still starting not at all).
     pub fn leader(&mut self) -> Option<usize> {
         (0..self.managers.len()).find(|&i| {
             let running = self.managers[i]
                 .as_mut()
                 .is_some_and(|c| matches!(c.try_wait(), Ok(None)));
-            running
-                && self.manager_listens[i].parse().is_ok_and(|a| {
-                    std::net::TcpStream::connect_timeout(&a, Duration::from_millis(200)).is_ok()
-                })
+            running && self.answers_status(&self.manager_listens[i])
         })
+    }
+
+    /// Whether the manager at `addr` answers a status call itself.
+    fn answers_status(&self, addr: &str) -> bool {
+        use farcache_proto::blocking::{control_call, handshake};
+        use farcache_proto::control::{ControlRequest, ControlResponse};
+        let limit = Duration::from_millis(500);
+        let Ok(a) = addr.parse() else { return false };
+        let Ok(mut s) = std::net::TcpStream::connect_timeout(&a, limit) else {
+            return false;
+        };
+        if s.set_read_timeout(Some(limit)).is_err() {
+            return false;
+        }
+        let cred = farcache_proto::Credential::Cluster(self.secret.clone());
+        handshake(&mut s, farcache_proto::Role::Client, 0, "", &cred).is_ok()
+            && matches!(
+                control_call(&mut s, &ControlRequest::Status),
+                Ok(ControlResponse::Status(_))
+            )
     }
 
     /// The etcd the managers share (with several managers).

@@ -75,12 +75,13 @@ fn etcd_err(what: &str, e: impl std::fmt::Display) -> ManagerError {
 }
 
 impl EtcdStore {
-    /// Connects, waits until this manager leads (logging who does meanwhile), then
-    /// reads the whole catalogue. `me` is what the leader key says (this manager's
-    /// address).
+    /// Connects, waits until this manager leads (telling `on_leader` who does
+    /// meanwhile), then reads the whole catalogue. `me` is what the leader key says
+    /// (this manager's addresses, see [`crate::front::LeaderAddr`]).
     pub(crate) fn campaign(
         settings: &EtcdSettings,
         me: &str,
+        on_leader: &dyn Fn(Option<&str>),
     ) -> Result<(Self, Loaded, Arc<Leadership>), ManagerError> {
         if settings.endpoints.is_empty() {
             return Err(ManagerError::Config("no etcd endpoint given".into()));
@@ -110,10 +111,14 @@ impl EtcdStore {
                 let who = String::from_utf8_lossy(kv.value()).into_owned();
                 if seen_leader.as_deref() != Some(&who) {
                     tracing::info!(leader = %who, "standing by: another manager leads");
+                    on_leader(Some(&who));
                     seen_leader = Some(who);
                 }
                 std::thread::sleep(Duration::from_millis(100));
                 continue;
+            }
+            if seen_leader.take().is_some() {
+                on_leader(None);
             }
             let granted_at = Instant::now();
             let grant = rt

@@ -112,9 +112,16 @@ pub fn announce_reclaim(
         grace_ms: u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
         mode,
     };
-    // The leader answers; standbys do not listen and a deposed one says NotLeader.
+    // The leader answers; a standby names it (asked next, if not in the list) and a
+    // deposed one says NotLeader.
     let mut last = RpcError::Unexpected("no manager address configured".into());
-    for addr in manager_addrs(manager) {
+    let mut queue: std::collections::VecDeque<String> = manager_addrs(manager).into();
+    // Bounds the asks when standbys keep naming each other during a change of leader.
+    let mut asks = 0;
+    while let Some(addr) = queue.pop_front()
+        && asks < 16
+    {
+        asks += 1;
         let answer = connect(&sh.dialer, &addr).and_then(|mut s| control_call(&mut s, &req));
         match answer {
             Ok(ControlResponse::Ok) => return Ok(()),
@@ -131,6 +138,10 @@ pub fn announce_reclaim(
                     code: ControlErrorCode::NotLeader,
                     message,
                 }
+            }
+            Err(RpcError::Redirect { leader, leader_tls }) => {
+                queue.push_front(leader.clone());
+                last = RpcError::Redirect { leader, leader_tls };
             }
             Err(e @ RpcError::Remote { .. }) => return Err(e),
             Err(e) => last = e,
@@ -176,7 +187,7 @@ fn report_stalled(
 /// Runs until shutdown: register, then heartbeat; on any failure reconnect with backoff
 /// (to the next manager in the list, if several are given).
 pub fn run(sh: Arc<Shared>, managers: String) {
-    let addrs = manager_addrs(&managers);
+    let mut addrs = manager_addrs(&managers);
     if addrs.is_empty() {
         warn!(%managers, "no manager address: not registering");
         return;
@@ -231,6 +242,17 @@ pub fn run(sh: Arc<Shared>, managers: String) {
             }
             Ok(())
         })();
+        if let Err(RpcError::Redirect { leader, .. }) = &r {
+            // A standby named the leader: ask it next, at once.
+            at = match addrs.iter().position(|a| a == leader) {
+                Some(i) => i,
+                None => {
+                    addrs.push(leader.clone());
+                    addrs.len() - 1
+                }
+            };
+            continue;
+        }
         if let Err(e) = r {
             if !warned {
                 warn!(%manager, "manager unreachable, retrying: {e}");

@@ -9,7 +9,7 @@
 use std::collections::VecDeque;
 use std::io::Write;
 use std::net::{Shutdown, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -90,9 +90,6 @@ struct State {
     out: Option<TcpStream>,
     /// The last frame the backup acknowledged.
     acked: u64,
-    /// Since when writes have waited for the backup with no acknowledgement (`None`
-    /// while nothing waits).
-    waiting_since: Option<Instant>,
 }
 
 impl State {
@@ -137,6 +134,11 @@ pub struct Link {
     /// writes queued after that fail too.
     failed: AtomicBool,
     counters: Arc<Counters>,
+    /// Since when writes have waited for the backup with no acknowledgement, in µs
+    /// after `born` plus one (0 while nothing waits). Outside `st`, which a worker
+    /// holds while a send blocks: the heartbeat that reads it must never wait.
+    waiting_since: AtomicU64,
+    born: Instant,
 }
 
 impl Link {
@@ -147,6 +149,8 @@ impl Link {
             closed: AtomicBool::new(false),
             failed: AtomicBool::new(false),
             counters,
+            waiting_since: AtomicU64::new(0),
+            born: Instant::now(),
         });
         let (l, w) = (link.clone(), Arc::downgrade(sh));
         let spawned = std::thread::Builder::new()
@@ -189,10 +193,20 @@ impl Link {
         if self.is_closed() {
             return None;
         }
-        self.st
-            .lock()
-            .waiting_since
-            .map(|t| now.saturating_duration_since(t))
+        match self.waiting_since.load(Ordering::Acquire) {
+            0 => None,
+            us => Some(now.saturating_duration_since(self.born + Duration::from_micros(us - 1))),
+        }
+    }
+
+    /// Notes that writes wait from now on (`false`: nothing waits).
+    fn set_waiting(&self, waiting: bool) {
+        let v = if waiting {
+            u64::try_from(self.born.elapsed().as_micros()).unwrap_or(u64::MAX - 1) + 1
+        } else {
+            0
+        };
+        self.waiting_since.store(v, Ordering::Release);
     }
 
     /// Whether the link is open and connected: its stream is the newest the backup
@@ -218,8 +232,8 @@ impl Link {
             // Dropped as a backup meanwhile: nothing to wait for.
             return release(&sh.mailboxes, vec![waiter]);
         }
-        if st.waiting_since.is_none() {
-            st.waiting_since = Some(Instant::now());
+        if self.waiting_since.load(Ordering::Acquire) == 0 {
+            self.set_waiting(true);
         }
         let State {
             open,
@@ -419,7 +433,7 @@ impl Link {
                     None => Vec::new(),
                 };
                 // Progress: what still waits has waited from now on.
-                st.waiting_since = (!st.sent.is_empty() || st.enc.is_some()).then(Instant::now);
+                self.set_waiting(!st.sent.is_empty() || st.enc.is_some());
                 // The window has room again: what gathered meanwhile goes now.
                 st.pump(&self.counters);
                 waiters

@@ -113,14 +113,29 @@ impl Replicator {
             .flat_map(|c| c.backups.values())
             .flat_map(|b| b.iter().map(String::as_str))
             .collect();
-        let mut links = self.links.lock();
-        links.retain(|addr, l| {
+        let mut gone = Vec::new();
+        self.links.lock().retain(|addr, l| {
             let keep = used.contains(addr.as_str()) && !l.is_closed();
             if !keep {
-                l.close(sh);
+                gone.push(l.clone());
             }
             keep
         });
+        // Outside the map's lock (see `snapshot`).
+        for l in gone {
+            l.close(sh);
+        }
+    }
+
+    /// The links, without holding the map's lock while they are used: a link's own
+    /// lock may be held across a blocked send, and the heartbeat (`stalled`) must
+    /// never wait behind one.
+    fn snapshot(&self) -> Vec<(String, Arc<Link>)> {
+        self.links
+            .lock()
+            .iter()
+            .map(|(a, l)| (a.clone(), l.clone()))
+            .collect()
     }
 
     /// Waits until every backup acknowledged everything queued before the call (a
@@ -129,10 +144,12 @@ impl Replicator {
     pub fn quiesce(&self, within: std::time::Duration) -> bool {
         let deadline = std::time::Instant::now() + within;
         let marks: Vec<(Arc<Link>, u64)> = self
-            .links
-            .lock()
-            .values()
-            .map(|l| (l.clone(), l.mark()))
+            .snapshot()
+            .into_iter()
+            .map(|(_, l)| {
+                let m = l.mark();
+                (l, m)
+            })
             .collect();
         for (l, m) in marks {
             while !l.reached(m) {
@@ -149,12 +166,11 @@ impl Replicator {
     /// without an acknowledgement, and for how long.
     pub fn stalled(&self, at_least: std::time::Duration) -> Vec<(String, std::time::Duration)> {
         let now = std::time::Instant::now();
-        self.links
-            .lock()
-            .iter()
+        self.snapshot()
+            .into_iter()
             .filter_map(|(addr, l)| {
                 let d = l.stalled(now)?;
-                (d >= at_least).then(|| (addr.clone(), d))
+                (d >= at_least).then_some((addr, d))
             })
             .collect()
     }
@@ -165,7 +181,8 @@ impl Replicator {
     /// stream announced there makes them refused, unless a connected link's stream
     /// is already the newest.
     pub fn fence_old_streams(&self, sh: &Shared, addr: &str) -> Result<(), String> {
-        if self.links.lock().get(addr).is_some_and(|l| l.connected()) {
+        let link = self.links.lock().get(addr).cloned();
+        if link.is_some_and(|l| l.connected()) {
             return Ok(());
         }
         link::connect(sh, addr).map(drop)
@@ -178,20 +195,26 @@ impl Replicator {
             bytes: c.bytes.load(Relaxed),
             held: c.held.load(Relaxed),
             link_failures: c.link_failures.load(Relaxed),
-            unacked: self.links.lock().values().map(|l| l.unacked() as u64).sum(),
+            unacked: self
+                .snapshot()
+                .iter()
+                .map(|(_, l)| l.unacked() as u64)
+                .sum(),
         }
     }
 
     /// This server lost its regions to others (it was fenced): every link stops and
     /// the writes waiting on them fail instead of being acknowledged.
     pub fn fail_all(&self, sh: &Shared, why: &str) {
-        for (_, l) in self.links.lock().drain() {
+        let links: Vec<_> = self.links.lock().drain().collect();
+        for (_, l) in links {
             l.fail(sh, why);
         }
     }
 
     pub fn close_all(&self, sh: &Shared) {
-        for (_, l) in self.links.lock().drain() {
+        let links: Vec<_> = self.links.lock().drain().collect();
+        for (_, l) in links {
             l.close(sh);
         }
     }
