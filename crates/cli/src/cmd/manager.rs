@@ -35,7 +35,8 @@ pub struct Args {
     addr_file: Option<PathBuf>,
     /// Keep the catalogue in etcd at these client URLs (comma-separated) instead of
     /// a file in --data-dir. Any number of managers may share one etcd: one leads,
-    /// the others stand by (not listening) and take over when its lease lapses.
+    /// the others stand by (answering every request with the leader's address) and
+    /// take over when its lease lapses.
     #[arg(long, value_delimiter = ',')]
     etcd: Vec<String>,
     /// Key prefix in etcd (several clusters may share one etcd).
