@@ -119,6 +119,7 @@ impl Manager {
         let service = Arc::new(Service::new(
             &config,
             catalogue,
+            events::Events::from_stored(loaded.events),
             store,
             planner,
             Arc::clone(&leadership),

@@ -144,7 +144,7 @@ pub struct ClusterStatus {
     /// The latest finished migrations (oldest first, a bounded number).
     #[serde(default)]
     pub migrations: Vec<MigrationRecord>,
-    /// Regions lost since the manager started (oldest first, a bounded number).
+    /// Regions lost (oldest first, a bounded number; kept in the catalogue).
     #[serde(default)]
     pub lost: Vec<LostRegion>,
     /// Backups that took regions over from dead owners (oldest first, bounded).

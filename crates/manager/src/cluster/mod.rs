@@ -19,7 +19,7 @@ use parking_lot::Mutex;
 
 use crate::catalogue::{CacheRecord, Catalogue};
 use crate::error::Reject;
-use crate::events::Events;
+use crate::events::{Event, Events};
 use crate::leadership::Leadership;
 use crate::server_link::ServerLinks;
 use crate::store::{Store, Write};
@@ -29,7 +29,7 @@ const SERVER_CALL_TIMEOUT: Duration = Duration::from_secs(2);
 
 pub(crate) struct State {
     pub(crate) catalogue: Catalogue,
-    /// Recent migrations and losses, for `status`.
+    /// Recent migrations, promotions and losses, for `status`.
     pub(crate) events: Events,
     /// `None` after shutdown, which releases the file for the next manager.
     store: Option<Store>,
@@ -45,6 +45,22 @@ impl State {
             tracing::warn!(error = %e, "store commit failed");
             Reject::store(&e)
         })
+    }
+
+    /// Commits `writes` with `events` (promotions, losses) in one transaction, and
+    /// records the events once it landed.
+    pub(crate) fn commit_with_events(
+        &mut self,
+        writes: &[Write<'_>],
+        events: Vec<Event>,
+    ) -> Result<(), Reject> {
+        let staged = self.events.stage(events);
+        let mut all: Vec<Write<'_>> = writes.to_vec();
+        all.extend(staged.put.iter().map(|(seq, e)| Write::Event(*seq, e)));
+        all.extend(staged.drop.iter().map(|&seq| Write::DropEvent(seq)));
+        self.commit(&all)?;
+        self.events.committed(staged);
+        Ok(())
     }
 }
 
@@ -72,13 +88,14 @@ pub(crate) struct Cluster {
 impl Cluster {
     pub(crate) fn new(
         catalogue: Catalogue,
+        events: Events,
         store: Store,
         secret: ClusterSecret,
         leadership: Arc<Leadership>,
     ) -> Arc<Self> {
         Arc::new_cyclic(|this| Self {
             state: Mutex::new(State {
-                events: Events::default(),
+                events,
                 catalogue,
                 store: Some(store),
             }),

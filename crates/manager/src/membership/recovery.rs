@@ -13,6 +13,7 @@ use farcache_proto::{CacheId, ServerId};
 
 use crate::cluster::Cluster;
 use crate::error::Reject;
+use crate::events::Event;
 use crate::placement;
 use crate::store::Write;
 
@@ -106,20 +107,23 @@ impl Cluster {
             next.epoch = rec.epoch + 1;
             let info = {
                 let mut st = self.state.lock();
-                if let Err(e) = st.commit(&[Write::Cache(&next)]) {
+                let events = promoted
+                    .iter()
+                    .map(|&(region, to)| {
+                        Event::Promoted(farcache_proto::control::Promotion {
+                            cache: rec.id,
+                            region,
+                            from: id,
+                            to,
+                            epoch: next.epoch,
+                        })
+                    })
+                    .collect();
+                if let Err(e) = st.commit_with_events(&[Write::Cache(&next)], events) {
                     tracing::error!(cache = rec.id, "cannot record a promotion: {}", e.message);
                     continue;
                 }
                 st.catalogue.insert_cache(next.clone());
-                for &(region, to) in &promoted {
-                    st.events.promoted(farcache_proto::control::Promotion {
-                        cache: rec.id,
-                        region,
-                        from: id,
-                        to,
-                        epoch: next.epoch,
-                    });
-                }
                 st.catalogue.cache_info(&next)
             };
             for (region, to) in &promoted {
@@ -249,7 +253,8 @@ impl Cluster {
         next.epoch = epoch;
         let info = {
             let mut st = self.state.lock();
-            st.commit(&[Write::Cache(&next)])?;
+            let events = placed.iter().cloned().map(Event::Lost).collect();
+            st.commit_with_events(&[Write::Cache(&next)], events)?;
             st.catalogue.insert_cache(next.clone());
             for p in &placed {
                 let now = if p.reloaded {
@@ -265,7 +270,6 @@ impl Cluster {
                     reason,
                     "region's copies lost: {now}"
                 );
-                st.events.lost(p.clone());
             }
             st.catalogue.cache_info(&next)
         };

@@ -23,6 +23,7 @@ use crate::catalogue::{Catalogue, ServerRecord};
 use crate::cluster::Cluster;
 use crate::config::ManagerConfig;
 use crate::error::Reject;
+use crate::events::Events;
 use crate::leadership::Leadership;
 use crate::slo::Planner;
 use crate::store::Store;
@@ -48,6 +49,7 @@ impl Service {
     pub(crate) fn new(
         config: &ManagerConfig,
         catalogue: Catalogue,
+        events: Events,
         store: Store,
         slo: Planner,
         leadership: Arc<Leadership>,
@@ -57,7 +59,7 @@ impl Service {
             region_size: config.region_size,
             heartbeat_ms: u64::try_from(config.heartbeat_interval.as_millis()).unwrap_or(u64::MAX),
             heartbeat_timeout: config.heartbeat_timeout,
-            cluster: Cluster::new(catalogue, store, config.secret.clone(), leadership),
+            cluster: Cluster::new(catalogue, events, store, config.secret.clone(), leadership),
             authority: Authority::new(config.secret.clone()),
         }
     }

@@ -245,6 +245,7 @@ impl EtcdStore {
             Write::RemoveCache(id) => format!("{p}/caches/{id:010}"),
             Write::NextServerId(_) => format!("{p}/meta/next_server_id"),
             Write::NextCacheId(_) => format!("{p}/meta/next_cache_id"),
+            Write::Event(seq, _) | Write::DropEvent(seq) => format!("{p}/events/{seq:020}"),
         }
     }
 
@@ -309,6 +310,11 @@ impl EtcdStore {
                 loaded.next_server_id = counter()?;
             } else if rest == "meta/next_cache_id" {
                 loaded.next_cache_id = counter()?;
+            } else if let Some(seq) = rest.strip_prefix("events/") {
+                let seq = seq
+                    .parse()
+                    .map_err(|_| ManagerError::Corrupt(format!("{key}: not an event number")))?;
+                loaded.events.push((seq, decode(&key, value)?));
             } else {
                 continue;
             }
@@ -389,10 +395,11 @@ impl Backend for EtcdStore {
             let value = match w {
                 Write::Server(s) => Some(encode(s)?),
                 Write::Cache(c) => Some(encode(c)?),
-                Write::RemoveCache(_) => None,
+                Write::RemoveCache(_) | Write::DropEvent(_) => None,
                 Write::NextServerId(id) | Write::NextCacheId(id) => {
                     Some(id.to_string().into_bytes())
                 }
+                Write::Event(_, e) => Some(encode(e)?),
             };
             let key = self.key(w);
             keys.retain(|(k, _)| *k != key);

@@ -14,6 +14,7 @@ use farcache_proto::{CacheId, ServerId};
 
 use crate::catalogue::{CacheRecord, ServerRecord};
 use crate::error::ManagerError;
+use crate::events::Event;
 
 /// One change; a slice of these commits atomically.
 #[derive(Debug, Clone, Copy)]
@@ -23,6 +24,10 @@ pub enum Write<'a> {
     RemoveCache(CacheId),
     NextServerId(ServerId),
     NextCacheId(CacheId),
+    /// A promotion or loss, under its number (see `events`).
+    Event(u64, &'a Event),
+    /// An event that fell out of its list.
+    DropEvent(u64),
 }
 
 /// Everything read back when a manager starts leading.
@@ -32,6 +37,8 @@ pub struct Loaded {
     pub caches: Vec<CacheRecord>,
     pub next_server_id: ServerId,
     pub next_cache_id: CacheId,
+    /// Promotions and losses, by number.
+    pub events: Vec<(u64, Event)>,
 }
 
 /// A catalogue backend.

@@ -14,6 +14,7 @@ use crate::error::ManagerError;
 const SERVERS: TableDefinition<u32, &[u8]> = TableDefinition::new("servers");
 const CACHES: TableDefinition<u32, &[u8]> = TableDefinition::new("caches");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");
 const NEXT_SERVER_ID: &str = "next_server_id";
 const NEXT_CACHE_ID: &str = "next_cache_id";
 
@@ -57,6 +58,14 @@ impl RedbStore {
         };
         loaded.next_server_id = get(NEXT_SERVER_ID)?;
         loaded.next_cache_id = get(NEXT_CACHE_ID)?;
+        let events = txn.open_table(EVENTS)?;
+        for row in events.iter()? {
+            let (k, v) = row?;
+            let seq = k.value();
+            loaded
+                .events
+                .push((seq, decode(&format!("event {seq}"), v.value())?));
+        }
         Ok(loaded)
     }
 
@@ -67,6 +76,7 @@ impl RedbStore {
             let mut servers = txn.open_table(SERVERS)?;
             let mut caches = txn.open_table(CACHES)?;
             let mut meta = txn.open_table(META)?;
+            let mut events = txn.open_table(EVENTS)?;
             for w in writes {
                 match *w {
                     Write::Server(s) => {
@@ -83,6 +93,12 @@ impl RedbStore {
                     }
                     Write::NextCacheId(id) => {
                         meta.insert(NEXT_CACHE_ID, u64::from(id))?;
+                    }
+                    Write::Event(seq, e) => {
+                        events.insert(seq, encode(e)?.as_slice())?;
+                    }
+                    Write::DropEvent(seq) => {
+                        events.remove(seq)?;
                     }
                 }
             }
@@ -151,6 +167,21 @@ mod tests {
                 ])
                 .unwrap();
             store.commit(&[Write::RemoveCache(1)]).unwrap();
+            let lost = |region| {
+                crate::events::Event::Lost(farcache_proto::control::LostRegion {
+                    cache: 2,
+                    region,
+                    was_on: 3,
+                    now_on: 4,
+                    reason: "killed".into(),
+                    reloaded: false,
+                })
+            };
+            let (e0, e1) = (lost(0), lost(1));
+            store
+                .commit(&[Write::Event(0, &e0), Write::Event(1, &e1)])
+                .unwrap();
+            store.commit(&[Write::DropEvent(0)]).unwrap();
             assert!(
                 RedbStore::open(&path).is_err(),
                 "second opener must be refused"
@@ -160,5 +191,7 @@ mod tests {
         assert_eq!(loaded.servers, vec![server]);
         assert_eq!(loaded.caches, vec![b]);
         assert_eq!((loaded.next_server_id, loaded.next_cache_id), (4, 3));
+        assert_eq!(loaded.events.len(), 1, "event 0 was dropped");
+        assert_eq!(loaded.events[0].0, 1);
     }
 }
