@@ -18,8 +18,9 @@ use crate::error::ClientError;
 
 /// How long a call looks for a leader among several managers.
 const FAILOVER_PATIENCE: Duration = Duration::from_secs(5);
-/// Redirects one call follows (standbys that disagree while a leader changes).
-const MAX_REDIRECTS: u32 = 8;
+/// Wait before asking again when standbys keep naming a leader that does not answer
+/// (it just died; they name the next one once it leads).
+const REDIRECT_PAUSE: Duration = Duration::from_millis(20);
 
 pub(crate) struct ManagerLink {
     /// As given (for errors).
@@ -159,14 +160,15 @@ impl ManagerLink {
         // With standbys, a new leader may be taking over (an etcd lease, a second or
         // two): keep looking for one that long.
         let several = self.addrs.lock().len() > 1;
-        let patience = Instant::now()
+        let started = Instant::now();
+        let mut patience = started
             + if several {
                 self.timeout.max(FAILOVER_PATIENCE)
             } else {
                 Duration::ZERO
             };
         let mut tries = 0;
-        let mut redirects = 0;
+        let mut named: Option<String> = None;
         while tries < 2 || Instant::now() < patience {
             tries += 1;
             if g.is_none() {
@@ -189,12 +191,19 @@ impl ManagerLink {
             }
             match control_call(s, req) {
                 Ok(r) => return Ok(r),
-                Err(RpcError::Redirect { leader, leader_tls }) if redirects < MAX_REDIRECTS => {
-                    // Not a failed try: the next dial goes to the leader.
-                    redirects += 1;
-                    tries -= 1;
+                Err(RpcError::Redirect { leader, leader_tls }) => {
                     *g = None;
                     self.follow(&leader, leader_tls.as_deref());
+                    if named.as_deref() == Some(leader.as_str()) {
+                        // Named again: it did not answer. Wait for the standbys to
+                        // see the next leader, as long as a failover may take.
+                        patience = patience.max(started + self.timeout.max(FAILOVER_PATIENCE));
+                        std::thread::sleep(REDIRECT_PAUSE);
+                    } else if started.elapsed() < FAILOVER_PATIENCE {
+                        // Not a failed try: the next dial goes to the leader.
+                        tries -= 1;
+                    }
+                    named = Some(leader.clone());
                     last = Some(RpcError::Redirect { leader, leader_tls });
                 }
                 Err(RpcError::Remote {

@@ -202,12 +202,15 @@ pub fn run(sh: Arc<Shared>, managers: String) {
     let mut backoff = Duration::from_millis(50);
     let mut warned = false;
     let mut reported: Vec<String> = Vec::new();
+    // The leader a standby named last.
+    let mut named: Option<String> = None;
     while !sh.shutdown.load(Ordering::Acquire) {
         let manager = &addrs[at % addrs.len()];
         let r = (|| -> Result<(), RpcError> {
             let mut s = connect(&sh.dialer, manager)?;
             let every = register(&sh, &mut s)?;
             warned = false;
+            named = None;
             backoff = Duration::from_millis(50);
             while !sh.shutdown.load(Ordering::Acquire) {
                 sh.sleep(every);
@@ -243,7 +246,13 @@ pub fn run(sh: Arc<Shared>, managers: String) {
             Ok(())
         })();
         if let Err(RpcError::Redirect { leader, .. }) = &r {
-            // A standby named the leader: ask it next, at once.
+            // A standby named the leader: ask it next, at once, unless it named it
+            // before and it did not answer (it just died: the standbys name the
+            // next one once it leads).
+            if named.as_deref() == Some(leader.as_str()) {
+                sh.sleep(Duration::from_millis(20));
+            }
+            named = Some(leader.clone());
             at = match addrs.iter().position(|a| a == leader) {
                 Some(i) => i,
                 None => {
