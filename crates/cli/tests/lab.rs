@@ -172,6 +172,16 @@ impl Load {
     }
 }
 
+/// The application saw no op fail (`what` says what it would have seen).
+fn assert_unfailed(events: &[Event], what: &str) {
+    let failed: Vec<&Event> = events
+        .iter()
+        .filter(|e| e.outcome != Outcome::Ok)
+        .take(5)
+        .collect();
+    assert_eq!(failures(events), 0, "{what}: {failed:?}");
+}
+
 /// Ops on the affected registers that the application saw fail.
 fn failures(events: &[Event]) -> usize {
     events.iter().filter(|e| e.outcome != Outcome::Ok).count()
@@ -307,16 +317,7 @@ fn an_owner_cut_off_from_the_manager_stops_before_its_backup_takes_over() {
             refused.unleased > 0,
             "the cut-off owner never refused a batch: {refused:?}"
         );
-        assert_eq!(
-            failures(&events),
-            0,
-            "the application saw the failover: {:?}",
-            events
-                .iter()
-                .filter(|e| e.outcome != Outcome::Ok)
-                .take(5)
-                .collect::<Vec<_>>()
-        );
+        assert_unfailed(&events, "the application saw the failover");
         // The fenced server holds none of the regions it lost.
         let info = cache.refresh().expect("table");
         let now_owned = info.regions.iter().filter(|&&s| s == owner).count();
@@ -428,16 +429,7 @@ fn a_leader_cut_off_from_etcd_steps_down_and_its_standby_takes_over() {
             v.reads, v.writes_ok
         );
         assert_eq!(v.violations(), 0, "{:?}", v.samples);
-        assert_eq!(
-            failures(&events),
-            0,
-            "the application saw the control plane fail over: {:?}",
-            events
-                .iter()
-                .filter(|e| e.outcome != Outcome::Ok)
-                .take(5)
-                .collect::<Vec<_>>()
-        );
+        assert_unfailed(&events, "the application saw the control plane fail over");
         let info = cache.refresh().expect("table");
         let back_data = cache.read(0, 8).expect("read after both failovers");
         assert_eq!(back_data.len(), 8);
@@ -892,16 +884,7 @@ fn an_owner_cut_off_from_its_backup_drops_it_and_writes_go_on() {
             v.reads, v.writes_ok
         );
         assert_eq!(v.violations(), 0, "{:?}", v.samples);
-        assert_eq!(
-            failures(&events),
-            0,
-            "the application saw the cut: {:?}",
-            events
-                .iter()
-                .filter(|e| e.outcome != Outcome::Ok)
-                .take(5)
-                .collect::<Vec<_>>()
-        );
+        assert_unfailed(&events, "the application saw the cut");
         // The register holds the last acknowledged write.
         let now = cache.read(0, 16).expect("read");
         let last = events
