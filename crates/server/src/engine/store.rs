@@ -214,7 +214,9 @@ impl CacheRegions {
 
 #[derive(Clone, Default)]
 pub struct StoreMap {
-    pub caches: HashMap<CacheId, CacheRegions>,
+    /// Behind `Arc`s so a change copies the table of the cache it changes, not of
+    /// every cache (a server holding many caches places regions in O(its cache)).
+    pub caches: HashMap<CacheId, Arc<CacheRegions>>,
 }
 
 pub struct RegionStore {
@@ -336,10 +338,12 @@ impl RegionStore {
         }
         let mut used = self.write.lock();
         let mut next = StoreMap::clone(&self.map.load());
-        let entry = next.caches.entry(cache).or_insert_with(|| CacheRegions {
-            region_size,
-            ..Default::default()
-        });
+        let entry = Arc::make_mut(next.caches.entry(cache).or_insert_with(|| {
+            Arc::new(CacheRegions {
+                region_size,
+                ..Default::default()
+            })
+        }));
         if entry.region_size != region_size && entry.regions.iter().any(Option::is_some) {
             return Err(StoreError::Conflict {
                 cache,
@@ -410,7 +414,7 @@ impl RegionStore {
             let _guard = self.write.lock();
             let old = self.map.load_full();
             let mut next = StoreMap::clone(&old);
-            let Some(entry) = next.caches.get_mut(&cache) else {
+            let Some(entry) = next.caches.get_mut(&cache).map(Arc::make_mut) else {
                 return false;
             };
             if !entry
@@ -456,7 +460,7 @@ impl RegionStore {
     pub fn forget_lost(&self, cache: CacheId, addr: u64, len: u64) -> u64 {
         let _guard = self.write.lock();
         let mut next = StoreMap::clone(&self.map.load());
-        let Some(entry) = next.caches.get_mut(&cache) else {
+        let Some(entry) = next.caches.get_mut(&cache).map(Arc::make_mut) else {
             return 0;
         };
         let rs = entry.region_size.max(1);
@@ -495,7 +499,7 @@ impl RegionStore {
     pub fn free(&self, cache: CacheId, region: u32, moved_to: Option<String>) -> bool {
         let mut used = self.write.lock();
         let mut next = StoreMap::clone(&self.map.load());
-        let Some(entry) = next.caches.get_mut(&cache) else {
+        let Some(entry) = next.caches.get_mut(&cache).map(Arc::make_mut) else {
             return false;
         };
         let taken = entry
@@ -530,7 +534,7 @@ impl RegionStore {
     pub fn resize(&self, cache: CacheId, capacity: u64, epoch: u64) -> bool {
         let _guard = self.write.lock();
         let mut next = StoreMap::clone(&self.map.load());
-        let Some(entry) = next.caches.get_mut(&cache) else {
+        let Some(entry) = next.caches.get_mut(&cache).map(Arc::make_mut) else {
             return false;
         };
         entry.set_capacity(capacity, epoch);
@@ -550,7 +554,7 @@ impl RegionStore {
     ) {
         let _guard = self.write.lock();
         let mut next = StoreMap::clone(&self.map.load());
-        let Some(entry) = next.caches.get_mut(&cache) else {
+        let Some(entry) = next.caches.get_mut(&cache).map(Arc::make_mut) else {
             return;
         };
         if epoch < entry.routes_epoch {
