@@ -18,6 +18,8 @@ use crate::error::ClientError;
 
 /// How long a call looks for a leader among several managers.
 const FAILOVER_PATIENCE: Duration = Duration::from_secs(5);
+/// Managers a client keeps in its list (given, plus leaders standbys named).
+const MAX_MANAGERS: usize = 64;
 /// Wait before asking again when standbys keep naming a leader that does not answer
 /// (it just died; they name the next one once it leads).
 const REDIRECT_PAUSE: Duration = Duration::from_millis(20);
@@ -101,9 +103,16 @@ impl ManagerLink {
         let mut addrs = self.addrs.lock();
         let at = match addrs.iter().position(|a| a == to) {
             Some(at) => at,
-            None => {
+            // Standbys prove the cluster secret, but a list is bounded all the same:
+            // past the cap, a named leader replaces the last one added.
+            None if addrs.len() < MAX_MANAGERS => {
                 addrs.push(to.to_owned());
                 addrs.len() - 1
+            }
+            None => {
+                let last = addrs.len() - 1;
+                addrs[last] = to.to_owned();
+                last
             }
         };
         self.current.store(at, Ordering::Relaxed);

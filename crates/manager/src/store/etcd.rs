@@ -77,7 +77,7 @@ fn etcd_err(what: &str, e: impl std::fmt::Display) -> ManagerError {
 impl EtcdStore {
     /// Connects, waits until this manager leads (telling `on_leader` who does
     /// meanwhile), then reads the whole catalogue. `me` is what the leader key says
-    /// (this manager's addresses, see [`crate::front::LeaderAddr`]).
+    /// (this manager's addresses, as `LeaderAddr` in `front` encodes them).
     pub(crate) fn campaign(
         settings: &EtcdSettings,
         me: &str,

@@ -255,9 +255,15 @@ pub fn run(sh: Arc<Shared>, managers: String) {
             named = Some(leader.clone());
             at = match addrs.iter().position(|a| a == leader) {
                 Some(i) => i,
-                None => {
+                // Bounded: past the cap, a named leader replaces the last one added.
+                None if addrs.len() < 64 => {
                     addrs.push(leader.clone());
                     addrs.len() - 1
+                }
+                None => {
+                    let last = addrs.len() - 1;
+                    addrs[last].clone_from(leader);
+                    last
                 }
             };
             continue;
