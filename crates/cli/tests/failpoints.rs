@@ -668,3 +668,112 @@ fn a_reshape_cut_short_by_the_leaders_death_leaves_one_table() {
         b"grown"[..]
     );
 }
+
+/// A move whose writers are throttled (`migration-throttle`: from the first round at
+/// most 4 dirty chunks, so nearly every write to a fresh chunk is answered `PAUSED`
+/// while the region copies) loses no acknowledged write: each refused write is sent
+/// again and lands, here or at the new owner, and the copy carries it.
+#[test]
+fn a_move_that_throttles_its_writers_loses_no_write() {
+    const BIG: u64 = 16 << 20;
+    let _serial = serial();
+    let opts = ClusterOptions::default()
+        .servers(2)
+        .region_size(BIG)
+        .server_memory(64 << 20)
+        .server_env("FAILPOINTS", "migration-throttle=return(4)");
+    let c = ProcessCluster::start(bin(), &opts).expect("start cluster");
+    let client = c
+        .client_with(farcache_client::ClientConfig::new("").op_timeout(Duration::from_secs(20)))
+        .expect("client");
+    let cache = client.create("thr", BIG).expect("create");
+    let owner = client.status().expect("status").caches[0].regions[0];
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let batches = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let writer = {
+        let (cache, stop, batches) = (cache.clone(), stop.clone(), batches.clone());
+        std::thread::spawn(move || {
+            // The last value written to each 8-byte slot; slots are spread over
+            // the whole region so writes keep finding clean chunks.
+            let mut model = std::collections::HashMap::new();
+            let mut n = 1u64;
+            while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                let mut b = cache.batch();
+                let mut sent = Vec::new();
+                for _ in 0..64 {
+                    let addr = (n.wrapping_mul(0x9E37_79B9_7F4A_7C15) % (BIG / 8)) * 8;
+                    b.write(addr, &n.to_le_bytes());
+                    sent.push((addr, n));
+                    n += 1;
+                }
+                let r = b.run();
+                assert!(
+                    r.first_error().is_none(),
+                    "a write failed: {:?}",
+                    r.first_error()
+                );
+                model.extend(sent);
+                batches.fetch_add(1, std::sync::atomic::Ordering::Release);
+            }
+            model
+        })
+    };
+    eventually(
+        "the writer is under way",
+        Duration::from_secs(10),
+        Duration::from_millis(5),
+        || (batches.load(std::sync::atomic::Ordering::Acquire) >= 20).then_some(()),
+    );
+    let target = client
+        .status()
+        .expect("status")
+        .servers
+        .iter()
+        .map(|s| s.id)
+        .find(|&s| s != owner)
+        .expect("a second server");
+    client
+        .move_region(
+            "thr",
+            0,
+            Some(target),
+            farcache_proto::control::MigrationMode::DirtyTracking,
+        )
+        .expect("move");
+    // Some writes land at the new owner too.
+    let at_move = batches.load(std::sync::atomic::Ordering::Acquire);
+    eventually(
+        "writes go on after the move",
+        Duration::from_secs(10),
+        Duration::from_millis(5),
+        || (batches.load(std::sync::atomic::Ordering::Acquire) >= at_move + 20).then_some(()),
+    );
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    let model = writer.join().expect("writer thread");
+    let st = client.status().expect("status");
+    assert_eq!(st.caches[0].regions[0], target, "the region moved");
+    let rec = st
+        .migrations
+        .iter()
+        .rev()
+        .find(|m| m.region == 0 && m.to == target)
+        .expect("the move's record");
+    assert!(
+        rec.throttled_writes > 0,
+        "no write was throttled, so this test shows nothing: {rec:?}"
+    );
+    let mut b = cache.batch();
+    let slots: Vec<(u64, u64)> = model.into_iter().collect();
+    for &(addr, _) in &slots {
+        b.read(addr, 8);
+    }
+    let r = b.run();
+    for (i, &(addr, v)) in slots.iter().enumerate() {
+        let got = r.bytes(i).expect("read back");
+        assert_eq!(
+            u64::from_le_bytes(got[..8].try_into().expect("8 bytes")),
+            v,
+            "slot {addr} lost its last acknowledged write"
+        );
+    }
+}

@@ -890,6 +890,7 @@ fn manager_control_ops_from_a_client_are_refused() {
             ControlRequest::MigrationStatus {
                 cache: id,
                 region: 0,
+                wait_ms: 5,
             },
             ControlRequest::AbortMigration {
                 cache: id,

@@ -76,8 +76,14 @@ impl ServerLinks {
         addr: &str,
         cache: farcache_proto::CacheId,
         region: u32,
+        wait_ms: u32,
     ) -> Result<farcache_proto::control::MigrationReport, LinkError> {
-        match self.ask(id, addr, &ControlRequest::MigrationStatus { cache, region })? {
+        let req = ControlRequest::MigrationStatus {
+            cache,
+            region,
+            wait_ms,
+        };
+        match self.ask(id, addr, &req)? {
             ControlResponse::Migration(r) => Ok(r),
             other => Err(RpcError::Unexpected(format!("reply {other:?}")).into()),
         }

@@ -479,6 +479,12 @@ pub enum ControlRequest {
     MigrationStatus {
         cache: CacheId,
         region: u32,
+        /// Answer once the copy is handed off or failed, or after this many
+        /// milliseconds (at most 1,000), whichever is first; 0 answers at once. Writes
+        /// to the region are paused between the hand-off and the switch, so a poll
+        /// that wakes late lengthens that pause.
+        #[serde(default)]
+        wait_ms: u32,
     },
     /// Give up a migration: the region takes writes here again.
     AbortMigration {

@@ -70,6 +70,10 @@ pub struct MigrationReport {
     pub max_pause_us: u64,
     #[serde(default)]
     pub error: Option<String>,
+    /// Writes answered `PAUSED` while the region was still copying, because they
+    /// dirtied it faster than it copied (each is sent again by its client).
+    #[serde(default)]
+    pub throttled_writes: u64,
 }
 
 /// A migration the manager finished (kept in the status for tools and benches).
@@ -86,6 +90,9 @@ pub struct MigrationRecord {
     pub copy_us: u64,
     pub max_pause_us: u64,
     pub rounds: u32,
+    /// See [`MigrationReport::throttled_writes`].
+    #[serde(default)]
+    pub throttled_writes: u64,
 }
 
 /// A region whose only copy was lost, now held empty by `now_on`.

@@ -9,6 +9,7 @@
 //! | `backup-before-stream-check` | a backup has read a replication frame and is about to check that its stream is still the owner's newest |
 //! | `owner-before-release` | an owner's backups acknowledged writes; the responses waiting for them are about to go out |
 //! | `migration-before-copy` | a region's copy to another server is about to start (writes still go on; a `sleep` makes a drain slow enough to fail a manager over in the middle) |
+//! | `migration-throttle` | with `return(N)`: a copy with dirty tracking throttles writers from its first round, to `N` dirty chunks (as it does by itself once writes outpace the copy) |
 //! | `execute-refuse-args` | with `return(HEX)`: an EXECUTE whose arguments contain the bytes `HEX` is answered `NOT_SERVING`, as by a server whose region fails over (in-process clusters set it with `fail::cfg`) |
 
 /// Applies `FAILPOINTS` for the life of the process (a no-op without the feature).
@@ -37,6 +38,18 @@ pub(crate) fn refuses_execute(args: &[u8]) -> bool {
         Some(n) if !n.is_empty() => args.windows(n.len()).any(|w| w == n),
         _ => false,
     }
+}
+
+/// The dirty-chunk limit `migration-throttle` sets from a copy's first round.
+#[cfg(feature = "failpoints")]
+pub(crate) fn throttle_from_start() -> Option<u64> {
+    fail::eval("migration-throttle", |v| v.and_then(|s| s.parse().ok())).flatten()
+}
+
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub(crate) fn throttle_from_start() -> Option<u64> {
+    None
 }
 
 #[cfg(feature = "failpoints")]

@@ -377,6 +377,7 @@ fn row(
         write_ratio_during: ratio(wd, wb),
         moving_s: windows.iter().map(|(s, e)| e - s).sum(),
         max_write_pause_ms: pause as f64 / 1e3,
+        throttled_writes: migrations.iter().map(|m| m.throttled_writes).sum(),
         reads_per_s_before: rb,
         writes_per_s_before: wb,
         reads_per_s_during: rd,

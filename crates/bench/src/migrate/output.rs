@@ -62,6 +62,10 @@ pub struct MigrateRow {
     pub moving_s: f64,
     /// Longest time writes to a moving region were refused (the servers' figure).
     pub max_write_pause_ms: f64,
+    /// Writes the sources answered `PAUSED` while copying, because they dirtied a
+    /// region faster than it copied (sent again by the client).
+    #[serde(default)]
+    pub throttled_writes: u64,
     #[serde(deserialize_with = "nan_as_null::deserialize")]
     pub reads_per_s_before: f64,
     #[serde(deserialize_with = "nan_as_null::deserialize")]
@@ -137,6 +141,7 @@ pub fn format_migrate_table(report: &MigrateReport) -> String {
         ("read ratio", R),
         ("write ratio", R),
         ("longest write pause ms", R),
+        ("throttled writes", R),
         ("errors", R),
     ]);
     for r in &report.rows {
@@ -150,6 +155,7 @@ pub fn format_migrate_table(report: &MigrateReport) -> String {
             num(r.read_ratio_during, 2),
             num(r.write_ratio_during, 2),
             num(r.max_write_pause_ms, 1),
+            r.throttled_writes.to_string(),
             r.errors.to_string(),
         ]);
     }

@@ -19,6 +19,8 @@ use crate::store::Write;
 /// The manager gives up on regions this long before the grace ends, so the losses are
 /// announced (and the regions re-placed) while the server is still there.
 const MARGIN: Duration = Duration::from_millis(500);
+/// How long the source holds each migration status request until the copy ends.
+const STATUS_WAIT_MS: u32 = 200;
 /// A region whose move failed is tried again after this, doubling up to
 /// `RETRY_MAX`, until the grace runs out.
 const RETRY_FIRST: Duration = Duration::from_millis(50);
@@ -540,6 +542,7 @@ impl Cluster {
             copy_us: report.elapsed_us,
             max_pause_us: pause,
             rounds: report.rounds,
+            throttled_writes: report.throttled_writes,
         };
         tracing::info!(
             cache,
@@ -556,7 +559,10 @@ impl Cluster {
         Ok(r)
     }
 
-    /// Polls the source until the copy is handed off, fails, or the deadline passes.
+    /// Asks the source until the copy is handed off, fails, or the deadline passes.
+    /// Each request waits at the source for the copy to end (`STATUS_WAIT`), so the
+    /// hand-off is seen as it happens: writes to the region are paused until the
+    /// switch that follows.
     fn await_copy(
         &self,
         source: &Target,
@@ -564,12 +570,12 @@ impl Cluster {
         region: u32,
         deadline: Instant,
     ) -> Result<MigrationReport, Reject> {
-        let mut wait = Duration::from_micros(200);
         let mut errors = 0;
         loop {
+            let asked = Instant::now();
             match self
                 .links
-                .migration(source.server, &source.addr, cache, region)
+                .migration(source.server, &source.addr, cache, region, STATUS_WAIT_MS)
             {
                 Ok(r) => match r.phase {
                     MigrationPhase::HandedOff => return Ok(r),
@@ -593,8 +599,12 @@ impl Cluster {
                     "the grace period ran out during the copy",
                 ));
             }
-            std::thread::sleep(wait);
-            wait = (wait * 2).min(Duration::from_millis(5));
+            // An answer well before the wait (an error, or a server that answers at
+            // once) is not asked again at once.
+            let floor = Duration::from_millis(u64::from(STATUS_WAIT_MS) / 10);
+            if let Some(rest) = floor.checked_sub(asked.elapsed()) {
+                std::thread::sleep(rest);
+            }
         }
     }
 

@@ -27,6 +27,9 @@ use crate::metrics::GuardCounters;
 /// Threads answering control requests: one may compile a module while the other
 /// places regions.
 const POOL_THREADS: usize = 2;
+/// Longest a migration status request waits for the copy to end (it holds one of
+/// the pool's threads meanwhile).
+const MAX_STATUS_WAIT_MS: u32 = 1000;
 
 /// A control request from one connection of one worker.
 pub struct Job {
@@ -267,8 +270,13 @@ pub fn handle(
             }
             Err(e) => ControlResponse::error(ControlErrorCode::InvalidArgument, e),
         },
-        ControlRequest::MigrationStatus { cache, region } => {
-            ControlResponse::Migration(sh.migrations.report(cache, region))
+        ControlRequest::MigrationStatus {
+            cache,
+            region,
+            wait_ms,
+        } => {
+            let wait = Duration::from_millis(u64::from(wait_ms.min(MAX_STATUS_WAIT_MS)));
+            ControlResponse::Migration(sh.migrations.report(cache, region, wait))
         }
         ControlRequest::AbortMigration { cache, region } => {
             sh.migrations

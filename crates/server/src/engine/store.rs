@@ -141,6 +141,18 @@ impl CacheRegions {
             )
     }
 
+    /// Whether a write of `[addr, addr+len)` must wait because its region is being
+    /// copied away and its writers dirty it faster than it copies (see
+    /// `DirtyChunks::throttle`).
+    #[inline]
+    pub fn write_throttled(&self, addr: u64, len: u64) -> bool {
+        if !self.guarded {
+            return false;
+        }
+        let (idx, off) = region_split(addr, self.region_size);
+        matches!(self.gate(idx), Some(WriteGate::Track(d)) if !d.admits(off, len))
+    }
+
     fn gate(&self, idx: u64) -> Option<&WriteGate> {
         u32::try_from(idx).ok().and_then(|i| self.gates.get(&i))
     }

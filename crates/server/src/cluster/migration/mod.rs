@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use farcache_proto::CacheId;
 use farcache_proto::control::{MigrationMode, MigrationPhase, MigrationReport};
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use crate::cluster::Shared;
 
@@ -40,6 +40,8 @@ struct Progress {
     /// When writes to the region began to be refused.
     paused_at: Option<Instant>,
     error: Option<String>,
+    /// The dirty set while writes are tracked (for its throttle's count).
+    dirty: Option<Arc<crate::engine::dirty::DirtyChunks>>,
 }
 
 /// One region's migration.
@@ -55,6 +57,8 @@ pub struct Task {
     pub start_epoch: u64,
     cancel: AtomicBool,
     progress: Mutex<Progress>,
+    /// Signalled when the copy ends (handed off or failed).
+    ended: Condvar,
     /// Other regions whose writes this migration paused (`PauseAll`).
     others: Mutex<Vec<u32>>,
 }
@@ -79,6 +83,7 @@ impl Task {
             elapsed_us: micros(p.copied.unwrap_or(now) - p.started),
             max_pause_us: p.paused_at.map_or(0, |t| micros(now - t)),
             error: p.error.clone(),
+            throttled_writes: p.dirty.as_ref().map_or(0, |d| d.refused()),
         }
     }
 
@@ -143,6 +148,7 @@ impl Migrations {
             replicate,
             start_epoch,
             cancel: AtomicBool::new(false),
+            ended: Condvar::new(),
             others: Mutex::new(Vec::new()),
             progress: Mutex::new(Progress {
                 phase: MigrationPhase::Copying,
@@ -153,6 +159,7 @@ impl Migrations {
                 copied: None,
                 paused_at: None,
                 error: None,
+                dirty: None,
             }),
         });
         let (sh2, t2) = (sh.clone(), task.clone());
@@ -164,9 +171,21 @@ impl Migrations {
         Ok(())
     }
 
-    pub fn report(&self, cache: CacheId, region: u32) -> MigrationReport {
-        match self.tasks.lock().get(&(cache, region)) {
-            Some(t) => t.report(),
+    /// Where the migration of a region stands; while it copies, waits up to `wait`
+    /// for it to end.
+    pub fn report(&self, cache: CacheId, region: u32, wait: Duration) -> MigrationReport {
+        let task = self.tasks.lock().get(&(cache, region)).cloned();
+        match task {
+            Some(t) => {
+                let deadline = Instant::now() + wait;
+                let mut p = t.progress.lock();
+                while p.phase == MigrationPhase::Copying
+                    && !t.cancelled()
+                    && !t.ended.wait_until(&mut p, deadline).timed_out()
+                {}
+                drop(p);
+                t.report()
+            }
             None => MigrationReport {
                 phase: MigrationPhase::Unknown,
                 bytes: 0,
@@ -174,6 +193,7 @@ impl Migrations {
                 elapsed_us: 0,
                 max_pause_us: 0,
                 error: None,
+                throttled_writes: 0,
             },
         }
     }
@@ -203,6 +223,7 @@ impl Migrations {
             to = %t.to,
             bytes = r.bytes,
             rounds = r.rounds,
+            throttled_writes = r.throttled_writes,
             records,
             copy_ms = r.elapsed_us / 1000,
             write_pause_us = r.max_pause_us,

@@ -3,7 +3,7 @@
 //! its own checks apply.
 
 use std::collections::VecDeque;
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,10 +27,11 @@ const FRAME_BYTES: u64 = 1 << 20;
 const RUN_BYTES: u64 = 256 << 10;
 /// Frames sent and not yet answered: keeps the pipe full without unbounded buffering.
 const WINDOW: usize = 8;
-/// Dirty chunks few enough to send during the final pause (256 KiB: well under 1 ms).
-const FINAL_CHUNKS: usize = 64;
-/// Copy rounds before pausing anyway (writes faster than the copy never converge).
-const MAX_ROUNDS: u32 = 8;
+/// Dirty bytes few enough to send during the final pause (well under 1 ms at the
+/// copy's rate on loopback).
+const FINAL_BYTES: u64 = 512 << 10;
+/// Copy rounds before writers are throttled anyway.
+const MAX_ROUNDS: u32 = 32;
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
 /// Completion records per frame (50 bytes each as a tag and an empty write).
 const RECORDS_PER_FRAME: usize = 16 << 10;
@@ -56,11 +57,14 @@ pub fn run(sh: &Arc<Shared>, task: &Arc<Task>) {
         Ok(()) => {
             p.phase = MigrationPhase::HandedOff;
             p.copied = Some(Instant::now());
+            drop(p);
+            task.ended.notify_all();
         }
         Err(e) => {
             p.phase = MigrationPhase::Failed;
             p.error = Some(e.to_string());
             drop(p);
+            task.ended.notify_all();
             if !task.cancelled() {
                 tracing::warn!(cache = task.cache, region = task.region, to = %task.to, "migration failed: {e}");
                 // Writes go on here; the manager picks another target or gives up.
@@ -117,18 +121,38 @@ fn copy(sh: &Shared, task: &Task) -> Result<(), CopyError> {
             link.send(task, &region, &all)?;
         }
         MigrationMode::DirtyTracking => {
+            task.progress.lock().dirty = Some(dirty.clone());
+            if let Some(chunks) = crate::failpoints::throttle_from_start() {
+                dirty.throttle(chunks);
+            }
             gate(WriteGate::Track(dirty.clone()))?;
             link.send(task, &region, &all)?;
             let mut before = all.len();
+            let mut throttled = false;
             loop {
-                link.settle(WINDOW / 2)?;
+                // Every frame answered first: what is still in flight when writes
+                // pause would lengthen the pause.
+                link.settle(0)?;
                 let d = dirty.take();
                 let rounds = task.progress.lock().rounds;
-                // Pause once little is left, or once a round no longer shrinks the
-                // dirty set (writes as fast as the copy): more rounds only cost.
-                if d.len() <= FINAL_CHUNKS || d.len() >= before || rounds >= MAX_ROUNDS {
+                if d.len() as u64 * CHUNK <= FINAL_BYTES || rounds >= MAX_ROUNDS + 4 {
                     last = d;
                     break;
+                }
+                // Writes dirty the region about as fast as it copies (a round did not
+                // halve the set), or too many rounds: from now on writes that would
+                // dirty more than the final pause can send wait, so the next round
+                // leaves little, and the pause stays short however fast the writes.
+                if !throttled && (d.len() * 2 > before || rounds >= MAX_ROUNDS) {
+                    dirty.throttle(FINAL_BYTES / CHUNK);
+                    throttled = true;
+                    tracing::debug!(
+                        cache = task.cache,
+                        region = task.region,
+                        rounds,
+                        dirty = d.len(),
+                        "writers throttled"
+                    );
                 }
                 before = d.len();
                 link.send(task, &region, &d)?;
@@ -177,13 +201,13 @@ fn runs(chunks: &[u64], rs: u64) -> Vec<(u64, u64)> {
 
 /// A pipelined connection to the target.
 struct Link {
-    out: BufWriter<TcpStream>,
+    /// Frames are written whole (about 1 MiB each), so no buffering in between.
+    out: TcpStream,
     inp: TcpStream,
     seq: u64,
     /// Sequence numbers and op counts of unanswered frames.
     inflight: VecDeque<(u64, usize)>,
     buf: Vec<u8>,
-    chunk: Vec<u8>,
     max_frame: u32,
     /// The region's lost bytes, if any, when the copy began (they only shrink).
     lost: Option<Arc<LostRanges>>,
@@ -199,12 +223,11 @@ impl Link {
             .map_err(err)?;
         let inp = s.try_clone().map_err(|e| err(e.into()))?;
         Ok(Self {
-            out: BufWriter::with_capacity(4 << 20, s),
+            out: s,
             inp,
             seq: 0,
             inflight: VecDeque::new(),
             buf: Vec::new(),
-            chunk: vec![0u8; RUN_BYTES as usize],
             max_frame: sh.config.max_frame,
             lost: sh
                 .store
@@ -245,16 +268,14 @@ impl Link {
             let (mut ops, mut bytes) = (0, 0u64);
             while i < parts.len() && bytes < FRAME_BYTES {
                 let (at, len) = parts[i];
-                let buf = &mut self.chunk[..len as usize];
-                if !region.read_into(at as usize, buf) {
+                // Straight from region memory into the frame: no staging copy.
+                let mut held = true;
+                enc.push_write_with(&mut self.buf, task.cache, base + at, len as u32, |dst| {
+                    held = region.read_into(at as usize, dst);
+                });
+                if !held {
                     return Err(CopyError::Gone);
                 }
-                let op = Op::Write {
-                    cache: task.cache,
-                    addr: base + at,
-                    data: buf,
-                };
-                enc.push(&mut self.buf, &op);
                 (ops, bytes, i) = (ops + 1, bytes + len, i + 1);
             }
             sent += bytes;

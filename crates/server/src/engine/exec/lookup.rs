@@ -86,10 +86,13 @@ impl<'m> Lookup<'m> {
         }
     }
 
+    /// Whether a write of `[addr, addr+len)` is refused for now with `PAUSED`: its
+    /// region is being handed off, or copied away and throttled.
     #[inline]
-    pub(super) fn paused(&self, addr: u64) -> bool {
-        self.last
-            .is_some_and(|(_, c)| c.guarded && c.write_paused(addr))
+    pub(super) fn paused(&self, addr: u64, len: u64) -> bool {
+        self.last.is_some_and(|(_, c)| {
+            c.guarded && (c.write_paused(addr) || c.write_throttled(addr, len))
+        })
     }
 
     /// After a write: tells the region (migration, lost bytes) and, if the region

@@ -181,7 +181,9 @@ pub fn execute_batch<'m>(
                         match found {
                             Ok(_) if read_only => enc.status(out, code, Status::ReadOnly),
                             Ok(_) if let Some(s) = look.fenced(addr) => enc.status(out, code, s),
-                            Ok(_) if look.paused(addr) => enc.status(out, code, Status::Paused),
+                            Ok(_) if look.paused(addr, data.len() as u64) => {
+                                enc.status(out, code, Status::Paused)
+                            }
                             Ok((r, off)) => {
                                 let s = if let Some(t) = tag {
                                     tags.write(&look, t, (r, off), addr, data, written, touched)
@@ -206,7 +208,7 @@ pub fn execute_batch<'m>(
                         Ok(_) if look.lost(addr, 8) => enc.status(out, code, Status::DataLost),
                         Ok(_) if look.read_only() => enc.status(out, code, Status::ReadOnly),
                         Ok(_) if let Some(s) = look.fenced(addr) => enc.status(out, code, s),
-                        Ok(_) if look.paused(addr) => enc.status(out, code, Status::Paused),
+                        Ok(_) if look.paused(addr, 8) => enc.status(out, code, Status::Paused),
                         Ok((r, off)) => {
                             // A repeat is answered from its record, not run again.
                             let run = || match op {
@@ -255,7 +257,7 @@ pub fn execute_batch<'m>(
                                 Some(Status::ReadOnly)
                             } else if let Some(s) = look.fenced(addr) {
                                 Some(s)
-                            } else if look.paused(addr) {
+                            } else if look.paused(addr, 1) {
                                 Some(Status::Paused)
                             } else {
                                 None
