@@ -1,7 +1,8 @@
 //! Manager → cache server calls (place, free and drop regions).
 //!
-//! One cached connection per server, reopened after any transport failure: servers
-//! restart and move, and the control plane is too low rate to need more.
+//! A few cached connections per server (a migration status request waits at the
+//! source while other calls go on), reopened after any transport failure: servers
+//! restart and move.
 
 use std::collections::HashMap;
 use std::io;
@@ -41,11 +42,16 @@ struct Link {
     stream: TcpStream,
 }
 
+/// Idle connections kept per server: calls to one server at the same time (a
+/// migration's status wait, a table push, a placement) each take one.
+const IDLE_PER_SERVER: usize = 4;
+
 pub struct ServerLinks {
     timeout: Duration,
     /// Proves the manager's role to servers.
     cred: Credential,
-    links: Mutex<HashMap<ServerId, Link>>,
+    /// Idle connections per server, at most [`IDLE_PER_SERVER`].
+    links: Mutex<HashMap<ServerId, Vec<Link>>>,
     /// Checked before every call: a deposed manager's catalogue may be stale, and
     /// acting on it could undo what the new leader did.
     leadership: Arc<Leadership>,
@@ -108,7 +114,11 @@ impl ServerLinks {
             return Err(LinkError::Deposed);
         }
         // Take the link out so no lock is held during network I/O.
-        let cached = self.links.lock().remove(&id).filter(|l| l.addr == addr);
+        let cached = self.links.lock().get_mut(&id).and_then(|idle| {
+            // A server that moved to another address: its old connections go.
+            idle.retain(|l| l.addr == addr);
+            idle.pop()
+        });
         let (link, result) = match cached {
             Some(mut link) => match Self::exchange(&mut link.stream, req) {
                 Err(e) if !e.is_remote() => {
@@ -121,7 +131,11 @@ impl ServerLinks {
             None => self.fresh_call(addr, req)?,
         };
         if result.is_ok() || result.as_ref().is_err_and(LinkError::is_remote) {
-            self.links.lock().insert(id, link);
+            let mut links = self.links.lock();
+            let idle = links.entry(id).or_default();
+            if idle.len() < IDLE_PER_SERVER {
+                idle.push(link);
+            }
         }
         result
     }
