@@ -212,6 +212,13 @@ impl PeerEncoder {
         self.count += 1;
     }
 
+    /// Appends `count` messages already encoded back to back (the rest of a frame,
+    /// see [`PeerDecoder::rest`]).
+    pub fn push_encoded_many(&mut self, out: &mut Vec<u8>, count: u32, msgs: &[u8]) {
+        out.extend_from_slice(msgs);
+        self.count += count;
+    }
+
     /// Appends a message already encoded with [`PeerMsg::encode`].
     pub fn push_encoded(&mut self, out: &mut Vec<u8>, msg: &[u8]) {
         out.extend_from_slice(msg);
@@ -257,6 +264,12 @@ impl<'a> PeerDecoder<'a> {
             declared,
             seen: 0,
         })
+    }
+
+    /// The messages not decoded yet: how many the frame declared past those seen,
+    /// and their encoded bytes.
+    pub fn rest(&self) -> (u32, &'a [u8]) {
+        (self.declared.saturating_sub(self.seen), self.cur.rest())
     }
 
     /// Decodes the whole payload once, so a bad frame is refused before any message runs.

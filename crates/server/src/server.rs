@@ -105,6 +105,7 @@ impl Server {
         let mut wakers = Vec::new();
         let mut inboxes = Vec::new();
         let mut workers = Vec::new();
+        let clients = Arc::new(crate::runtime::peer_budget::ClientActivity::default());
         let (board, queues) = crate::cluster::flow::sched::Board::new(shared.config.threads);
         let _ = shared.sched.set(board);
         for (id, queue) in queues.into_iter().enumerate() {
@@ -122,6 +123,7 @@ impl Server {
                 incoming: rx,
                 queue,
                 shared: shared.clone(),
+                clients: clients.clone(),
             });
         }
         shared.mailboxes.set(inboxes);

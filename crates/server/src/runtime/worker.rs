@@ -53,6 +53,8 @@ pub struct Worker {
     pub incoming: Receiver<WorkerMsg>,
     pub queue: crossbeam_deque::Worker<Invocation>,
     pub shared: Arc<Shared>,
+    /// Shared by the server's workers (see `peer_budget`).
+    pub clients: Arc<crate::runtime::peer_budget::ClientActivity>,
 }
 
 type ConnRef = (usize, u64);
@@ -81,10 +83,16 @@ struct Loop {
     /// connection than the hot one busy, so several active peers are served as
     /// promptly as before (none waits out the probes of another's).
     shared_for: u32,
+    peer_budget: crate::runtime::peer_budget::PeerBudget,
 }
 
 impl Loop {
-    fn new(id: usize, sh: &Shared, queue: crossbeam_deque::Worker<Invocation>) -> Self {
+    fn new(
+        id: usize,
+        sh: &Shared,
+        queue: crossbeam_deque::Worker<Invocation>,
+        clients: Arc<crate::runtime::peer_budget::ClientActivity>,
+    ) -> Self {
         Self {
             conns: Slab::new(),
             engine: Engine::new(id, sh.config.peer_batching, queue),
@@ -98,6 +106,7 @@ impl Loop {
             hot: None,
             spins: 0,
             shared_for: 0,
+            peer_budget: crate::runtime::peer_budget::PeerBudget::new(clients),
         }
     }
 }
@@ -112,7 +121,7 @@ fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
 impl Worker {
     pub fn run(mut self) {
         let queue = std::mem::replace(&mut self.queue, crossbeam_deque::Worker::new_fifo());
-        let mut st = Loop::new(self.id, &self.shared, queue);
+        let mut st = Loop::new(self.id, &self.shared, queue, self.clients.clone());
         loop {
             match catch_unwind(AssertUnwindSafe(|| self.turns(&mut st))) {
                 Ok(()) => break,
@@ -150,7 +159,7 @@ impl Worker {
         }
         let queue = st.engine.into_queue();
         while queue.pop().is_some() {}
-        Loop::new(self.id, &self.shared, queue)
+        Loop::new(self.id, &self.shared, queue, self.clients.clone())
     }
 
     fn turns(&mut self, st: &mut Loop) {
@@ -319,6 +328,7 @@ impl Worker {
             conns,
             engine,
             scratch,
+            peer_budget,
             ..
         } = st;
         let Some(conn) = conns.get_mut(key) else {
@@ -331,6 +341,7 @@ impl Worker {
             key,
             engine,
             reg: self.poll.registry(),
+            peer_budget,
         };
         let turn = conn.on_ready(&self.shared, &mut ctx, scratch);
         let (serial, closed) = (conn.serial, conn.closed);

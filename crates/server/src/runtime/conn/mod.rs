@@ -59,6 +59,7 @@ pub struct WorkerCtx<'w> {
     pub key: usize,
     pub engine: &'w mut Engine,
     pub reg: &'w Registry,
+    pub peer_budget: &'w mut crate::runtime::peer_budget::PeerBudget,
 }
 
 /// What the worker does with a connection after serving it.
@@ -117,8 +118,10 @@ pub struct Conn {
     yielded: bool,
     /// A peer message waits for room in the session it answers on.
     blocked: bool,
-    /// The unserved rest of a peer frame, re-framed, to go back in front of the buffer.
+    /// The unserved rest of a peer frame, re-framed: served before the buffer.
     carry: Option<Vec<u8>>,
+    /// The next peer frame served is `carry`, already validated.
+    carried_valid: bool,
     /// Reads that returned bytes, ever: tells a worker's direct probe it found work.
     pub reads_with_data: u64,
 }
@@ -146,6 +149,7 @@ impl Conn {
             yielded: false,
             blocked: false,
             carry: None,
+            carried_valid: false,
             reads_with_data: 0,
         }
     }
@@ -184,7 +188,7 @@ impl Conn {
             if self.closed || self.closing {
                 break Turn::Idle;
             }
-            if !self.inbuf.is_empty() {
+            if !self.inbuf.is_empty() || self.carry.is_some() {
                 self.serve_buffered(sh, ctx);
                 if self.closed || self.closing {
                     break Turn::Idle;
@@ -206,9 +210,6 @@ impl Conn {
             let read = if self.inbuf.is_empty() {
                 self.stream.read(scratch).map(|n| {
                     let used = self.serve_frames(sh, ctx, &scratch[..n]);
-                    if let Some(c) = self.carry.take() {
-                        self.inbuf.stash(&c);
-                    }
                     if used < n {
                         self.inbuf.stash(&scratch[used..n]);
                     }
@@ -285,16 +286,18 @@ impl Conn {
     }
 
     fn serve_buffered(&mut self, sh: &Shared, ctx: &mut WorkerCtx<'_>) {
+        // The rest of a split peer frame comes before what follows it. It is kept
+        // apart rather than copied back in front of the buffer: a turn serves about
+        // one 64 KiB FETCH, and copying megabytes behind it every turn was quadratic.
+        if let Some(c) = self.carry.take() {
+            self.serve_frames(sh, ctx, &c);
+            if self.carry.is_some() || self.blocked || self.yielded || self.closing {
+                return;
+            }
+        }
         let mut buf = std::mem::take(&mut self.inbuf);
         let used = self.serve_frames(sh, ctx, buf.bytes());
         buf.consume(used);
-        if let Some(c) = self.carry.take() {
-            // The rest of a split peer frame goes back in front of what follows it.
-            let rest = buf.bytes().to_vec();
-            buf.clear();
-            buf.stash(&c);
-            buf.stash(&rest);
-        }
         if !self.closing {
             self.inbuf = buf;
         }

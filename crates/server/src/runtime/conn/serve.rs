@@ -136,7 +136,10 @@ impl Conn {
         from: &str,
         payload: &[u8],
     ) -> Result<(), DecodeError> {
-        PeerDecoder::validate(payload)?;
+        // A frame this connection carried over was validated whole when it came.
+        if !std::mem::take(&mut self.carried_valid) {
+            PeerDecoder::validate(payload)?;
+        }
         let mut dec = PeerDecoder::new(payload)?;
         let mut served = 0;
         while let Some(m) = dec.next() {
@@ -151,16 +154,25 @@ impl Conn {
                 PeerMsg::Fetched { data, .. } => (data.len(), None),
             };
             let full = answer.is_some_and(|(to, len)| !ctx.engine.sessions.has_room(sh, to, len));
-            if full || (served > 0 && self.work + cost > TURN_WORK) {
+            let over = served > 0 && self.work + cost > TURN_WORK;
+            // Answering a FETCH while clients wait spends the worker's peer budget;
+            // one it cannot pay waits like one whose session is full.
+            let metered = !full
+                && !over
+                && answer.is_some_and(|(_, len)| !ctx.peer_budget.take(len, Instant::now()));
+            if full || over || metered {
+                // The rest goes back as a frame of its own, copied as it came (it
+                // was validated): re-encoding it message by message made a frame of
+                // thousands of FETCHes served one per turn cost a quadratic amount.
                 let mut rest = Vec::new();
                 let mut enc = PeerEncoder::begin(&mut rest);
                 enc.push(&mut rest, &m);
-                for m in dec {
-                    enc.push(&mut rest, &m?);
-                }
+                let (count, tail) = dec.rest();
+                enc.push_encoded_many(&mut rest, count, tail);
                 enc.finish(&mut rest);
                 self.carry = Some(rest);
-                if full {
+                self.carried_valid = true;
+                if full || metered {
                     self.blocked = true;
                 } else {
                     self.yielded = true;
@@ -210,6 +222,9 @@ impl Conn {
         server: Option<&str>,
     ) -> Result<(), DecodeError> {
         let from_server = server.is_some();
+        if !from_server {
+            ctx.peer_budget.client_served(Instant::now());
+        }
         // Clients' ops run only under the manager's lease; servers' (a backup's
         // replicated writes, a migration's copy) are ordered by their owner's.
         if !from_server && !sh.lease.valid() {
