@@ -560,7 +560,7 @@ impl Cluster {
     }
 
     /// Asks the source until the copy is handed off, fails, or the deadline passes.
-    /// Each request waits at the source for the copy to end (`STATUS_WAIT`), so the
+    /// Each request waits at the source for the copy to end (`STATUS_WAIT_MS`), so the
     /// hand-off is seen as it happens: writes to the region are paused until the
     /// switch that follows.
     fn await_copy(
