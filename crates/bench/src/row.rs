@@ -80,6 +80,15 @@ pub struct BenchRow {
     /// CPU's caches.
     #[serde(default)]
     pub working_set_bytes: Option<u64>,
+    /// Payload bytes moved per query by a near-data row (args and replies), and by
+    /// the client-side equivalent (read requests and the bytes read).
+    #[serde(default)]
+    pub bytes_per_query: Option<f64>,
+    #[serde(default)]
+    pub client_bytes_per_query: Option<f64>,
+    /// Delay added each way between any two hosts (`bench sproc --lab-delays`).
+    #[serde(default)]
+    pub one_way_delay_us: Option<f64>,
     /// e.g. ">= 10x"
     pub target: Option<String>,
     pub meets_target: Option<bool>,
@@ -119,6 +128,9 @@ impl Default for BenchRow {
             ratio_vs_best_peer: None,
             fraction_of_ceiling: None,
             working_set_bytes: None,
+            bytes_per_query: None,
+            client_bytes_per_query: None,
+            one_way_delay_us: None,
             target: None,
             meets_target: None,
         }

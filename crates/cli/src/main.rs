@@ -57,6 +57,9 @@ enum Command {
     #[cfg(feature = "bench")]
     #[command(subcommand)]
     Bench(cmd::bench::BenchCommand),
+    /// Graphs in a cache: generate or load one, count k-hop neighbourhoods next to it.
+    #[command(subcommand)]
+    Graph(cmd::graph::GraphCommand),
     /// Serve a keyed store over the Redis protocol (redis-cli, redis-benchmark, redis-py).
     Resp(cmd::resp::Args),
     /// Measure the SLO performance model on this machine (for `manager --slo-model`).
@@ -128,6 +131,10 @@ fn run(cli: Cli) -> Result<()> {
         Command::Chaos(a) => {
             init_logging("warn");
             cmd::chaos::run(a)
+        }
+        Command::Graph(c) => {
+            init_logging("warn");
+            cmd::graph::run(c)
         }
         Command::Reclaim(a) => {
             init_logging("warn");

@@ -29,6 +29,8 @@ fn bench_sproc_writes_rows_with_ratios() {
             "4096",
             "--edges",
             "20000",
+            "--graph-scale",
+            "10",
         ])
         .args(["--chains", "16", "--redis-requests", "2000", "--out"])
         .arg(out.path());
@@ -202,6 +204,30 @@ fn bench_sproc_writes_rows_with_ratios() {
         );
     }
 
+    // Row 5: the level-synchronous traversal, one `expand` per server per level (one
+    // round trip per level against the client's two), checked answers, bytes counted.
+    for k in [2u32, 3] {
+        for shared in ["", ", 16 sources per traversal"] {
+            let t = row(&format!(
+                "traversal k={k}{shared} (expand per server per level)"
+            ));
+            assert_eq!(t["op"], "expand");
+            let per_query = if shared.is_empty() { 1.0 } else { 1.0 / 16.0 };
+            assert!(
+                f(t, "round_trips") <= f64::from(k) * per_query + 1e-9,
+                "{t:#}"
+            );
+            assert!(
+                f(t, "client_side_round_trips") > f(t, "round_trips"),
+                "{t:#}"
+            );
+            assert!(f(t, "bytes_per_query") > 0.0, "{t:#}");
+            assert!(f(t, "client_bytes_per_query") > 0.0, "{t:#}");
+            assert!(f(t, "ratio_vs_client_side") > 0.0, "{t:#}");
+            assert!(t["one_way_delay_us"].is_null(), "{t:#}");
+        }
+    }
+
     let pngs = std::fs::read_dir(out.path())
         .expect("read out dir")
         .filter_map(Result::ok)
@@ -219,6 +245,7 @@ fn bench_sproc_rejects_bad_arguments() {
         &["bench", "sproc", "--edges", "5", "--no-baselines"],
         &["bench", "sproc", "--records", "3", "--no-baselines"],
         &["bench", "sproc", "--chains", "0", "--no-baselines"],
+        &["bench", "sproc", "--graph-scale", "0", "--no-baselines"],
     ] {
         common::assert_refused(args);
     }

@@ -116,6 +116,11 @@ fn fmt_ratios(r: &BenchRow) -> String {
         (Some(p), None) => parts.push(format!("{} RT", fmt_rt(p))),
         _ => {}
     }
+    if let (Some(b), Some(c)) = (r.bytes_per_query, r.client_bytes_per_query)
+        && b > 0.0
+    {
+        parts.push(format!("{:.1}x fewer bytes", c / b));
+    }
     if let (Some(m), Some(f)) = (r.peer_msgs, r.peer_frames) {
         parts.push(format!("{} srv msgs in {} frames", fmt_rt(m), fmt_rt(f)));
     }

@@ -24,6 +24,7 @@ mod khop;
 mod measure;
 mod records;
 mod spread;
+mod traversal;
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -43,6 +44,7 @@ use khop::{StoredGraph, khop_rows, khop_unbatched_rows};
 use measure::RunOutcome;
 use records::records_section;
 use spread::{SPREAD_SERVERS, SpreadCluster};
+use traversal::{KroneckerGraph, traversal_lab_rows, traversal_rows};
 
 /// Throughput needed vs Redis's best pipelined `EVALSHA` of the same logic.
 pub const TARGET_EVAL_RATIO: f64 = 20.0;
@@ -83,6 +85,11 @@ pub struct SprocBenchOptions {
     pub edges: u64,
     /// Distinct k-hop sources, queried cyclically.
     pub khop_sources: usize,
+    /// Kronecker scale of the traversal graph (2^scale vertices, 16 edges each).
+    pub graph_scale: u32,
+    /// One-way delays (µs) at which the traversal rows run again in the network lab
+    /// (needs root); empty: loopback only.
+    pub lab_delays: Vec<u32>,
     /// Run the Redis `EVALSHA` baselines.
     pub baselines: bool,
     /// Requests per redis-benchmark run (default: those of `bench io`).
@@ -105,6 +112,8 @@ impl SprocBenchOptions {
             chains: 256,
             edges: if quick { 200_000 } else { 1_000_000 },
             khop_sources: 64,
+            graph_scale: if quick { 16 } else { 20 },
+            lab_delays: Vec::new(),
             baselines: true,
             redis_requests: None,
             quick,
@@ -114,6 +123,11 @@ impl SprocBenchOptions {
     }
 
     fn validate(&self) -> Result<()> {
+        if !(4..=26).contains(&self.graph_scale) {
+            return Err(BenchError::InvalidArgument(
+                "the traversal graph's scale must be between 4 and 26".into(),
+            ));
+        }
         if !(self.records_rows || self.spread_rows) {
             return Err(BenchError::InvalidArgument("no section selected".into()));
         }
@@ -280,7 +294,7 @@ fn check_writes(t: Ticket) -> Result<()> {
 
 /// Rows 3 and 4 on a three-server cluster.
 fn spread_section(opts: &SprocBenchOptions, report: &mut BenchReport) -> Result<()> {
-    let pb = progress(18);
+    let pb = progress(26);
     pb.set_prefix("farcache");
     pb.set_message(format!("building a {}-edge graph", opts.edges));
     let graph = StoredGraph::build(opts.edges)?;
@@ -297,8 +311,22 @@ fn spread_section(opts: &SprocBenchOptions, report: &mut BenchReport) -> Result<
     pb.set_message("k-hop without per-destination batching: new cluster");
     let mut spread = SpreadCluster::start(opts, server_memory, false)?;
     khop_unbatched_rows(opts, &mut spread, &graph, &khop, &pb, report)?;
-    pb.finish_and_clear();
     drop(spread);
+
+    pb.set_message(format!(
+        "generating a Kronecker scale-{} graph",
+        opts.graph_scale
+    ));
+    let kron = KroneckerGraph::build(opts.graph_scale)?;
+    pb.set_message("traversal: new cluster");
+    let spread = SpreadCluster::start(opts, kron.server_memory(), true)?;
+    traversal_rows(opts, &spread, &kron, &pb, report)?;
+    drop(spread);
+    if !opts.lab_delays.is_empty() {
+        pb.inc_length(4 * opts.lab_delays.len() as u64);
+        traversal_lab_rows(opts, std::sync::Arc::new(kron), &pb, report)?;
+    }
+    pb.finish_and_clear();
     Ok(())
 }
 

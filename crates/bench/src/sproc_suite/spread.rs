@@ -2,6 +2,7 @@
 //! goes on, and the rows comparing a procedure with the same work done at the client.
 
 use std::net::TcpStream;
+use std::sync::Arc;
 use std::time::Duration;
 
 use farcache_client::Client;
@@ -9,7 +10,7 @@ use farcache_proto::Role;
 use farcache_proto::blocking::{control_call, handshake};
 use farcache_proto::control::{ControlRequest, ControlResponse, PeerStats};
 use farcache_sproc::builtin::Flow;
-use farcache_testkit::{ClusterOptions, ProcessCluster};
+use farcache_testkit::{ClusterOptions, Lab, ProcessCluster};
 
 use super::measure::RunOutcome;
 use super::{REGION, SprocBenchOptions, cluster_err, farcache_row};
@@ -33,15 +34,27 @@ impl SpreadCluster {
         server_memory: u64,
         peer_batching: bool,
     ) -> Result<Self> {
-        let cluster = ProcessCluster::start(
-            &opts.bin,
-            &ClusterOptions::default()
-                .servers(SPREAD_SERVERS)
-                .server_threads(1)
-                .server_memory(server_memory)
-                .region_size(REGION)
-                .peer_batching(peer_batching),
-        )
+        Self::start_with(opts, server_memory, peer_batching, None)
+    }
+
+    /// The cluster, in `lab` when given (a host per process; call from a lab host's
+    /// thread so the client reaches it).
+    pub(super) fn start_with(
+        opts: &SprocBenchOptions,
+        server_memory: u64,
+        peer_batching: bool,
+        lab: Option<Arc<Lab>>,
+    ) -> Result<Self> {
+        let o = ClusterOptions::default()
+            .servers(SPREAD_SERVERS)
+            .server_threads(1)
+            .server_memory(server_memory)
+            .region_size(REGION)
+            .peer_batching(peer_batching);
+        let cluster = match lab {
+            Some(lab) => ProcessCluster::start_in_lab(&opts.bin, &o, lab),
+            None => ProcessCluster::start(&opts.bin, &o),
+        }
         .map_err(cluster_err)?;
         let client = cluster.client().map_err(cluster_err)?;
         let addrs: Vec<String> = (0..SPREAD_SERVERS)

@@ -9,6 +9,7 @@ pub mod calibrate;
 pub mod chaos;
 pub mod create;
 pub mod demo;
+pub mod graph;
 pub mod lab;
 pub mod manager;
 pub mod reclaim;

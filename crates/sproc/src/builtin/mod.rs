@@ -3,6 +3,7 @@
 
 mod aggregate;
 mod chase;
+mod expand;
 mod gather;
 pub mod hot;
 mod khop;
@@ -13,6 +14,7 @@ use std::sync::Arc;
 
 pub use aggregate::{AggFn, Aggregate};
 pub use chase::{Chase, NULL};
+pub use expand::{ENTRY as GRAPH_ENTRY, Expand, Expanded, Part, Stop};
 pub use gather::Gather;
 pub use khop::KHop;
 pub use kv::{KvFind, KvGet, KvHot, KvMedit, KvMfind, KvMget, KvMput, KvPut, KvScan, KvStats};
@@ -54,6 +56,7 @@ pub fn by_name(name: &str) -> Option<&'static dyn Procedure> {
         Chase::NAME => &Chase,
         Scan::NAME => &Scan,
         KHop::NAME => &KHop,
+        Expand::NAME => &Expand,
         KvGet::NAME => &KvGet,
         KvFind::NAME => &KvFind,
         KvStats::NAME => &KvStats,
@@ -86,6 +89,7 @@ pub fn all() -> Vec<Arc<dyn Procedure>> {
         Arc::new(Chase),
         Arc::new(Scan),
         Arc::new(KHop),
+        Arc::new(Expand),
         Arc::new(KvGet),
         Arc::new(KvFind),
         Arc::new(KvStats),

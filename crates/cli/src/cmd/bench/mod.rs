@@ -116,6 +116,14 @@ pub struct SprocArgs {
     /// Edges of the k-hop graph, vertices = edges / 10 (default 1M, 200k with --quick).
     #[arg(long)]
     edges: Option<u64>,
+    /// Kronecker scale of the traversal graph: 2^scale vertices, 16 edges each
+    /// (default 20, 16 with --quick).
+    #[arg(long)]
+    graph_scale: Option<u32>,
+    /// Run the traversal rows again in the network lab (root) at these one-way delays
+    /// in µs, 10 Gbit/s links, e.g. `0,10,25,50,100`.
+    #[arg(long, value_delimiter = ',')]
+    lab_delays: Vec<u32>,
     /// Distinct 64-node chains per placement.
     #[arg(long, default_value_t = 256)]
     chains: usize,
@@ -230,6 +238,10 @@ fn sproc(a: SprocArgs) -> Result<()> {
     if let Some(e) = a.edges {
         o.edges = e;
     }
+    if let Some(s) = a.graph_scale {
+        o.graph_scale = s;
+    }
+    o.lab_delays = a.lab_delays;
     o.chains = a.chains;
     o.redis_requests = a.redis_requests;
     if !a.only.is_empty() {

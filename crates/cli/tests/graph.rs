@@ -1,0 +1,223 @@
+//! Graphs in a cache on a 3-server process cluster: every traversal answer checked
+//! against a local BFS, with regions moving under a client whose table is stale, and
+//! the `farcache graph` commands end to end.
+
+mod common;
+
+use std::process::Command;
+
+use common::bin;
+use farcache_client::MigrationMode;
+use farcache_graph::{Csr, GraphCache, LoadOptions, kronecker_edges};
+use farcache_testkit::{ClusterOptions, ProcessCluster};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+fn cluster() -> ProcessCluster {
+    let opts = ClusterOptions::default()
+        .servers(3)
+        .region_size(64 << 10)
+        .server_memory(64 << 20);
+    ProcessCluster::start(bin(), &opts).expect("start process cluster")
+}
+
+fn sources(g: &Csr, n: usize, seed: u64) -> Vec<u32> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut s = Vec::new();
+    while s.len() < n {
+        let v = rng.gen_range(0..g.vertices());
+        if g.degree(v) > 0 {
+            s.push(v);
+        }
+    }
+    s
+}
+
+#[test]
+fn traversals_match_a_local_bfs_while_regions_move() {
+    let c = cluster();
+    let client = c.client().expect("client");
+    let scale = 12;
+    let g = Csr::from_edges(
+        1 << scale,
+        &kronecker_edges(scale, 16, 3).expect("edges"),
+        true,
+    )
+    .expect("csr");
+    let opts = LoadOptions {
+        region_size: 64 << 10,
+        min_parts: 6,
+        undirected: true,
+    };
+    let gc = GraphCache::create(&client, "kron", &g, &opts, |_, _| {}).expect("load");
+    let mut servers = gc.owners();
+    servers.sort_unstable();
+    servers.dedup();
+    assert_eq!(servers.len(), 3, "the partitions span all three servers");
+    let opened = GraphCache::open(client.open("kron").expect("open")).expect("layout");
+    assert_eq!(opened.layout, gc.layout);
+
+    let src = sources(&g, 24, 9);
+    for k in 1..=4u8 {
+        let want: Vec<Vec<u64>> = src.iter().map(|&s| g.levels(s, k)).collect();
+        let t = gc.traverse(&src, k).expect("traverse");
+        assert_eq!(t.levels, want, "expand traversal, k={k}");
+        assert!(
+            t.stats.rounds >= u32::from(k.min(want.iter().map(Vec::len).max().unwrap_or(0) as u8))
+        );
+        let r = gc.traverse_by_reads(&src, k).expect("reads");
+        assert_eq!(r.levels, want, "client-side reads, k={k}");
+        if k >= 2 {
+            assert!(
+                t.stats.bytes() < r.stats.bytes(),
+                "k={k}: traversal moved {} B, reads {} B",
+                t.stats.bytes(),
+                r.stats.bytes()
+            );
+        }
+    }
+
+    // A second client keeps its table while the first moves every region of one
+    // server away: the traversal's calls meet partitions that are not there (and
+    // wrong-server replies) and must still give the exact answer.
+    let stale_client = c.client().expect("client");
+    let stale = GraphCache::open(stale_client.open("kron").expect("open")).expect("layout");
+    assert_eq!(
+        stale.traverse(&src[..1], 1).expect("warm").levels[0],
+        g.levels(src[0], 1)
+    );
+    let victim = gc.owners()[0];
+    let info = gc.cache.info();
+    for (r, &owner) in info.regions.iter().enumerate() {
+        if owner == victim {
+            client
+                .move_region("kron", r as u32, None, MigrationMode::DirtyTracking)
+                .expect("move");
+        }
+    }
+    assert!(
+        !gc.cache
+            .refresh()
+            .expect("refresh")
+            .regions
+            .contains(&victim)
+    );
+    let want: Vec<Vec<u64>> = src.iter().map(|&s| g.levels(s, 3)).collect();
+    assert_eq!(stale.traverse(&src, 3).expect("after moves").levels, want);
+
+    // Bad sources are refused before anything is sent.
+    let err = gc.traverse(&[1 << scale], 2).expect_err("out of range");
+    assert!(err.to_string().contains("source"), "{err}");
+}
+
+fn farcache(c: &ProcessCluster, args: &[&str]) -> String {
+    let secret = c.secret_path();
+    let out = Command::new(bin())
+        .args(args)
+        .args(["--manager", c.manager_addr(), "--secret-file"])
+        .arg(&secret)
+        .env("FARCACHE_LOG", "warn")
+        .output()
+        .expect("run farcache");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "farcache {args:?} failed: {}{}",
+        text,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+#[test]
+fn graph_commands_load_generate_and_count() {
+    let c = cluster();
+    // A 40 x 40 grid: from a corner, the vertices within k hops are those with
+    // row + column ≤ k.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("grid.txt");
+    let mut text = String::from("# grid 40x40\n");
+    let id = |r: u32, c: u32| r * 40 + c;
+    for r in 0..40 {
+        for col in 0..40 {
+            if col + 1 < 40 {
+                text.push_str(&format!("{} {}\n", id(r, col), id(r, col + 1)));
+            }
+            if r + 1 < 40 {
+                text.push_str(&format!("{}\t{}\n", id(r, col), id(r + 1, col)));
+            }
+        }
+    }
+    std::fs::write(&file, text).expect("write edge list");
+    let out = farcache(
+        &c,
+        &[
+            "graph",
+            "load",
+            file.to_str().expect("utf-8"),
+            "--cache",
+            "grid",
+            "--region-size",
+            "64k",
+        ],
+    );
+    assert!(out.contains("1600 vertices, 3120 edges"), "{out}");
+    let out = farcache(
+        &c,
+        &[
+            "graph",
+            "khop",
+            "--cache",
+            "grid",
+            "--source",
+            "0",
+            "41",
+            "--k",
+            "3",
+            "--compare",
+        ],
+    );
+    // Corner: 2 + 3 + 4 cells; (1, 1): the rings at distance 1, 2, 3 clipped at row
+    // and column 0: 4 + 6 + 6.
+    assert!(
+        out.contains("source 0: 9 vertices within 3 hops (per level: [2, 3, 4])"),
+        "{out}"
+    );
+    assert!(
+        out.contains("source 41: 16 vertices within 3 hops (per level: [4, 6, 6])"),
+        "{out}"
+    );
+    assert!(out.contains("same counts"), "{out}");
+
+    let out = farcache(
+        &c,
+        &[
+            "graph",
+            "generate",
+            "--scale",
+            "11",
+            "--cache",
+            "kron",
+            "--region-size",
+            "64k",
+        ],
+    );
+    assert!(out.contains("2048 vertices"), "{out}");
+    let out = farcache(
+        &c,
+        &[
+            "graph",
+            "khop",
+            "--cache",
+            "kron",
+            "--source",
+            "1",
+            "2",
+            "3",
+            "--k",
+            "2",
+            "--compare",
+        ],
+    );
+    assert!(out.contains("same counts"), "{out}");
+}
