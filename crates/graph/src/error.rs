@@ -7,6 +7,8 @@ pub enum GraphError {
     InvalidArgument(String),
     #[error("edge list line {line}: {message}")]
     Parse { line: u64, message: String },
+    #[error("graph-tool file: {0}")]
+    Format(String),
     #[error("reading the edge list: {0}")]
     Io(#[from] std::io::Error),
     #[error("cache {cache:?} holds no graph: {reason}")]

@@ -1,7 +1,8 @@
 //! Graphs in a farcache cache, and traversals that run next to them.
 //!
 //! - [`Csr`]: a graph in compressed sparse rows, with the reference BFS.
-//! - [`kronecker_edges`]: Graph500's generator; [`read_edge_list`]: SNAP-style files.
+//! - [`kronecker_edges`]: Graph500's generator; [`read_edge_list`]: SNAP-style files;
+//!   [`read_graph`]: those or graph-tool's `.gt`, gzipped or not.
 //! - [`Layout`]: vertex-range partitions, one per region, so a vertex and its edges
 //!   share a server; [`GraphCache`] writes a graph into a cache and opens it again.
 //! - [`GraphCache::traverse`]: level-synchronous k-hop search for many sources, one
@@ -11,6 +12,7 @@
 mod csr;
 mod edgelist;
 pub mod error;
+mod gt;
 mod kronecker;
 mod layout;
 mod stored;
@@ -19,6 +21,7 @@ mod traverse;
 pub use csr::Csr;
 pub use edgelist::{EdgeList, read_edge_list};
 pub use error::{GraphError, Result};
+pub use gt::{ReadGraph, read_graph, read_gt};
 pub use kronecker::kronecker_edges;
 pub use layout::Layout;
 pub use stored::{GraphCache, LoadOptions};

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use farcache_client::Client;
-use farcache_graph::{Csr, GraphCache, LoadOptions, kronecker_edges, read_edge_list};
+use farcache_graph::{Csr, GraphCache, LoadOptions, kronecker_edges, read_graph};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::Credentials;
@@ -16,7 +16,8 @@ use super::Credentials;
 pub enum GraphCommand {
     /// Generate a Graph500 Kronecker graph and write it into a new cache.
     Generate(GenerateArgs),
-    /// Read an edge-list file (SNAP style: `u v` per line, `#` comments) into a new cache.
+    /// Read a graph file into a new cache: a text edge list (SNAP style: `u v` per
+    /// line, `#` comments) or graph-tool's `.gt`, either gzipped or not.
     Load(LoadArgs),
     /// Count the vertices within k hops of each source, next to the data.
     Khop(KhopArgs),
@@ -65,9 +66,9 @@ pub struct LoadArgs {
     target: Target,
     #[command(flatten)]
     placement: Placement,
-    /// The edge-list file.
+    /// The graph file (`.txt`, `.gt`, `.gz` of either).
     file: PathBuf,
-    /// Keep edges one way (default: every edge both ways).
+    /// Keep edges one way (default: both ways, unless a `.gt` file says directed).
     #[arg(long)]
     directed: bool,
 }
@@ -130,24 +131,30 @@ pub fn run(c: GraphCommand) -> Result<()> {
         GraphCommand::Load(a) => {
             let f = std::fs::File::open(&a.file)
                 .with_context(|| format!("cannot open {}", a.file.display()))?;
-            let len = f.metadata()?.len();
-            let pb = bar(len, "reading");
-            let list = read_edge_list(BufReader::new(f), |n| pb.set_position(n))
+            let pb = bar(f.metadata()?.len(), "reading");
+            let counted = Counting {
+                inner: f,
+                pb: pb.clone(),
+                read: 0,
+            };
+            let read = read_graph(BufReader::new(counted), |_| {})
                 .with_context(|| format!("reading {}", a.file.display()))?;
             pb.finish_and_clear();
+            let list = read.list;
             if list.vertices == 0 {
                 bail!("{} holds no edges", a.file.display());
             }
-            let g = Csr::from_edges(list.vertices, &list.edges, !a.directed)?;
+            let directed = a.directed || read.directed == Some(true);
+            let g = Csr::from_edges(list.vertices, &list.edges, !directed)?;
             outln!(
                 "read {}: {} vertices, {} edges ({} stored {})",
                 a.file.display(),
                 g.vertices(),
                 list.edges.len(),
                 g.edges(),
-                if a.directed { "one way" } else { "both ways" }
+                if directed { "one way" } else { "both ways" }
             )?;
-            store(&a.target, &a.placement, &g, !a.directed)
+            store(&a.target, &a.placement, &g, !directed)
         }
         GraphCommand::Khop(a) => khop(a),
     }
@@ -227,6 +234,22 @@ fn khop(a: KhopArgs) -> Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// A reader that moves a progress bar by the file bytes read (before any gunzip).
+struct Counting<R> {
+    inner: R,
+    pb: ProgressBar,
+    read: u64,
+}
+
+impl<R: std::io::Read> std::io::Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read += n as u64;
+        self.pb.set_position(self.read);
+        Ok(n)
+    }
 }
 
 fn bar(len: u64, msg: &'static str) -> ProgressBar {
