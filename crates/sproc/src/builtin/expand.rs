@@ -20,6 +20,9 @@ use crate::{Memory, Outcome, Procedure, SprocError};
 const NAME: &str = "expand";
 /// Bytes per vertex entry.
 pub const ENTRY: u64 = 16;
+/// Largest vertex count a call may name: the per-thread bitmap is sized by it and kept,
+/// so a caller must not make a worker hold more than 32 MiB.
+const MAX_VERTICES: u32 = 1 << 28;
 /// Neighbours one call may return (with room for the group headers).
 const MAX_NEIGHBOURS: usize = MAX_OUTPUT / 4 - (64 << 10);
 
@@ -140,6 +143,12 @@ struct Call<'a> {
 fn decode(args: &[u8]) -> Result<Call<'_>, SprocError> {
     let mut r = ArgReader::new(NAME, args);
     let vertices = r.u32("vertices")?;
+    if vertices > MAX_VERTICES {
+        return Err(SprocError::bad(
+            NAME,
+            format!("{vertices} vertices; at most {MAX_VERTICES}"),
+        ));
+    }
     let np = r.u32("partitions")? as usize;
     if np.saturating_mul(16) > args.len() {
         return Err(SprocError::bad(NAME, "partition list longer than the args"));
