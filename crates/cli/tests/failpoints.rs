@@ -777,3 +777,90 @@ fn a_move_that_throttles_its_writers_loses_no_write() {
         );
     }
 }
+
+/// Exactly once for procedures that write: a store's counters on a region with two
+/// copies are stepped by one `kv_medit` call (what INCR runs), the owner applies it
+/// and its backup holds it with the call's reply, and the owner dies before answering
+/// (every answer waits at `owner-before-release`). The client sends the call again
+/// to the promoted backup, which answers with the recorded reply instead of running
+/// it again: every counter reads 1 and each step answered 1. Before writing
+/// EXECUTEs were tagged, the counters read 2 (the Redis front end's INCR counted
+/// twice after a failover).
+#[test]
+fn counter_steps_sent_again_after_a_failover_step_once() {
+    use farcache_store::{Edit, Edited, StoreExt, StoreOptions};
+    let _serial = serial();
+    let opts = ClusterOptions::default()
+        .servers(2)
+        .server_threads(2)
+        .region_size(REGION)
+        .server_memory(16 << 20)
+        .server_env("FAILPOINTS", "owner-before-release=sleep(1500)");
+    let mut c = ProcessCluster::start(bin(), &opts).expect("start cluster");
+    let client = c
+        .client_with(farcache_client::ClientConfig::new("").op_timeout(Duration::from_secs(30)))
+        .expect("client");
+    let store = client
+        .create_store(
+            "counters",
+            REGION,
+            &StoreOptions {
+                replicas: 2,
+                avg_value_size: 16,
+                region_size: Some(REGION),
+                ..StoreOptions::default()
+            },
+        )
+        .expect("create store");
+    let info = store.cache().info();
+    let owner = info.regions[0];
+    let st = client.status().expect("status");
+    let backup = st
+        .caches
+        .iter()
+        .find(|x| x.name == "counters")
+        .and_then(|x| x.backups.first()?.first().copied())
+        .expect("a backup");
+    let (i, j) = (
+        server_index(&c, &client, owner),
+        server_index(&c, &client, backup),
+    );
+    let keys: Vec<Vec<u8>> = (0..8).map(|k| format!("counter{k}").into_bytes()).collect();
+    let before = common::server_stats(&c, j).completions;
+    let sent = common::server_stats(&c, i).replication;
+    let stepper = {
+        let (store, keys) = (store.clone(), keys.clone());
+        std::thread::spawn(move || {
+            let steps = vec![vec![Edit::Step(1)]; keys.len()];
+            store.edit_values(&keys, &steps)
+        })
+    };
+    // Applied by the owner and acknowledged by its backup; the answer waits.
+    eventually(
+        "the backup holds the steps",
+        Duration::from_secs(10),
+        Duration::from_millis(5),
+        || {
+            let now = common::server_stats(&c, i).replication;
+            (now.held > sent.held && now.unacked == 0).then_some(())
+        },
+    );
+    c.kill_server(i).expect("SIGKILL the owner");
+    let got = stepper.join().expect("stepper thread");
+    for (k, r) in got.into_iter().enumerate() {
+        assert_eq!(r.expect("a step"), vec![Edited::Int(1)], "key {k}'s answer");
+    }
+    let values = store.mget(&keys).expect("mget");
+    for (k, v) in values.into_iter().enumerate() {
+        assert_eq!(
+            v.expect("get").as_deref(),
+            Some(&b"1"[..]),
+            "counter {k} is stepped once"
+        );
+    }
+    let after = common::server_stats(&c, j).completions;
+    assert!(
+        after.repeats > before.repeats,
+        "the call came again and was answered from its record: {after:?}"
+    );
+}

@@ -208,6 +208,10 @@ pub struct CompletionStats {
     pub repeats: u64,
     /// Records dropped to bound a session's memory.
     pub evicted: u64,
+    /// Writing EXECUTEs whose replies were too long to record (their retries
+    /// after a failover run again).
+    #[serde(default)]
+    pub unrecorded: u64,
 }
 
 /// Writes this server (as a region's owner) applied on the region's backups.

@@ -52,10 +52,11 @@ impl Rights {
 }
 
 /// Version 2 added the challenge–response, 3 EXECUTE_RUN, 4 DONE_RUN replies, 5 TAG
-/// ops (exactly once) and the `NOT_SERVING` status (leases); a peer speaking another
+/// ops (exactly once) and the `NOT_SERVING` status (leases), 6 ANSWER ops (a tagged
+/// writing EXECUTE's reply, server to server); a peer speaking another
 /// version is refused at the handshake, with both versions named, rather than meeting
 /// ops or statuses it cannot decode.
-pub const PROTOCOL_VERSION: u16 = 5;
+pub const PROTOCOL_VERSION: u16 = 6;
 const MAGIC: &[u8; 4] = b"FCAC";
 /// Longest identity a Hello may carry (a server's advertised `host:port`).
 pub const MAX_IDENTITY: usize = 255;

@@ -65,6 +65,9 @@ pub enum OpCode {
     /// Names the next WRITE, CAS or FETCH_ADD for exactly-once retries ([`Tag`]); not
     /// counted in the batch and never answered.
     Tag = 7,
+    /// The recorded reply of the tagged EXECUTE a server passes on with its writes
+    /// (owner to backup, or in a region's live copy); not counted, never answered.
+    Answer = 8,
     Ping = 0x10,
 }
 
@@ -77,6 +80,7 @@ impl OpCode {
             4 => Self::FetchAdd,
             5 => Self::Execute,
             7 => Self::Tag,
+            8 => Self::Answer,
             0x10 => Self::Ping,
             other => return Err(DecodeError::UnknownOp(other)),
         })
@@ -90,17 +94,19 @@ impl OpCode {
             Self::FetchAdd => "fetch_add",
             Self::Execute => "execute",
             Self::Tag => "tag",
+            Self::Answer => "answer",
             Self::Ping => "ping",
         }
     }
 
-    pub const ALL: [OpCode; 7] = [
+    pub const ALL: [OpCode; 8] = [
         Self::Read,
         Self::Write,
         Self::Cas,
         Self::FetchAdd,
         Self::Execute,
         Self::Tag,
+        Self::Answer,
         Self::Ping,
     ];
 }
@@ -139,6 +145,14 @@ pub enum Op<'a> {
     },
     /// Applies to the op after it (see [`Tag`]).
     Tag(Tag),
+    /// From a server only, between a TAG and the op it names: the reply body a
+    /// tagged writing EXECUTE gave at `addr` (the EXECUTE's address, which the
+    /// writes that follow need not share), so the receiver answers its retries
+    /// from a record too.
+    Answer {
+        addr: u64,
+        body: &'a [u8],
+    },
     Ping,
 }
 
@@ -177,9 +191,13 @@ impl Op<'_> {
             Op::FetchAdd { .. } => OpCode::FetchAdd,
             Op::Execute { .. } => OpCode::Execute,
             Op::Tag(_) => OpCode::Tag,
+            Op::Answer { .. } => OpCode::Answer,
             Op::Ping => OpCode::Ping,
         }
     }
+
+    /// Bytes of an ANSWER besides its body.
+    pub const ANSWER_HEAD: usize = 1 + 8 + 4;
 
     /// Bytes of an EXECUTE besides its name and arguments.
     pub const EXECUTE_HEAD: usize = 1 + 4 + 8 + 1 + 4;
@@ -195,6 +213,7 @@ impl Op<'_> {
                 proc_name, args, ..
             } => Self::EXECUTE_HEAD + proc_name.len() + args.len(),
             Op::Tag(_) => Tag::LEN,
+            Op::Answer { body, .. } => Self::ANSWER_HEAD + body.len(),
             Op::Ping => 1,
         }
     }

@@ -9,6 +9,7 @@
 //! | EXECUTE   | cache u32, addr u64, name_len u8, name, args_len u32, args    |
 //! | PING      | —                                                             |
 //! | TAG       | session u64, seq u64, done_below u64, result u64 (see [`Tag`]) |
+//! | ANSWER    | addr u64, len u32, body[len] (servers only; see [`Op::Answer`]) |
 //! | EXECUTE_RUN | cache u32, name_len u8, name, args_len u32, calls u32, then `calls` × (addr u64, args[args_len]) |
 //!
 //! An EXECUTE with `name_len` 0 calls the procedure the batch's previous EXECUTE named
@@ -23,7 +24,8 @@
 //! like an EXECUTE's, and a named run names it for the EXECUTEs after it.
 //!
 //! A TAG belongs to the op after it: it is not counted in `count` and gets no reply
-//! (decoded, it is an [`Op::Tag`] before that op). A frame cannot end in one.
+//! (decoded, it is an [`Op::Tag`] before that op). A frame cannot end in one. An
+//! ANSWER, between a TAG and its op, is not counted either.
 
 use crate::frame::{FrameHeader, FrameKind, HEADER_LEN};
 use crate::op::{Op, OpCode, Tag};
@@ -128,6 +130,12 @@ impl RequestEncoder {
                     out.extend_from_slice(&v.to_le_bytes());
                 }
                 // Not an op of the batch: not counted.
+                return;
+            }
+            Op::Answer { addr, body } => {
+                out.extend_from_slice(&addr.to_le_bytes());
+                out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+                out.extend_from_slice(body);
                 return;
             }
             Op::Cas {
@@ -659,6 +667,14 @@ impl<'a> RequestDecoder<'a> {
                 done_below: c.u64("tag done below")?,
                 result: c.u64("tag result")?,
             }),
+            OpCode::Answer => {
+                let addr = c.u64("answer addr")?;
+                let len = c.u32("answer len")?;
+                Op::Answer {
+                    addr,
+                    body: c.bytes(len as usize, "answer body")?,
+                }
+            }
             OpCode::Ping => Op::Ping,
         })
     }
@@ -682,8 +698,8 @@ impl<'a> Iterator for RequestDecoder<'a> {
             return Some(Ok(op));
         }
         let r = self.decode_one();
-        if let Ok(Op::Tag(_)) = r {
-            // A tag is part of the op after it.
+        if let Ok(Op::Tag(_) | Op::Answer { .. }) = r {
+            // A tag (and an answer) is part of the op after it.
             self.seen -= 1;
         }
         if r.is_err() {

@@ -124,8 +124,22 @@ fn append_part(
                 None => op.args(&t.data),
             };
             let reply = EXECUTE_REPLY_GUESS;
+            let tag = op_tag(t, part);
             let (addr, part) = (part.addr, Entry::One(part));
-            conn.append_execute(part, cache, addr, proc_name, args, reply, (b, q))
+            match tag {
+                // A call that may write is applied once across a failover: the
+                // servers keep its reply by its tag (read-only ones ignore it).
+                Some(tag) => {
+                    let wire = Op::Execute {
+                        cache,
+                        addr,
+                        proc_name,
+                        args,
+                    };
+                    conn.append_tagged(part, Some(tag), &wire, reply, b, q)
+                }
+                None => conn.append_execute(part, cache, addr, proc_name, args, reply, (b, q)),
+            }
         }
         Kind::Read => {
             let (addr, len) = (part.addr, part.len);

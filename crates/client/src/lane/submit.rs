@@ -42,9 +42,12 @@ impl LaneInner {
         let id = self.next_id;
         self.next_id += 1;
         let tag = (info.replicas > 1
-            && ops
-                .iter()
-                .any(|o| matches!(o.kind, Kind::Write | Kind::Cas | Kind::FetchAdd)))
+            && ops.iter().any(|o| {
+                matches!(
+                    o.kind,
+                    Kind::Write | Kind::Cas | Kind::FetchAdd | Kind::Execute
+                )
+            }))
         .then(|| {
             let seq = self.next_seq;
             self.next_seq += n as u64;
@@ -189,8 +192,13 @@ impl LaneInner {
         let t = &mut tickets[key];
         let (b, q, cache) = (cfg.batch_size, cfg.queue_depth, info.id);
         // A one-region op's owner, or None for ops the general road must take.
+        let tagged = t.tag.is_some();
         let owner = |op: &BatchOp| {
             if op.kind == Kind::Execute {
+                // A tagged call goes the general road, which tags it.
+                if tagged {
+                    return None;
+                }
                 let named =
                     (1..=farcache_proto::op::MAX_PROC_NAME).contains(&usize::from(op.name_len));
                 return (named && op.addr < info.capacity)

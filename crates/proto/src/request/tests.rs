@@ -219,3 +219,43 @@ fn truncated_and_trailing_are_errors() {
         Err(DecodeError::UnknownOp(0xEE))
     );
 }
+
+#[test]
+fn an_answer_rides_between_a_tag_and_its_op_uncounted() {
+    let tag = Tag {
+        session: 5,
+        seq: 9,
+        done_below: 1,
+        result: 0,
+    };
+    let answer = Op::Answer {
+        addr: 4096,
+        body: b"reply bytes",
+    };
+    let write = Op::Write {
+        cache: 2,
+        addr: 8192,
+        data: b"x",
+    };
+    let mut buf = Vec::new();
+    let mut e = RequestEncoder::begin(&mut buf, 1);
+    for op in [Op::Tag(tag), answer, write] {
+        e.push(&mut buf, &op);
+    }
+    assert_eq!(e.count(), 1, "tag and answer belong to the write");
+    e.finish(&mut buf);
+    let payload = &buf[HEADER_LEN..];
+    assert_eq!(
+        payload.len(),
+        4 + Tag::LEN + answer.encoded_len() + write.encoded_len()
+    );
+    assert_eq!(RequestDecoder::validate(payload), Ok(1));
+    let ops: Vec<_> = RequestDecoder::new(payload)
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(ops, vec![Op::Tag(tag), answer, write]);
+    // A body cut short is malformed, not read past the frame.
+    let cut = &payload[..4 + Tag::LEN + Op::ANSWER_HEAD + 3];
+    assert!(RequestDecoder::validate(cut).is_err());
+}

@@ -432,6 +432,7 @@ pub fn stats(sh: &Shared) -> ServerStats {
             records: sh.completions.len() as u64,
             repeats: sh.completions.repeats.load(Relaxed),
             evicted: sh.completions.evicted.load(Relaxed),
+            unrecorded: sh.completions.unrecorded.load(Relaxed),
         },
     }
 }

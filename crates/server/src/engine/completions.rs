@@ -1,8 +1,9 @@
 //! Completion records: the answers of tagged ops (see [`farcache_proto::Tag`]), kept
 //! so that an op a client sends again after a failover is applied once.
 //!
-//! An owner records each tagged WRITE, CAS and FETCH_ADD it applies, and sends the
-//! record to the region's backups with the replicated bytes; a backup promoted to
+//! An owner records each tagged WRITE, CAS, FETCH_ADD and writing EXECUTE it
+//! applies (an EXECUTE's record is its reply's body), and sends the record to the
+//! region's backups with the replicated bytes; a backup promoted to
 //! owner thus knows every op the old owner applied and replicated. A live copy of a
 //! region (a move, a new backup) carries the records of its address range. A session's
 //! records below its `done_below` are dropped (the client has those answers), and a
@@ -10,6 +11,7 @@
 //! retries would have timed out long before).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
@@ -28,13 +30,22 @@ const SHARDS: usize = 16;
 /// longest ago are dropped whole (their ops lose the exactly-once promise; counted
 /// in `evicted`).
 const MAX_RECORDS: usize = 1 << 22;
+/// The longest EXECUTE reply recorded: a longer one is not (its retry after a
+/// failover runs again; counted in `unrecorded`). Store procedures answer a few
+/// bytes per key.
+pub const MAX_BODY: usize = 64 << 10;
+/// Reply bodies kept per lock shard at most (64 MiB over all): past it, the
+/// sessions heard from longest ago go whole, as past [`MAX_RECORDS`].
+const BODY_BYTES_PER_SHARD: usize = 4 << 20;
 
 /// One tagged op's answer, as a batch hands it over.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Record {
     pub tag: Tag,
     pub addr: u64,
     pub result: u64,
+    /// A writing EXECUTE's reply body.
+    pub body: Option<Arc<[u8]>>,
 }
 
 /// Hashes an op's `(seq, addr)` with one multiply: keys are not chosen by an
@@ -59,6 +70,7 @@ impl std::hash::Hasher for MixHasher {
 }
 
 type Records = HashMap<(u64, u64), u64, std::hash::BuildHasherDefault<MixHasher>>;
+type Bodies = HashMap<(u64, u64), Arc<[u8]>, std::hash::BuildHasherDefault<MixHasher>>;
 
 /// Records start being pruned (below `done_below`) from this many.
 const PRUNE_FROM: usize = 1024;
@@ -72,6 +84,10 @@ struct Session {
     /// `(seq, addr)` → answer. Ops arrive out of order (a backup may hear of an op
     /// from its owner before the client's next frame reaches it), hence a map.
     records: Records,
+    /// The reply bodies of writing EXECUTEs among `records`.
+    bodies: Bodies,
+    /// Bytes in `bodies`.
+    body_bytes: usize,
     /// Records left after the last pruning: the next waits until there are twice as
     /// many, so pruning costs O(1) per record.
     pruned_to: usize,
@@ -79,12 +95,35 @@ struct Session {
 }
 
 impl Session {
-    fn insert(&mut self, seq: u64, addr: u64, result: u64) {
+    fn insert(&mut self, seq: u64, addr: u64, result: u64, body: Option<&Arc<[u8]>>) {
         if seq < self.done_below {
             return;
         }
         self.max_seq = self.max_seq.max(seq);
         self.records.insert((seq, addr), result);
+        if let Some(b) = body {
+            self.body_bytes += b.len();
+            if let Some(old) = self.bodies.insert((seq, addr), b.clone()) {
+                self.body_bytes -= old.len();
+            }
+        }
+    }
+
+    /// Drops the bodies whose records went.
+    fn prune_bodies(&mut self) {
+        if self.bodies.is_empty() {
+            return;
+        }
+        let records = &self.records;
+        let mut freed = 0;
+        self.bodies.retain(|k, b| {
+            let keep = records.contains_key(k);
+            if !keep {
+                freed += b.len();
+            }
+            keep
+        });
+        self.body_bytes -= freed;
     }
 
     fn forget_below(&mut self, done_below: u64) {
@@ -95,6 +134,7 @@ impl Session {
         if self.records.len() >= PRUNE_FROM.max(2 * self.pruned_to) {
             self.records.retain(|k, _| k.0 >= done_below);
             self.pruned_to = self.records.len();
+            self.prune_bodies();
         }
     }
 
@@ -108,6 +148,7 @@ impl Session {
         self.done_below = self.done_below.max(cut);
         self.records.retain(|k, _| k.0 >= cut);
         self.pruned_to = self.records.len();
+        self.prune_bodies();
         (before - self.records.len()) as u64
     }
 }
@@ -118,6 +159,8 @@ struct Shard {
     swept: Option<Instant>,
     /// Records over all its sessions.
     held: usize,
+    /// Reply bodies' bytes over all its sessions.
+    body_bytes: usize,
 }
 
 impl Shard {
@@ -125,7 +168,7 @@ impl Shard {
     /// [`MAX_RECORDS`]; returns the records dropped.
     fn shed(&mut self) -> u64 {
         let mut dropped = 0u64;
-        while self.held > MAX_RECORDS / SHARDS {
+        while self.held > MAX_RECORDS / SHARDS || self.body_bytes > BODY_BYTES_PER_SHARD {
             let oldest = self
                 .sessions
                 .iter()
@@ -135,6 +178,7 @@ impl Shard {
                 break;
             };
             self.held -= k.records.len();
+            self.body_bytes -= k.body_bytes;
             dropped += k.records.len() as u64;
         }
         dropped
@@ -149,6 +193,8 @@ pub struct Completions {
     pub repeats: AtomicU64,
     /// Records dropped to bound a session's memory.
     pub evicted: AtomicU64,
+    /// Writing EXECUTEs whose replies were too long to record.
+    pub unrecorded: AtomicU64,
 }
 
 impl Completions {
@@ -176,6 +222,16 @@ impl Completions {
         s.records.get(&(seq, addr)).copied()
     }
 
+    /// The reply body recorded for the writing EXECUTE `(session, seq, addr)`.
+    pub fn body(&self, session: u64, seq: u64, addr: u64) -> Option<Arc<[u8]>> {
+        let sh = self.shard(session).lock();
+        let s = sh.sessions.get(&session)?;
+        if seq < s.done_below {
+            return None;
+        }
+        s.bodies.get(&(seq, addr)).cloned()
+    }
+
     /// Records one op's answer (see [`record_many`](Self::record_many)).
     pub fn record(&self, session: u64, seq: u64, addr: u64, done_below: u64, result: u64) {
         let tag = Tag {
@@ -184,7 +240,12 @@ impl Completions {
             done_below,
             result,
         };
-        self.record_many(&[Record { tag, addr, result }]);
+        self.record_many(&[Record {
+            tag,
+            addr,
+            result,
+            body: None,
+        }]);
     }
 
     /// Records a batch's answers, taking each session's lock once per run of its
@@ -205,27 +266,30 @@ impl Completions {
             let mut guard = self.shard(session).lock();
             let sh = &mut *guard;
             let s = sh.sessions.entry(session).or_default();
-            let before = s.records.len();
+            let before = (s.records.len(), s.body_bytes);
             s.heard = Some(now);
             if let Some(d) = run.iter().map(|r| r.tag.done_below).max() {
                 s.forget_below(d);
             }
             for r in run {
-                s.insert(r.tag.seq, r.addr, r.result);
+                s.insert(r.tag.seq, r.addr, r.result, r.body.as_ref());
             }
             let mut evicted = s.bound();
-            sh.held = sh.held + s.records.len() - before;
+            sh.held = sh.held + s.records.len() - before.0;
+            sh.body_bytes = sh.body_bytes + s.body_bytes - before.1;
             if sh.swept.is_none_or(|t| now.duration_since(t) > IDLE / 4) {
                 sh.swept = Some(now);
-                let mut held = 0;
+                let (mut held, mut body_bytes) = (0, 0);
                 sh.sessions.retain(|_, s| {
                     let keep = s.heard.is_some_and(|h| now.duration_since(h) < IDLE);
                     if keep {
                         held += s.records.len();
+                        body_bytes += s.body_bytes;
                     }
                     keep
                 });
                 sh.held = held;
+                sh.body_bytes = body_bytes;
             }
             evicted += sh.shed();
             if evicted > 0 {
@@ -257,7 +321,13 @@ impl Completions {
                             done_below: s.done_below,
                             result,
                         };
-                        out.push(Record { tag, addr, result });
+                        let body = s.bodies.get(&(seq, addr)).cloned();
+                        out.push(Record {
+                            tag,
+                            addr,
+                            result,
+                            body,
+                        });
                     }
                 }
             }
@@ -334,6 +404,7 @@ mod tests {
                     },
                     addr: 0,
                     result: seq,
+                    body: None,
                 })
                 .collect();
             c.record_many(&recs);
@@ -369,6 +440,7 @@ mod tests {
             },
             addr,
             result,
+            body: None,
         };
         c.record_many(&[
             rec(1, 5, 0, 50),
@@ -408,5 +480,72 @@ mod tests {
         assert_eq!(d.get(1, 11, 200), Some(8));
         assert_eq!(d.get(2, 3, 150), Some(9));
         assert_eq!(d.get(1, 10, 100), None);
+    }
+
+    #[test]
+    fn an_execute_reply_is_kept_copied_with_its_range_and_dropped_with_its_record() {
+        let c = Completions::default();
+        let body: Arc<[u8]> = Arc::from(&b"new value 42"[..]);
+        let rec = |seq, addr, done_below, body: Option<Arc<[u8]>>| Record {
+            tag: Tag {
+                session: 3,
+                seq,
+                done_below,
+                result: 0,
+            },
+            addr,
+            result: 0,
+            body,
+        };
+        c.record_many(&[rec(10, 640, 0, Some(body.clone())), rec(11, 8, 0, None)]);
+        assert_eq!(c.body(3, 10, 640).as_deref(), Some(&body[..]));
+        assert_eq!(c.body(3, 11, 8), None, "a write's record has no body");
+        assert_eq!(c.body(3, 10, 648), None, "another address");
+        // A new owner's copy of the range answers with the same body.
+        let d = Completions::default();
+        d.record_many(&c.in_range(0, 1024));
+        assert_eq!(d.body(3, 10, 640).as_deref(), Some(&body[..]));
+        // Once the client has the answer, the body goes with the record.
+        let last = 12 + PRUNE_FROM as u64;
+        for seq in 12..last {
+            c.record_many(&[rec(seq, 0, 0, None)]);
+        }
+        c.record_many(&[rec(last, 0, last, None)]);
+        assert_eq!(c.body(3, 10, 640), None);
+        let sh = c.shard(3).lock();
+        assert_eq!(sh.sessions[&3].bodies.len(), 0);
+        assert_eq!((sh.sessions[&3].body_bytes, sh.body_bytes), (0, 0));
+    }
+
+    #[test]
+    fn reply_bodies_cannot_fill_the_server() {
+        let c = Completions::default();
+        let big: Arc<[u8]> = Arc::from(vec![7u8; MAX_BODY]);
+        // Two sessions of one shard, each with bodies past the shard's share.
+        for k in 1..=2u64 {
+            let session = k * SHARDS as u64;
+            let recs: Vec<Record> = (0..(BODY_BYTES_PER_SHARD / MAX_BODY) as u64)
+                .map(|seq| Record {
+                    tag: Tag {
+                        session,
+                        seq,
+                        done_below: 0,
+                        result: 0,
+                    },
+                    addr: 0,
+                    result: 0,
+                    body: Some(big.clone()),
+                })
+                .collect();
+            c.record_many(&recs);
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        let sh = c.shard(0).lock();
+        assert!(sh.body_bytes <= BODY_BYTES_PER_SHARD, "{}", sh.body_bytes);
+        assert!(
+            !sh.sessions.contains_key(&(SHARDS as u64)),
+            "the older went"
+        );
+        assert!(sh.sessions.contains_key(&(2 * SHARDS as u64)));
     }
 }

@@ -33,8 +33,10 @@ const FINAL_BYTES: u64 = 512 << 10;
 /// Copy rounds before writers are throttled anyway.
 const MAX_ROUNDS: u32 = 32;
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
-/// Completion records per frame (50 bytes each as a tag and an empty write).
+/// Completion records per frame (50 bytes each as a tag and an empty write)...
 const RECORDS_PER_FRAME: usize = 16 << 10;
+/// ...and reply bodies per frame, in bytes (a frame ends past it).
+const BODY_BYTES_PER_FRAME: usize = 1 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CopyError {
@@ -297,13 +299,17 @@ impl Link {
     /// Sends completion records as tagged empty writes: the target's executor
     /// records the answer a tag from a server carries (as a backup does).
     fn send_records(&mut self, task: &Task, records: &[Record]) -> Result<(), CopyError> {
-        for part in records.chunks(RECORDS_PER_FRAME) {
+        for part in frames_of(records) {
             self.settle(WINDOW - 1)?;
             self.buf.clear();
             self.seq += 1;
             let mut enc = RequestEncoder::begin(&mut self.buf, self.seq);
             for r in part {
                 enc.push(&mut self.buf, &Op::Tag(r.tag));
+                if let Some(body) = &r.body {
+                    let addr = r.addr;
+                    enc.push(&mut self.buf, &Op::Answer { addr, body });
+                }
                 let op = Op::Write {
                     cache: task.cache,
                     addr: r.addr,
@@ -359,6 +365,25 @@ impl Link {
         }
         Ok(())
     }
+}
+
+/// `records` cut into frames of at most [`RECORDS_PER_FRAME`] records and about
+/// [`BODY_BYTES_PER_FRAME`] bytes of reply bodies.
+fn frames_of(records: &[Record]) -> impl Iterator<Item = &[Record]> {
+    let mut rest = records;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let (mut n, mut bytes) = (0, 0);
+        while n < rest.len() && n < RECORDS_PER_FRAME && bytes < BODY_BYTES_PER_FRAME {
+            bytes += rest[n].body.as_ref().map_or(0, |b| b.len());
+            n += 1;
+        }
+        let (part, after) = rest.split_at(n);
+        rest = after;
+        Some(part)
+    })
 }
 
 #[cfg(test)]

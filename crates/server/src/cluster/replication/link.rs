@@ -253,6 +253,9 @@ impl Link {
             };
             if let Some(t) = w.tag {
                 e.push(open, &farcache_proto::Op::Tag(t));
+                if let Some((addr, body)) = &w.answer {
+                    e.push(open, &farcache_proto::Op::Answer { addr: *addr, body });
+                }
             }
             e.push_write_with(open, w.cache, w.addr, w.len, |d| {
                 // The op that wrote the range checked it lies in the region.

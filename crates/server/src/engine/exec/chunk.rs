@@ -25,7 +25,7 @@ impl<'m> Prefetcher<'m> {
             Op::Write { cache, addr, .. }
             | Op::Cas { cache, addr, .. }
             | Op::FetchAdd { cache, addr, .. } => (cache, addr, true),
-            Op::Execute { .. } | Op::Tag(_) | Op::Ping => return,
+            Op::Execute { .. } | Op::Tag(_) | Op::Answer { .. } | Op::Ping => return,
         };
         let c = match self.last {
             Some((id, c)) if id == cache => c,

@@ -130,6 +130,7 @@ impl<'m> Lookup<'m> {
                     addr,
                     len: len as u32,
                     tag: None,
+                    answer: None,
                 });
             }
         }

@@ -83,7 +83,7 @@ fn permitted(access: &Access, op: &Op<'_>) -> bool {
         Op::Write { cache, .. } | Op::Cas { cache, .. } | Op::FetchAdd { cache, .. } => {
             access.may_write(cache)
         }
-        Op::Tag(_) | Op::Ping => true,
+        Op::Tag(_) | Op::Answer { .. } | Op::Ping => true,
     }
 }
 
@@ -129,6 +129,8 @@ pub fn execute_batch<'m>(
     let (mut this, mut next) = (&mut a, &mut b);
     // A TAG names the op after it.
     let mut pending_tag: Option<Tag> = None;
+    // A server's ANSWER sits between a TAG and the op it names.
+    let mut pending_answer: Option<(u64, &[u8])> = None;
     let mut tags = BatchTags::new(cx);
     this.decode(&mut decoder, &mut pf)?;
     while !this.ops().is_empty() {
@@ -138,7 +140,15 @@ pub fn execute_batch<'m>(
                 pending_tag = Some(t);
                 continue;
             }
+            if let Op::Answer { addr, body } = op {
+                // Only a server passes on what its EXECUTEs answered.
+                if cx.from_server {
+                    pending_answer = Some((addr, body));
+                }
+                continue;
+            }
             let tag = pending_tag.take();
+            let answer = pending_answer.take();
             let code = op.code();
             let before = out.len();
             if scoped && !permitted(&cx.access, &op) {
@@ -186,7 +196,8 @@ pub fn execute_batch<'m>(
                             }
                             Ok((r, off)) => {
                                 let s = if let Some(t) = tag {
-                                    tags.write(&look, t, (r, off), addr, data, written, touched)
+                                    let at = (r, off, addr);
+                                    tags.write(&look, t, answer, at, data, written, touched)
                                 } else if r.write_from(off, data) {
                                     look.wrote(addr, data.len() as u64, true, written);
                                     look.touch(touched, addr, r);
@@ -265,16 +276,34 @@ pub fn execute_batch<'m>(
                             match s {
                                 Some(s) => enc.status(out, code, s),
                                 None => {
-                                    let (mem, done) = (CacheMemory::new(c), out.len());
-                                    let ran = p.run_writing(&mem, addr, args, out);
-                                    // Changes count even when the run failed after them.
-                                    for (at, len, overwrote) in mem.into_changes() {
-                                        look.wrote(at, len, overwrote, written);
-                                        let idx = region_split(at, c.region_size).0 as usize;
-                                        if let Some(Some(r)) = c.regions.get(idx) {
-                                            look.touch(touched, at, r);
+                                    let done = out.len();
+                                    // A repeat is answered from its record, not run again.
+                                    let again = tag.and_then(|t| tags.repeated_body(t, addr));
+                                    let ran = match again {
+                                        Some(body) => {
+                                            out.extend_from_slice(&body);
+                                            Ok(())
                                         }
-                                    }
+                                        None => {
+                                            let from = written.len();
+                                            let mem = CacheMemory::new(c);
+                                            let ran = p.run_writing(&mem, addr, args, out);
+                                            // Changes count even when the run failed after them.
+                                            for (at, len, overwrote) in mem.into_changes() {
+                                                look.wrote(at, len, overwrote, written);
+                                                let idx =
+                                                    region_split(at, c.region_size).0 as usize;
+                                                if let Some(Some(r)) = c.regions.get(idx) {
+                                                    look.touch(touched, at, r);
+                                                }
+                                            }
+                                            if let (Some(t), Ok(())) = (tag, &ran) {
+                                                let body = &out[done..];
+                                                tags.remember_body(t, addr, body, written, from);
+                                            }
+                                            ran
+                                        }
+                                    };
                                     answer_writing(cx, ran, out, &mut enc, done);
                                 }
                             }
@@ -301,7 +330,7 @@ pub fn execute_batch<'m>(
                 },
                 Op::Ping => enc.status(out, code, Status::Ok),
                 // Taken before the match.
-                Op::Tag(_) => {}
+                Op::Tag(_) | Op::Answer { .. } => {}
             }
             let ok = out.len() == before || enc.last_ok();
             let bytes = match op {
@@ -519,13 +548,15 @@ fn run_execute(
 }
 
 /// A range one op wrote in a region that has backups.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Written {
     pub cache: CacheId,
     pub addr: u64,
     pub len: u32,
     /// The op's tag and answer, for the backups' completion records.
     pub tag: Option<farcache_proto::Tag>,
+    /// A writing EXECUTE's address and reply body, passed on with its tag.
+    pub answer: Option<(u64, std::sync::Arc<[u8]>)>,
 }
 
 #[cfg(test)]
