@@ -14,6 +14,7 @@ pub mod histogram;
 pub mod io;
 pub mod io_suite;
 pub mod migrate;
+pub mod model_suite;
 pub mod replication;
 pub mod report;
 pub mod resp_suite;

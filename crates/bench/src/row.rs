@@ -89,6 +89,9 @@ pub struct BenchRow {
     /// Delay added each way between any two hosts (`bench sproc --lab-delays`).
     #[serde(default)]
     pub one_way_delay_us: Option<f64>,
+    /// The client–server TCP round trip the lab measured at that delay (µs).
+    #[serde(default)]
+    pub lab_rtt_us: Option<f64>,
     /// e.g. ">= 10x"
     pub target: Option<String>,
     pub meets_target: Option<bool>,
@@ -131,6 +134,7 @@ impl Default for BenchRow {
             bytes_per_query: None,
             client_bytes_per_query: None,
             one_way_delay_us: None,
+            lab_rtt_us: None,
             target: None,
             meets_target: None,
         }

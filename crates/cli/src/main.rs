@@ -65,6 +65,10 @@ enum Command {
     /// Measure the SLO performance model on this machine (for `manager --slo-model`).
     #[cfg(feature = "bench")]
     Calibrate(cmd::calibrate::Args),
+    /// Project the graph traversal on 16 to 1,024 servers with the model `bench
+    /// model` calibrated in the lab: latency, throughput and traffic, and a chart.
+    #[cfg(feature = "bench")]
+    Simulate(cmd::simulate::Args),
 }
 
 fn init_logging(default: &str) {
@@ -153,6 +157,11 @@ fn run(cli: Cli) -> Result<()> {
         Command::Calibrate(a) => {
             init_logging("warn");
             cmd::calibrate::run(a)
+        }
+        #[cfg(feature = "bench")]
+        Command::Simulate(a) => {
+            init_logging("warn");
+            cmd::simulate::run(a)
         }
     }
 }

@@ -18,8 +18,25 @@ fn f(row: &Value, field: &str) -> f64 {
 #[test]
 fn bench_sproc_writes_rows_with_ratios() {
     let out = tempfile::tempdir().expect("tempdir");
+    // A 30 x 30 grid as a text edge list: the file graph's rows.
+    let grid = out.path().join("grid.txt");
+    let mut edges = String::from("# a grid\n");
+    for r in 0..30u32 {
+        for c in 0..30u32 {
+            let v = r * 30 + c;
+            if c + 1 < 30 {
+                edges.push_str(&format!("{v} {}\n", v + 1));
+            }
+            if r + 1 < 30 {
+                edges.push_str(&format!("{v} {}\n", v + 30));
+            }
+        }
+    }
+    std::fs::write(&grid, edges).expect("write the grid");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_farcache"));
     cmd.args(["bench", "sproc", "--quick", "--seconds", "0.3"])
+        .arg("--graph-file")
+        .arg(&grid)
         .args([
             "-b",
             "256",
@@ -225,6 +242,20 @@ fn bench_sproc_writes_rows_with_ratios() {
             assert!(f(t, "client_bytes_per_query") > 0.0, "{t:#}");
             assert!(f(t, "ratio_vs_client_side") > 0.0, "{t:#}");
             assert!(t["one_way_delay_us"].is_null(), "{t:#}");
+            // One source on loopback: "no slower than the client" (issue 34).
+            if shared.is_empty() {
+                assert_eq!(t["target"], ">= 1x client p50", "{t:#}");
+                assert!(t["meets_target"].is_boolean(), "{t:#}");
+            } else {
+                assert!(t["target"].is_null(), "{t:#}");
+            }
+            // The file graph's rows, by the file's name, answers checked the same.
+            let g = row(&format!(
+                "traversal k={k} on grid{shared} (expand per server per level)"
+            ));
+            assert!(f(g, "ratio_vs_client_side") > 0.0, "{g:#}");
+            assert!(f(g, "bytes_per_query") > 0.0, "{g:#}");
+            assert!(!g["name"].as_str().unwrap_or_default().contains("errors"));
         }
     }
 
@@ -246,6 +277,13 @@ fn bench_sproc_rejects_bad_arguments() {
         &["bench", "sproc", "--records", "3", "--no-baselines"],
         &["bench", "sproc", "--chains", "0", "--no-baselines"],
         &["bench", "sproc", "--graph-scale", "0", "--no-baselines"],
+        &[
+            "bench",
+            "sproc",
+            "--graph-file",
+            "/no/such/graph.gt",
+            "--no-baselines",
+        ],
     ] {
         common::assert_refused(args);
     }

@@ -15,6 +15,7 @@ pub mod error;
 mod gt;
 mod kronecker;
 mod layout;
+pub mod model;
 mod stored;
 mod traverse;
 

@@ -25,7 +25,7 @@ const EDGES_PER_VERTEX: u64 = 10;
 /// the 1 MiB per-op limit fails.
 const MAX_REACH: usize = 1 << 15;
 /// The cache holding the graph.
-const CACHE: &str = "bench-sproc-khop";
+pub(super) const CACHE: &str = "bench-sproc-khop";
 
 /// Row 4 with per-destination batching: for k = 2 and 3, the client-side BFS, then
 /// `khop` with FFlow and DFlow. Returns what the unbatched rows reuse.

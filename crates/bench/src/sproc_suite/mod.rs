@@ -21,8 +21,10 @@
 
 mod chase;
 mod khop;
+mod lab;
 mod measure;
 mod records;
+mod rtt_chart;
 mod spread;
 mod traversal;
 
@@ -43,8 +45,9 @@ use chase::{CHASE_CAP, chase_rows};
 use khop::{StoredGraph, khop_rows, khop_unbatched_rows};
 use measure::RunOutcome;
 use records::records_section;
+pub use rtt_chart::{rtt_series, write_rtt_chart};
 use spread::{SPREAD_SERVERS, SpreadCluster};
-use traversal::{KroneckerGraph, traversal_lab_rows, traversal_rows};
+use traversal::{BenchGraph, traversal_rows};
 
 /// Throughput needed vs Redis's best pipelined `EVALSHA` of the same logic.
 pub const TARGET_EVAL_RATIO: f64 = 20.0;
@@ -56,6 +59,14 @@ pub const TARGET_AGG2_CLIENT_RATIO: f64 = 1.8;
 pub const TARGET_AGG3_CLIENT_RATIO: f64 = 2.5;
 /// 64-node chase over 3 servers: client-side time ÷ procedure time.
 pub const TARGET_CHASE_TIME_RATIO: f64 = 5.0;
+/// The one-way delay (µs) at which the lab rows carry their targets.
+pub const TARGET_DELAY_US: f64 = 25.0;
+/// Pointer chase (FFlow, three segments) over the client's reads at that delay.
+pub const TARGET_CHASE_LAB_RATIO: f64 = 20.0;
+/// Traversal k = 3 over the client-side search at that delay, in p50 and in bytes.
+pub const TARGET_TRAVERSAL_LAB: f64 = 3.0;
+/// Traversal over the client-side search on loopback (one source).
+pub const TARGET_TRAVERSAL_LOOPBACK: f64 = 1.0;
 /// 64-node chase over 3 servers: client-side round trips ÷ procedure round trips.
 pub const TARGET_CHASE_RT_RATIO: f64 = 10.0;
 
@@ -87,6 +98,9 @@ pub struct SprocBenchOptions {
     pub khop_sources: usize,
     /// Kronecker scale of the traversal graph (2^scale vertices, 16 edges each).
     pub graph_scale: u32,
+    /// A graph file (graph-tool `.gt` or a text edge list, gzipped or not) whose
+    /// traversal rows run after the Kronecker graph's, on loopback and in the lab.
+    pub graph_file: Option<PathBuf>,
     /// One-way delays (µs) at which the traversal rows run again in the network lab
     /// (needs root); empty: loopback only.
     pub lab_delays: Vec<u32>,
@@ -114,6 +128,7 @@ impl SprocBenchOptions {
             khop_sources: 64,
             graph_scale: if quick { 16 } else { 20 },
             lab_delays: Vec::new(),
+            graph_file: None,
             baselines: true,
             redis_requests: None,
             quick,
@@ -127,6 +142,14 @@ impl SprocBenchOptions {
             return Err(BenchError::InvalidArgument(
                 "the traversal graph's scale must be between 4 and 26".into(),
             ));
+        }
+        if let Some(p) = &self.graph_file
+            && let Err(e) = std::fs::File::open(p)
+        {
+            return Err(BenchError::InvalidArgument(format!(
+                "cannot read the graph file {}: {e}",
+                p.display()
+            )));
         }
         if !(self.records_rows || self.spread_rows) {
             return Err(BenchError::InvalidArgument("no section selected".into()));
@@ -303,7 +326,7 @@ fn spread_section(opts: &SprocBenchOptions, report: &mut BenchReport) -> Result<
 
     pb.set_message(format!("starting {SPREAD_SERVERS} servers, s = 1"));
     let mut spread = SpreadCluster::start(opts, server_memory, true)?;
-    chase_rows(opts, &mut spread, &pb, report)?;
+    chase_rows(opts, &mut spread, &pb, report, None)?;
     let khop = khop_rows(opts, &mut spread, &graph, &pb, report)?;
     drop(spread);
 
@@ -317,14 +340,19 @@ fn spread_section(opts: &SprocBenchOptions, report: &mut BenchReport) -> Result<
         "generating a Kronecker scale-{} graph",
         opts.graph_scale
     ));
-    let kron = KroneckerGraph::build(opts.graph_scale)?;
-    pb.set_message("traversal: new cluster");
-    let spread = SpreadCluster::start(opts, kron.server_memory(), true)?;
-    traversal_rows(opts, &spread, &kron, &pb, report)?;
-    drop(spread);
+    let mut graphs = vec![BenchGraph::kronecker(opts.graph_scale)?];
+    if let Some(path) = &opts.graph_file {
+        pb.set_message(format!("reading {}", path.display()));
+        graphs.push(BenchGraph::from_file(path)?);
+    }
+    pb.inc_length(4 * (graphs.len() as u64 - 1));
+    for g in &graphs {
+        pb.set_message(format!("traversal on {}: new cluster", g.label()));
+        let spread = SpreadCluster::start(opts, g.server_memory(), true)?;
+        traversal_rows(opts, &spread, g, &pb, report)?;
+    }
     if !opts.lab_delays.is_empty() {
-        pb.inc_length(4 * opts.lab_delays.len() as u64);
-        traversal_lab_rows(opts, std::sync::Arc::new(kron), &pb, report)?;
+        lab::lab_rows(opts, graph, graphs, server_memory, &pb, report)?;
     }
     pb.finish_and_clear();
     Ok(())

@@ -2,10 +2,7 @@
 //! on a Graph500 Kronecker graph over three servers, against the same search done at
 //! the client with batched reads of entries and edge lists.
 
-use farcache_graph::{Csr, GraphCache, LoadOptions, Traversal, kronecker_edges};
-use std::sync::Arc;
-
-use farcache_testkit::{Lab, ProcessCluster};
+use farcache_graph::{Csr, GraphCache, LoadOptions, Traversal, kronecker_edges, read_graph};
 use indicatif::ProgressBar;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -13,37 +10,107 @@ use rand::{Rng, SeedableRng};
 use super::measure::{RunOutcome, run_serial};
 use super::spread::SPREAD_SERVERS;
 use super::spread::SpreadCluster;
-use super::{SprocBenchOptions, cluster_err};
-use crate::error::Result;
+use super::{
+    SprocBenchOptions, TARGET_DELAY_US, TARGET_TRAVERSAL_LAB, TARGET_TRAVERSAL_LOOPBACK,
+    cluster_err, with_targets,
+};
+use crate::error::{BenchError, Result};
 use crate::report::{BenchReport, BenchRow};
 
+/// The caches holding the graphs: this name, then `-1`, `-2`… for more graphs.
 const CACHE: &str = "bench-sproc-graph";
 /// Sources queried in turn by the one-source rows, and together by the shared row.
 const SOURCES: usize = 16;
 
-/// The graph, generated and laid out before the cluster starts (its size sets the
-/// servers' memory).
-pub(super) struct KroneckerGraph {
-    scale: u32,
+/// A graph of the traversal rows, generated or read before the cluster starts (its
+/// size sets the servers' memory).
+pub(super) struct BenchGraph {
+    /// How rows name it ("Kronecker 20", a file's stem).
+    label: String,
+    /// What the notes say of where it came from.
+    origin: String,
+    /// Whether the rows' names carry the label (all but the Kronecker graph's).
+    named: bool,
     csr: Csr,
     gen_secs: f64,
     region: u64,
 }
 
-impl KroneckerGraph {
-    pub(super) fn build(scale: u32) -> Result<Self> {
+impl BenchGraph {
+    /// Graph500's Kronecker graph of `2^scale` vertices, edge factor 16.
+    pub(super) fn kronecker(scale: u32) -> Result<Self> {
         let t0 = std::time::Instant::now();
         let edges = kronecker_edges(scale, 16, 1).map_err(cluster_err)?;
         let csr = Csr::from_edges(1 << scale, &edges, true).map_err(cluster_err)?;
+        Ok(Self::laid_out(
+            format!("Kronecker {scale}"),
+            format!(
+                "Graph500 Kronecker scale {scale} edge factor 16 (A=0.57, B=C=0.19), generated"
+            ),
+            false,
+            csr,
+            t0,
+        ))
+    }
+
+    /// A graph file (`.gt` or a text edge list, gzipped or not), stored both ways
+    /// unless the file says it is directed.
+    pub(super) fn from_file(path: &std::path::Path) -> Result<Self> {
+        let t0 = std::time::Instant::now();
+        let f = std::fs::File::open(path)
+            .map_err(|e| BenchError::InvalidArgument(format!("{}: {e}", path.display())))?;
+        let read = read_graph(std::io::BufReader::new(f), |_| {})
+            .map_err(|e| BenchError::InvalidArgument(format!("{}: {e}", path.display())))?;
+        if read.list.vertices == 0 {
+            return Err(BenchError::InvalidArgument(format!(
+                "{} holds no edges",
+                path.display()
+            )));
+        }
+        let directed = read.directed == Some(true);
+        let csr = Csr::from_edges(read.list.vertices, &read.list.edges, !directed)
+            .map_err(cluster_err)?;
+        let name = path.file_name().map_or_else(
+            || path.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        let label = ["gz", "gt", "txt", "tsv", "edges"]
+            .iter()
+            .fold(name.clone(), |n, ext| {
+                n.strip_suffix(&format!(".{ext}"))
+                    .map_or(n.clone(), str::to_owned)
+            });
+        Ok(Self::laid_out(
+            label,
+            format!("{name}, read from {}", path.display()),
+            true,
+            csr,
+            t0,
+        ))
+    }
+
+    fn laid_out(
+        label: String,
+        origin: String,
+        named: bool,
+        csr: Csr,
+        t0: std::time::Instant,
+    ) -> Self {
         // Six or more regions, so every server holds two partitions or more.
         let bytes = u64::from(csr.vertices()) * 16 + 4 * csr.edges();
         let region = (bytes / 6).next_power_of_two().clamp(1 << 20, 16 << 20);
-        Ok(Self {
-            scale,
+        Self {
+            label,
+            origin,
+            named,
             csr,
             gen_secs: t0.elapsed().as_secs_f64(),
             region,
-        })
+        }
+    }
+
+    pub(super) fn label(&self) -> &str {
+        &self.label
     }
 
     /// Memory each of the three servers needs for the graph's cache.
@@ -91,7 +158,7 @@ fn measure(
 }
 
 /// Sources of degree ≥ 1, the same in every run.
-fn pick_sources(g: &KroneckerGraph) -> Vec<u32> {
+fn pick_sources(g: &BenchGraph) -> Vec<u32> {
     let mut rng = StdRng::seed_from_u64(23);
     let mut sources = Vec::with_capacity(SOURCES);
     while sources.len() < SOURCES {
@@ -104,7 +171,21 @@ fn pick_sources(g: &KroneckerGraph) -> Vec<u32> {
 }
 
 /// Writes the graph into a fresh cache of `spread`; returns it and the seconds taken.
-fn load(spread: &SpreadCluster, g: &KroneckerGraph) -> Result<(GraphCache, f64)> {
+/// The cache name of the run's `i`-th graph.
+pub(super) fn cache_name(i: usize) -> String {
+    match i {
+        0 => CACHE.to_string(),
+        _ => format!("{CACHE}-{i}"),
+    }
+}
+
+/// Writes the graph into a fresh cache `name` of `spread`; returns it and the
+/// seconds taken.
+pub(super) fn load(
+    spread: &SpreadCluster,
+    g: &BenchGraph,
+    name: &str,
+) -> Result<(GraphCache, f64)> {
     let load = LoadOptions {
         region_size: g.region,
         min_parts: 2 * SPREAD_SERVERS,
@@ -112,7 +193,7 @@ fn load(spread: &SpreadCluster, g: &KroneckerGraph) -> Result<(GraphCache, f64)>
     };
     let t0 = std::time::Instant::now();
     let gc =
-        GraphCache::create(&spread.client, CACHE, &g.csr, &load, |_, _| {}).map_err(cluster_err)?;
+        GraphCache::create(&spread.client, name, &g.csr, &load, |_, _| {}).map_err(cluster_err)?;
     let secs = t0.elapsed().as_secs_f64();
     gc.warm().map_err(cluster_err)?;
     Ok((gc, secs))
@@ -123,13 +204,18 @@ fn load(spread: &SpreadCluster, g: &KroneckerGraph) -> Result<(GraphCache, f64)>
 fn rows(
     opts: &SprocBenchOptions,
     gc: &GraphCache,
-    g: &KroneckerGraph,
+    g: &BenchGraph,
     groups: &[usize],
     delay_us: Option<f64>,
     pb: &ProgressBar,
 ) -> Vec<BenchRow> {
     let sources = pick_sources(g);
-    let dist = format!("Kronecker {}, {SPREAD_SERVERS} srv", g.scale);
+    let dist = format!("{}, {SPREAD_SERVERS} srv", g.label);
+    let on = if g.named {
+        format!(" on {}", g.label)
+    } else {
+        String::new()
+    };
     let at = delay_us.map_or_else(String::new, |d| format!(" @ {d:.0}us one-way"));
     let mut out = Vec::new();
     for k in [2u8, 3] {
@@ -140,18 +226,20 @@ fn rows(
             } else {
                 format!(", {group} sources per traversal")
             };
-            pb.set_message(format!("traversal k={k}{shared}{at}: client-side reads"));
+            pb.set_message(format!(
+                "traversal k={k}{on}{shared}{at}: client-side reads"
+            ));
             let client = measure(opts, &sources, &expected, group, |s| {
                 gc.traverse_by_reads(s, k)
             });
             pb.inc(1);
-            pb.set_message(format!("traversal k={k}{shared}{at}: expand"));
+            pb.set_message(format!("traversal k={k}{on}{shared}{at}: expand"));
             let near = measure(opts, &sources, &expected, group, |s| gc.traverse(s, k));
             pb.inc(1);
             // Per query: one traversal serves `group` queries.
             let per_query = |o: &RunOutcome| o.latency.p50_us / group as f64;
             let mut row = BenchRow {
-                name: format!("traversal k={k}{shared}{at} (expand per server per level)"),
+                name: format!("traversal k={k}{on}{shared}{at} (expand per server per level)"),
                 system: "farcache".into(),
                 op: farcache_sproc::builtin::Expand::NAME.into(),
                 record_size: 4,
@@ -172,26 +260,45 @@ fn rows(
             row.bytes_per_query = Some(near.bytes);
             row.client_bytes_per_query = Some(client.bytes);
             row.one_way_delay_us = delay_us;
-            if near.out.errors + client.out.errors > 0 {
-                row.name.push_str(&format!(
-                    " ({} errors)",
-                    near.out.errors + client.out.errors
-                ));
+            let errors = near.out.errors + client.out.errors;
+            if errors > 0 {
+                row.name.push_str(&format!(" ({errors} errors)"));
             }
-            out.push(row);
+            let speedup = client.out.latency.p50_us / near.out.latency.p50_us;
+            let fewer = client.bytes / near.bytes.max(1.0);
+            let targets = match (delay_us, k) {
+                // Issue 34's: no slower on loopback, 3x (time and bytes) at 25 us.
+                (None, _) if group == 1 => vec![(
+                    format!(">= {TARGET_TRAVERSAL_LOOPBACK}x client p50"),
+                    speedup >= TARGET_TRAVERSAL_LOOPBACK,
+                )],
+                (Some(d), 3) if group == 1 && d == TARGET_DELAY_US => vec![
+                    (
+                        format!(">= {TARGET_TRAVERSAL_LAB}x client p50"),
+                        speedup >= TARGET_TRAVERSAL_LAB,
+                    ),
+                    (
+                        format!(">= {TARGET_TRAVERSAL_LAB}x fewer bytes"),
+                        fewer >= TARGET_TRAVERSAL_LAB,
+                    ),
+                ],
+                _ => Vec::new(),
+            };
+            out.push(with_targets(row, errors, &targets));
         }
     }
     out
 }
 
-fn graph_note(g: &KroneckerGraph, parts: usize, write_secs: f64) -> String {
+pub(super) fn graph_note(g: &BenchGraph, parts: usize, write_secs: f64) -> String {
     format!(
-        "traversal graph: Graph500 Kronecker scale {} edge factor 16 (A=0.57, B=C=0.19), {} vertices, {} \
-         stored edges (both ways, deduplicated), generated in {:.1} s; {parts} vertex-range partitions \
-         (entries and their edge lists in one region of {} B) over {SPREAD_SERVERS} servers, \
-         written in {write_secs:.1} s; {SOURCES} sources of degree >= 1; every answer checked against a local \
-         BFS. Bytes per query are payload (args and replies; 12 B per read request)",
-        g.scale,
+        "traversal graph {}: {}, {} vertices, {} stored edges (both ways unless directed, \
+         deduplicated), ready in {:.1} s; {parts} vertex-range partitions (entries and their \
+         edge lists in one region of {} B) over {SPREAD_SERVERS} servers, written in \
+         {write_secs:.1} s; {SOURCES} sources of degree >= 1; every answer checked against a \
+         local BFS. Bytes per query are payload (args and replies; 12 B per read request)",
+        g.label,
+        g.origin,
         g.csr.vertices(),
         g.csr.edges(),
         g.gen_secs,
@@ -203,12 +310,12 @@ fn graph_note(g: &KroneckerGraph, parts: usize, write_secs: f64) -> String {
 pub(super) fn traversal_rows(
     opts: &SprocBenchOptions,
     spread: &SpreadCluster,
-    g: &KroneckerGraph,
+    g: &BenchGraph,
     pb: &ProgressBar,
     report: &mut BenchReport,
 ) -> Result<()> {
-    pb.set_message(format!("writing the Kronecker scale-{} graph", g.scale));
-    let (gc, write_secs) = load(spread, g)?;
+    pb.set_message(format!("writing the graph {}", g.label));
+    let (gc, write_secs) = load(spread, g, CACHE)?;
     report
         .rows
         .extend(rows(opts, &gc, g, &[1, SOURCES], None, pb));
@@ -219,52 +326,10 @@ pub(super) fn traversal_rows(
     Ok(())
 }
 
-/// Row 5 in the network lab (root): every process on a host of its own, each host's
-/// link shaped to 10 Gbit/s and delayed by half of each one-way delay in
-/// `opts.lab_delays`, so any two hosts are that far apart.
-pub(super) fn traversal_lab_rows(
-    opts: &SprocBenchOptions,
-    g: Arc<KroneckerGraph>,
-    pb: &ProgressBar,
-    report: &mut BenchReport,
-) -> Result<()> {
-    let lab = Arc::new(Lab::create(&["c0"]).map_err(cluster_err)?);
-    let (o, l, pb2) = (opts.clone(), lab.clone(), pb.clone());
-    let (rows, notes) = lab
-        .run_on("c0", move || -> Result<(Vec<BenchRow>, Vec<String>)> {
-            pb2.set_message("traversal: cluster in the lab");
-            let spread = SpreadCluster::start_with(&o, g.server_memory(), true, Some(l.clone()))?;
-            let (gc, write_secs) = load(&spread, &g)?;
-            let mut hosts = vec!["c0".to_string(), ProcessCluster::manager_host(0)];
-            hosts.extend((0..SPREAD_SERVERS).map(ProcessCluster::server_host));
-            for h in &hosts {
-                l.shape(h, 10_000).map_err(cluster_err)?;
-            }
-            let (mut rows, mut notes) = (Vec::new(), vec![graph_note(&g, gc.layout.parts.len(), write_secs)]);
-            for &d in &o.lab_delays {
-                let half = std::time::Duration::from_nanos(u64::from(d) * 500);
-                for h in &hosts {
-                    l.delay(h, half, std::time::Duration::ZERO).map_err(cluster_err)?;
-                }
-                let rtt = l.rtt("c0", &hosts[2], 21).map_err(cluster_err)?;
-                notes.push(format!(
-                    "lab at {d} us one-way (10 Gbit/s links): client-server TCP round trip p50 {:.1} us",
-                    rtt.as_secs_f64() * 1e6
-                ));
-                rows.extend(rows_at(&o, &gc, &g, f64::from(d), &pb2));
-            }
-            Ok((rows, notes))
-        })
-        .map_err(cluster_err)??;
-    report.rows.extend(rows);
-    report.notes.extend(notes);
-    Ok(())
-}
-
-fn rows_at(
+pub(super) fn rows_at(
     opts: &SprocBenchOptions,
     gc: &GraphCache,
-    g: &KroneckerGraph,
+    g: &BenchGraph,
     delay_us: f64,
     pb: &ProgressBar,
 ) -> Vec<BenchRow> {

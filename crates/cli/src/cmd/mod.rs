@@ -16,6 +16,8 @@ pub mod reclaim;
 pub mod resp;
 pub mod secret;
 pub mod server;
+#[cfg(feature = "bench")]
+pub mod simulate;
 pub mod status;
 pub mod token;
 pub mod up;

@@ -17,7 +17,7 @@ use farcache_bench::replication::{
     ReplicationBenchOptions, format_replication_table, run_replication_bench,
     write_replication_json,
 };
-use farcache_bench::sproc_suite::{SprocBenchOptions, run_sproc_bench};
+use farcache_bench::sproc_suite::{SprocBenchOptions, run_sproc_bench, write_rtt_chart};
 use farcache_bench::store_suite::large::{
     StoreLargeOptions, format_store_large_table, run_store_large_bench, write_store_large_chart,
     write_store_large_json, write_store_large_json_to,
@@ -77,6 +77,10 @@ pub enum BenchCommand {
     /// regions take to move to a second server, under a light load; then read every
     /// byte back. The target: a 4 GiB server drains within a 30 s grace.
     Drain(DrainArgs),
+    /// Calibrates the traversal's cost model in the network lab (root): fitted on 2
+    /// server hosts, checked against 4 and 8; writes the model `farcache simulate`
+    /// reads.
+    Model(ModelArgs),
     /// SLO configuration (Redy's evaluation): random SLOs drawn from a calibrated
     /// model, each searched, created as a cache and run at its offered load; how many
     /// runs meet their SLO, predicted vs measured CDFs, search times, cost vs an
@@ -120,8 +124,14 @@ pub struct SprocArgs {
     /// (default 20, 16 with --quick).
     #[arg(long)]
     graph_scale: Option<u32>,
-    /// Run the traversal rows again in the network lab (root) at these one-way delays
-    /// in µs, 10 Gbit/s links, e.g. `0,10,25,50,100`.
+    /// A graph file (graph-tool `.gt` or a text edge list, gzipped or not) whose
+    /// traversal rows run after the Kronecker graph's (on loopback, and in the lab
+    /// with --lab-delays); e.g. email-Enron.gt.gz from Debian's python3-graph-tool.
+    #[arg(long)]
+    graph_file: Option<std::path::PathBuf>,
+    /// Run the chase, k-hop and traversal rows again in the network lab (root) at
+    /// these one-way delays in µs, 10 Gbit/s links, e.g. `0,10,25,50,100`; adds a
+    /// chart of each procedure's speedup against the delay.
     #[arg(long, value_delimiter = ',')]
     lab_delays: Vec<u32>,
     /// Distinct 64-node chains per placement.
@@ -214,6 +224,7 @@ pub fn run(b: BenchCommand) -> Result<()> {
         BenchCommand::Slo(a) => super::bench_slo::run(a),
         BenchCommand::Resp(a) => super::bench_resp::run(a),
         BenchCommand::Control(a) => control::control(a),
+        BenchCommand::Model(a) => model(a),
     }
 }
 
@@ -242,6 +253,7 @@ fn sproc(a: SprocArgs) -> Result<()> {
         o.graph_scale = s;
     }
     o.lab_delays = a.lab_delays;
+    o.graph_file = a.graph_file;
     o.chains = a.chains;
     o.redis_requests = a.redis_requests;
     if !a.only.is_empty() {
@@ -249,7 +261,13 @@ fn sproc(a: SprocArgs) -> Result<()> {
         o.spread_rows = a.only.contains(&SprocSection::Spread);
     }
     let report = run_sproc_bench(&o)?;
-    finish(&report, &a.out)
+    finish(&report, &a.out)?;
+    match write_rtt_chart(&report, &a.out) {
+        Ok(Some(png)) => outln!("speedup vs delay chart: {}", png.display())?,
+        Ok(None) => {}
+        Err(e) => eprintln!("speedup vs delay chart not written: {e}"),
+    }
+    Ok(())
 }
 
 /// Prints the table, writes JSON and the chart, and sums up the targets.
@@ -362,4 +380,43 @@ fn parse_dist(s: &str) -> Result<KeyDistribution> {
             None => bail!("unknown distribution `{s}` (uniform, zipf, zipf:THETA)"),
         },
     }
+}
+
+#[derive(clap::Args)]
+pub struct ModelArgs {
+    /// Smaller graph (scale 14), 8 sources, 3 runs each.
+    #[arg(long)]
+    quick: bool,
+    /// Kronecker scale of the graph traversed (default 16, 14 with --quick).
+    #[arg(long)]
+    scale: Option<u32>,
+    /// Server hosts the costs are fitted on.
+    #[arg(long, default_value_t = 2)]
+    calibrate_on: usize,
+    /// Server hosts whose runs check the fitted model.
+    #[arg(long, value_delimiter = ',', default_value = "4,8")]
+    validate_on: Vec<usize>,
+    /// One-way delay between lab hosts, in µs.
+    #[arg(long, default_value_t = 25)]
+    delay_us: u32,
+    /// Directory for the JSON (the model) and the table's figures.
+    #[arg(long, default_value = DEFAULT_RESULTS_DIR)]
+    out: PathBuf,
+}
+
+fn model(a: ModelArgs) -> Result<()> {
+    use farcache_bench::model_suite::{ModelBenchOptions, format_model_table, run_model_bench};
+    let bin = std::env::current_exe().context("locating the farcache binary")?;
+    let mut o = ModelBenchOptions::new(bin, a.quick);
+    if let Some(s) = a.scale {
+        o.scale = s;
+    }
+    o.calibrate_on = a.calibrate_on;
+    o.validate_on = a.validate_on;
+    o.delay_us = a.delay_us;
+    let report = run_model_bench(&o)?;
+    out!("{}", format_model_table(&report))?;
+    let json = report.write_json(&a.out)?;
+    outln!("model:   {}", json.display())?;
+    Ok(())
 }
