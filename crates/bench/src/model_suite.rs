@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{BenchError, Result};
 use crate::io_suite::progress;
-use crate::report::write_json_as;
+use crate::report::{unix_now, write_json_as};
 
 /// Link rate of every lab host (Mbit/s).
 const LINK_MBIT: u32 = 10_000;
@@ -200,9 +200,7 @@ pub fn run_model_bench(opts: &ModelBenchOptions) -> Result<ModelReport> {
     let c = model.costs;
     Ok(ModelReport {
         bench: "model-traversal".into(),
-        timestamp_unix: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
+        timestamp_unix: unix_now(),
         scale: opts.scale,
         delay_us: opts.delay_us,
         link_gbit: f64::from(LINK_MBIT) / 1000.0,
@@ -490,9 +488,7 @@ pub fn simulate(
     }
     Ok(SimulateReport {
         bench: "simulate".into(),
-        timestamp_unix: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
+        timestamp_unix: unix_now(),
         scale: opts.scale,
         rtt_us: opts.rtt_us,
         link_gbit: opts.link_gbit,
