@@ -233,7 +233,7 @@ fn killed_server_regions_are_lost_until_overwritten() {
     // miss prints what the manager last said of the servers.)
     c.restart_server(i).expect("restart");
     let t0 = Instant::now();
-    let mut last = None;
+    let mut last;
     loop {
         match client.status() {
             Ok(st)
