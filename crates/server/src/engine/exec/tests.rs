@@ -64,6 +64,80 @@ fn run_as(store: &RegionStore, ops: &[Op<'_>], access: Access) -> Vec<u8> {
     out
 }
 
+/// An ANSWER (a writing EXECUTE's reply, passed on with its tag) is a server's to
+/// send: from a client it is ignored, though the write it precedes applies; from a
+/// server the receiver records the body under the EXECUTE's address, for retries.
+#[test]
+fn an_answer_is_recorded_only_from_a_server() {
+    const RS: u64 = 4096;
+    let store = RegionStore::new(1 << 20);
+    store.alloc(7, 0, RS, RS, 1, Arrival::default()).unwrap();
+    let tag = Tag {
+        session: 9,
+        seq: 3,
+        done_below: 0,
+        result: 0,
+    };
+    let ops = [
+        Op::Tag(tag),
+        Op::Answer {
+            addr: 64,
+            body: b"new value",
+        },
+        Op::Write {
+            cache: 7,
+            addr: 512,
+            data: b"xy",
+        },
+    ];
+    let mut req = Vec::new();
+    let mut e = RequestEncoder::begin(&mut req, 5);
+    for op in &ops {
+        e.push(&mut req, op);
+    }
+    e.finish(&mut req);
+    for from_server in [false, true] {
+        let completions = Completions::default();
+        let map = store.snapshot();
+        let procs = ProcTable::default();
+        let cx = BatchCtx {
+            map: &map,
+            procs: &procs,
+            access: Access::Cluster,
+            me: "127.0.0.1:1",
+            from_server,
+            replica_of: None,
+            completions: &completions,
+            note_acks: false,
+            max_frame: 1 << 20,
+        };
+        let mut out = Vec::new();
+        execute_batch(
+            &cx,
+            &req[HEADER_LEN..],
+            5,
+            &mut out,
+            &mut Tally::default(),
+            &mut Vec::new(),
+            &mut Vec::new(),
+            &mut Touched::default(),
+        )
+        .unwrap();
+        let replies: Vec<_> = ResponseDecoder::new(&out[HEADER_LEN..])
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(replies.len(), 1, "tag and answer get no reply");
+        assert_eq!(replies[0].status, Status::Ok);
+        assert_eq!(
+            completions.body(9, 3, 64).as_deref(),
+            from_server.then_some(&b"new value"[..]),
+            "from a server: {from_server}"
+        );
+        assert!(completions.get(9, 3, 512).is_some(), "the write is recorded");
+    }
+}
+
 proptest::proptest! {
     /// Short `aggregate` calls answered straight from a region (`folded_here`) give
     /// what the procedure gives over a copy of the same bytes, and any call the
