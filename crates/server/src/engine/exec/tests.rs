@@ -134,7 +134,10 @@ fn an_answer_is_recorded_only_from_a_server() {
             from_server.then_some(&b"new value"[..]),
             "from a server: {from_server}"
         );
-        assert!(completions.get(9, 3, 512).is_some(), "the write is recorded");
+        assert!(
+            completions.get(9, 3, 512).is_some(),
+            "the write is recorded"
+        );
     }
 }
 
