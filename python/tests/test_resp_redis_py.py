@@ -161,10 +161,35 @@ def test_default_pipeline_is_a_transaction(frontend):
     assert r.get("tx:n") == b"100"
     # A command the front end refuses aborts the whole transaction.
     pipe = r.pipeline()
-    pipe.set("tx:n", 7).execute_command("EVALSHA", "0" * 40, 0)
+    pipe.set("tx:n", 7).execute_command("LPUSH", "tx:l", 1)
     with pytest.raises(redis.ResponseError):
         pipe.execute()
     assert r.get("tx:n") == b"100"
+
+
+def test_redis_py_lock_runs_its_lua_scripts(frontend):
+    r = _r(frontend)
+    lock = r.lock("lk:lua", timeout=10)
+    assert lock.acquire(blocking=False)
+    assert not r.lock("lk:lua").acquire(blocking=False)
+    assert lock.owned()
+    assert lock.extend(5)
+    assert 14_000 < r.pttl("lk:lua") <= 15_000
+    assert lock.reacquire()
+    assert 9_000 < r.pttl("lk:lua") <= 10_000
+    lock.release()
+    assert r.get("lk:lua") is None
+    with r.lock("lk:lua", timeout=10, blocking_timeout=2):
+        stale = r.lock("lk:lua")
+        stale.local.token = b"not-the-owner"
+        with pytest.raises(redis.exceptions.LockNotOwnedError):
+            stale.release()
+        assert r.get("lk:lua") is not None
+    assert r.get("lk:lua") is None
+    # A script of one's own, by EVALSHA after SCRIPT LOAD (register_script).
+    bump = r.register_script("return redis.call('INCRBY', KEYS[1], ARGV[1])")
+    assert bump(keys=["lk:n"], args=[5]) == 5
+    assert bump(keys=["lk:n"], args=[2]) == 7
 
 
 def test_lock_without_lua(frontend):

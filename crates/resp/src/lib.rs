@@ -13,7 +13,7 @@
 //!
 //! Layout: [`parse`] (requests), [`reply`] (RESP2/RESP3 replies), [`server`]
 //! (listener, connection cap), [`shared`] (store, counters, key-stripe locks), [`session`] (a connection's state), `worker`
-//! (the event loop batching across connections), `offload` (the pool for commands too big for a loop), `cmd` (the command table and handlers by family), [`auth`] (tokens).
+//! (the event loop batching across connections), `offload` (the pool for commands too big for a loop), `cmd` (the command table and handlers by family), `script` (Lua scripts: cache and interpreter), [`auth`] (tokens).
 
 pub mod auth;
 mod cmd;
@@ -23,6 +23,7 @@ mod offload;
 pub mod parse;
 pub mod pattern;
 pub mod reply;
+mod script;
 pub mod server;
 pub mod session;
 pub mod shared;

@@ -9,6 +9,7 @@ use farcache_store::Store;
 use parking_lot::{Mutex, MutexGuard};
 
 use crate::auth::AuthPolicy;
+use crate::script::ScriptCache;
 
 /// Key stripes serialising the front end's writes (see [`Shared::lock_keys`]).
 const STRIPES: usize = 4096;
@@ -36,6 +37,8 @@ pub struct Shared {
     /// Connections closed before authenticating: a frame past the pre-auth limits
     /// (or malformed), or no `AUTH` in time (`INFO stats`: `rejected_unauthenticated`).
     pub rejected_unauthenticated: AtomicU64,
+    /// Lua scripts by SHA-1 (`EVALSHA`, `SCRIPT`).
+    pub scripts: ScriptCache,
     stripes: Box<[Mutex<()>]>,
     /// One version per stripe (see [`Shared::version`]).
     versions: Box<[AtomicU64]>,
@@ -62,6 +65,7 @@ impl Shared {
             round_store_us: AtomicU64::new(0),
             offloaded: AtomicU64::new(0),
             rejected_unauthenticated: AtomicU64::new(0),
+            scripts: ScriptCache::default(),
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             versions: (0..STRIPES).map(|_| AtomicU64::new(0)).collect(),
             stop: AtomicBool::new(false),

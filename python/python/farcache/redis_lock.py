@@ -1,9 +1,10 @@
 """redis-py's ``Lock`` for the farcache Redis-protocol front end.
 
-redis-py's own ``Lock`` takes its lock with ``SET NX PX`` (which the front end runs)
-but releases, extends and reacquires it with Lua scripts (``EVALSHA``), which the
-front end does not run. This subclass does those three as ``WATCH`` / ``MULTI`` /
-``EXEC`` check-and-set transactions instead: the front end runs a transaction on one
+The front end runs Lua scripts now (``EVAL`` / ``EVALSHA``), so redis-py's own
+``Lock`` works unchanged; this subclass, written before it did, stays for code that
+uses it. It takes its lock with ``SET NX PX`` and releases, extends and reacquires it
+with ``WATCH`` / ``MULTI`` / ``EXEC`` check-and-set transactions instead of Lua
+scripts: the front end runs a transaction on one
 key atomically with every other write to that key through it, so a lock is released
 only by its owner, and never after another client took it over.
 

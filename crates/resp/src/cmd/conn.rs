@@ -272,11 +272,12 @@ pub fn info(s: &mut Session, a: &Args, out: &mut Out) {
         );
     }
     if want("memory") {
+        let scripts = sh.scripts.size();
         // The front end's data lives in the cache: its capacity is the limit.
         let _ = write!(
             t,
-            "# Memory\r\nused_memory:{}\r\nmaxmemory:{}\r\nmaxmemory_policy:allkeys-lru\r\n\r\n",
-            info.capacity, info.capacity
+            "# Memory\r\nused_memory:{}\r\nmaxmemory:{}\r\nmaxmemory_policy:allkeys-lru\r\nnumber_of_cached_scripts:{}\r\nused_memory_scripts:{}\r\n\r\n",
+            info.capacity, info.capacity, scripts.0, scripts.1
         );
     }
     if want("persistence") {

@@ -3,6 +3,7 @@
 
 mod bits;
 mod conn;
+mod eval;
 mod fcall;
 mod keys;
 mod keyspace;
@@ -30,8 +31,8 @@ enum Keys {
         last: isize,
         step: usize,
     },
-    /// `FCALL fn numkeys key...`.
-    Fcall,
+    /// `FCALL fn numkeys key...`, `EVAL script numkeys key...`.
+    Numkeys,
 }
 
 const ONE: Keys = Keys::Span {
@@ -177,8 +178,14 @@ const COMMANDS: &[Command] = &[
     c("flushdb", -1, true, NO, keyspace::flushdb),
     c("flushall", -1, true, NO, keyspace::flushdb),
     // Procedures.
-    c("fcall", -3, true, Keys::Fcall, fcall::fcall),
-    c("fcall_ro", -3, false, Keys::Fcall, fcall::fcall),
+    c("fcall", -3, true, Keys::Numkeys, fcall::fcall),
+    c("fcall_ro", -3, false, Keys::Numkeys, fcall::fcall),
+    // Lua scripts.
+    c("eval", -3, true, Keys::Numkeys, eval::eval),
+    c("evalsha", -3, true, Keys::Numkeys, eval::evalsha),
+    c("eval_ro", -3, false, Keys::Numkeys, eval::eval_ro),
+    c("evalsha_ro", -3, false, Keys::Numkeys, eval::evalsha_ro),
+    c("script", -2, false, NO, eval::script),
 ];
 
 fn find(name: &[u8]) -> Option<&'static Command> {
@@ -237,6 +244,55 @@ pub(crate) fn run_queued(s: &mut Session, args: &Args, out: &mut Out) {
     }
 }
 
+/// Runs a command a script's `redis.call` names, writing its reply to `out`;
+/// refuses (with the error to raise) what a script may not run: session and
+/// transaction commands, other scripts, writes from a read-only script, keyless
+/// writes, and keys the script did not declare (it holds only those keys' locks).
+pub(crate) fn run_from_script(
+    s: &mut Session,
+    args: &Args,
+    declared: &[bytes::Bytes],
+    read_only: bool,
+    out: &mut Out,
+) -> Result<(), String> {
+    const NOT_IN_SCRIPTS: &[&str] = &[
+        "auth",
+        "hello",
+        "quit",
+        "client",
+        "unwatch",
+        "eval",
+        "evalsha",
+        "eval_ro",
+        "evalsha_ro",
+        "script",
+    ];
+    let cmd = check(s, args)?;
+    if cmd.tx_control || NOT_IN_SCRIPTS.contains(&cmd.name) {
+        return Err(format!(
+            "ERR This Redis command is not allowed from script: '{}'",
+            cmd.name
+        ));
+    }
+    if cmd.writes && read_only {
+        return Err("ERR Write commands are not allowed from read-only scripts.".into());
+    }
+    if cmd.writes && matches!(cmd.keys, Keys::None) {
+        return Err(format!(
+            "ERR '{}' is not supported in scripts by the farcache front end (it writes keys a script cannot declare)",
+            cmd.name
+        ));
+    }
+    if let Some(k) = keys_of(args).into_iter().find(|k| !declared.contains(k)) {
+        return Err(format!(
+            "ERR Script attempted to access key '{}', which it did not declare in KEYS (the farcache front end isolates a script by the keys it declares)",
+            String::from_utf8_lossy(&k[..k.len().min(128)])
+        ));
+    }
+    (cmd.run)(s, args, out);
+    Ok(())
+}
+
 /// The command `args` names, if this session may run it with these arguments.
 fn check(s: &Session, args: &Args) -> Result<&'static Command, String> {
     let Some(cmd) = find(&args[0]) else {
@@ -280,7 +336,7 @@ pub(crate) fn keys_of(args: &Args) -> Vec<bytes::Bytes> {
                 .filter_map(|i| args.get(i).cloned())
                 .collect()
         }
-        Keys::Fcall => {
+        Keys::Numkeys => {
             let n = args.get(2).and_then(|b| int_arg(b).ok()).unwrap_or(0);
             let n = usize::try_from(n).unwrap_or(0);
             args.iter().skip(3).take(n).cloned().collect()
