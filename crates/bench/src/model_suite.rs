@@ -244,6 +244,7 @@ fn measure(
             region_size: region,
             min_parts: 2 * hosts,
             undirected: true,
+            ..LoadOptions::default()
         };
         let gc = GraphCache::create(&client, "model-graph", &g, &load, |_, _| {}).map_err(other)?;
         gc.warm().map_err(other)?;

@@ -5,9 +5,11 @@
 mod common;
 
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
-use common::bin;
-use farcache_client::MigrationMode;
+use common::{bin, eventually};
+use farcache_client::{MigrationMode, ServerState};
 use farcache_graph::{Csr, GraphCache, LoadOptions, kronecker_edges};
 use farcache_testkit::{ClusterOptions, ProcessCluster};
 use rand::rngs::StdRng;
@@ -48,6 +50,7 @@ fn traversals_match_a_local_bfs_while_regions_move() {
         region_size: 64 << 10,
         min_parts: 6,
         undirected: true,
+        ..LoadOptions::default()
     };
     let gc = GraphCache::create(&client, "kron", &g, &opts, |_, _| {}).expect("load");
     let mut servers = gc.owners();
@@ -108,6 +111,112 @@ fn traversals_match_a_local_bfs_while_regions_move() {
     // Bad sources are refused before anything is sent.
     let err = gc.traverse(&[1 << scale], 2).expect_err("out of range");
     assert!(err.to_string().contains("source"), "{err}");
+}
+
+/// What the traversal loop saw: answers (all checked), errors, and when.
+#[derive(Default)]
+struct Seen {
+    answers: Vec<Instant>,
+    errors: Vec<(Instant, String)>,
+}
+
+#[test]
+fn a_server_killed_mid_traversal_never_gives_a_wrong_answer() {
+    let mut c = cluster();
+    let client = c.client().expect("client");
+    let scale = 12;
+    let g = Csr::from_edges(
+        1 << scale,
+        &kronecker_edges(scale, 16, 5).expect("edges"),
+        true,
+    )
+    .expect("csr");
+    let opts = LoadOptions {
+        region_size: 64 << 10,
+        min_parts: 6,
+        undirected: true,
+        replicas: 2,
+    };
+    let gc = GraphCache::create(&client, "kron-r2", &g, &opts, |_, _| {}).expect("load");
+    let src = sources(&g, 8, 11);
+    let want: Vec<Vec<u64>> = src.iter().map(|&s| g.levels(s, 3)).collect();
+
+    // Another client traverses without pause while a server holding partitions is
+    // SIGKILLed; every answer it gets is checked against the local BFS.
+    let stop = AtomicBool::new(false);
+    let victim_addr = c.server_addr(1).to_owned();
+    let victim = client
+        .status()
+        .expect("status")
+        .servers
+        .iter()
+        .find(|s| s.addr == victim_addr)
+        .map(|s| s.id)
+        .expect("victim's id");
+    assert!(gc.cache.info().regions.contains(&victim));
+    let reader = c.client().expect("client");
+    let (seen, killed_at, dead_at) = std::thread::scope(|scope| {
+        let looper = scope.spawn(|| {
+            let gc = GraphCache::open(reader.open("kron-r2").expect("open")).expect("layout");
+            let mut seen = Seen::default();
+            while !stop.load(Ordering::Acquire) {
+                match gc.traverse(&src, 3) {
+                    Ok(t) => {
+                        assert_eq!(t.levels, want, "a traversal answered wrong");
+                        seen.answers.push(Instant::now());
+                    }
+                    Err(e) => seen.errors.push((Instant::now(), e.to_string())),
+                }
+            }
+            seen
+        });
+        // Some traversals first (a scale-12 k = 3 one takes a few ms).
+        std::thread::sleep(Duration::from_millis(500));
+        let killed_at = Instant::now();
+        c.kill_server(1).expect("kill");
+        eventually(
+            "the manager declares the killed server dead",
+            Duration::from_secs(30),
+            Duration::from_millis(50),
+            || {
+                client
+                    .status()
+                    .ok()?
+                    .servers
+                    .iter()
+                    .any(|s| s.id == victim && s.state == ServerState::Dead)
+                    .then_some(())
+            },
+        );
+        let dead_at = Instant::now();
+        std::thread::sleep(Duration::from_secs(3));
+        stop.store(true, Ordering::Release);
+        (looper.join().expect("traversal loop"), killed_at, dead_at)
+    });
+    let before = seen.answers.iter().filter(|&&t| t < killed_at).count();
+    let after = seen.answers.iter().filter(|&&t| t > dead_at).count();
+    let late_errors: Vec<&String> = seen
+        .errors
+        .iter()
+        .filter(|(t, _)| *t > dead_at + Duration::from_secs(1))
+        .map(|(_, e)| e)
+        .collect();
+    eprintln!(
+        "{before} answers before the kill, {after} after the failover, errors: {:?}",
+        seen.errors.iter().map(|(_, e)| e).collect::<Vec<_>>()
+    );
+    assert!(before >= 1, "no traversal finished before the kill");
+    assert!(
+        after >= 3,
+        "only {after} traversals answered after the failover"
+    );
+    assert!(
+        late_errors.is_empty(),
+        "traversals still failing a second after the failover: {late_errors:?}"
+    );
+    // The killed server's partitions are served by their backups now.
+    let regions = gc.cache.refresh().expect("refresh").regions.clone();
+    assert!(!regions.contains(&victim), "{regions:?}");
 }
 
 fn farcache(c: &ProcessCluster, args: &[&str]) -> String {

@@ -16,6 +16,8 @@ pub struct LoadOptions {
     /// the servers, so partitions spread evenly).
     pub min_parts: usize,
     pub undirected: bool,
+    /// Copies of every region (2 or more: a traversal survives a server's death).
+    pub replicas: u32,
 }
 
 impl Default for LoadOptions {
@@ -24,6 +26,7 @@ impl Default for LoadOptions {
             region_size: 16 << 20,
             min_parts: 6,
             undirected: true,
+            replicas: 1,
         }
     }
 }
@@ -45,8 +48,15 @@ impl GraphCache {
         mut progress: impl FnMut(u64, u64),
     ) -> Result<Self> {
         let layout = Layout::plan(g, opts.undirected, opts.region_size, opts.min_parts)?;
-        let cache =
-            client.create_with_region_size(name, layout.capacity(), Some(opts.region_size))?;
+        let cache = client.create_with(
+            name,
+            layout.capacity(),
+            &farcache_client::CreateOptions {
+                region_size: Some(opts.region_size),
+                replicas: opts.replicas,
+                ..Default::default()
+            },
+        )?;
         let total = layout.vertices as u64 * farcache_sproc::builtin::GRAPH_ENTRY + 4 * g.edges();
         let mut w = Writer::new(&cache);
         w.put(0, &layout.header())?;

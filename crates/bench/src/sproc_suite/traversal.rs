@@ -190,6 +190,7 @@ pub(super) fn load(
         region_size: g.region,
         min_parts: 2 * SPREAD_SERVERS,
         undirected: true,
+        ..LoadOptions::default()
     };
     let t0 = std::time::Instant::now();
     let gc =

@@ -42,6 +42,9 @@ pub struct Placement {
     /// At least this many partitions (default: twice the servers).
     #[arg(long)]
     partitions: Option<usize>,
+    /// Copies of every region (2 or more: traversals survive a server's death).
+    #[arg(long, default_value_t = 1)]
+    replicas: u32,
 }
 
 #[derive(clap::Args)]
@@ -172,6 +175,7 @@ fn store(t: &Target, p: &Placement, g: &Csr, undirected: bool) -> Result<()> {
         region_size: p.region_size,
         min_parts: p.partitions.unwrap_or(2 * servers),
         undirected,
+        replicas: p.replicas,
     };
     let t0 = Instant::now();
     let pb = bar(0, "writing");
