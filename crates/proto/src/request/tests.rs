@@ -1,4 +1,7 @@
 use super::*;
+use crate::DecodeError;
+use crate::frame::{FrameHeader, FrameKind, HEADER_LEN};
+use crate::op::{Op, Tag};
 
 #[test]
 fn a_tag_travels_with_the_op_after_it_and_is_not_counted() {
