@@ -8,6 +8,7 @@
 //! keeps the interpreter in bounds (time, memory, no new globals, no files).
 
 mod cache;
+mod libs;
 mod reply;
 mod vm;
 

@@ -153,7 +153,29 @@ fn new_vm() -> mlua::Result<Lua> {
     ] {
         redis.raw_set(name, level)?;
     }
+    // Redis 7 replicates effects always: these are kept for older scripts.
+    redis.raw_set("replicate_commands", lua.create_function(|_, ()| Ok(true))?)?;
+    redis.raw_set("set_repl", lua.create_function(|_, _: Value| Ok(()))?)?;
+    for (name, v) in [
+        ("REPL_NONE", 0),
+        ("REPL_AOF", 1),
+        ("REPL_SLAVE", 2),
+        ("REPL_REPLICA", 2),
+        ("REPL_ALL", 3),
+    ] {
+        redis.raw_set(name, v)?;
+    }
+    redis.raw_set(
+        "setresp",
+        lua.create_function(|_, v: i64| match v {
+            2 => Ok(()),
+            _ => Err(mlua::Error::runtime(
+                "RESP version must be 2 (the farcache front end's scripts speak RESP2)",
+            )),
+        })?,
+    )?;
     g.raw_set("redis", redis)?;
+    super::libs::install(&lua)?;
     g.raw_set(
         "__farcache_expired",
         lua.create_function(|lua, ()| {
@@ -464,5 +486,32 @@ mod tests {
             );
         }
         assert_eq!(run_alone("return 7"), b":7\r\n");
+    }
+
+    #[test]
+    fn redis_libraries_answer_as_in_redis() {
+        let r = run_alone(
+            "local t = cjson.decode('{\"a\":[1,2.5,{\"b\":null}],\"c\":\"d\"}') \
+             return {cjson.encode({1, 'x', true}), cjson.encode({k = 'v\"'}), t.a[1], t.c, \
+                     tostring(t.a[2]), t.a[3].b == cjson.null}",
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&r),
+            "*6\r\n$12\r\n[1,\"x\",true]\r\n$11\r\n{\"k\":\"v\\\"\"}\r\n:1\r\n$1\r\nd\r\n$3\r\n2.5\r\n:1\r\n"
+        );
+        let r = run_alone(
+            "return {bit.band(0xff, 0x0f), bit.bor(1, 2, 4), bit.bxor(5, 1), bit.lshift(1, 31), \
+                     bit.rshift(-1, 28), bit.arshift(-16, 2), bit.tohex(255), bit.tohex(255, -4), \
+                     bit.bnot(0), bit.tobit(2^32 + 5), redis.replicate_commands()}",
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&r),
+            "*11\r\n:15\r\n:7\r\n:4\r\n:-2147483648\r\n:15\r\n:-4\r\n$8\r\n000000ff\r\n$4\r\n00FF\r\n:-1\r\n:5\r\n:1\r\n"
+        );
+        let r = String::from_utf8_lossy(&run_alone("return cjson.decode('{')")).into_owned();
+        assert!(
+            r.starts_with("-ERR Error running script") && r.contains("cjson.decode"),
+            "{r}"
+        );
     }
 }
