@@ -1,5 +1,6 @@
 //! Commands too big for an event loop — a `DEL`, `EXISTS`, `MGET` or `MSET` of
-//! hundreds of keys, or a full pass over the keyspace (`KEYS`, `DBSIZE`, `FLUSHDB`) —
+//! hundreds of keys, a full pass over the keyspace (`KEYS`, `DBSIZE`, `FLUSHDB`), or a
+//! Lua script —
 //! run on a small pool of their own while the loop goes on serving its other
 //! connections. Their connection waits (its later commands stay queued and it is not
 //! read meanwhile), so its replies keep their order.

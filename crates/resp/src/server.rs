@@ -69,7 +69,9 @@ impl Frontend {
         let mut workers = Vec::new();
         let (jobs, pending) = std::sync::mpsc::channel();
         // As many as event loops, at least two: one big command does not wait on another.
-        let pool = crate::offload::start(cfg.threads.max(2), pending)?;
+        // Pool threads mostly wait on the store (a script's calls, a big DEL's
+        // batches): several per event loop keep that waiting from queueing.
+        let pool = crate::offload::start((4 * cfg.threads).max(8), pending)?;
         for i in 0..cfg.threads.max(1) {
             let (tx, rx) = std::sync::mpsc::channel();
             let (w, waker) = Worker::new(shared.clone(), rx, jobs.clone(), cfg.auth_timeout)?;

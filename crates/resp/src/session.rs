@@ -75,7 +75,7 @@ impl Session {
     }
 
     /// A command that would hold an event loop for long: a multi-key command of more
-    /// than [`HEAVY_ARGS`] arguments, or a full pass over the keyspace. Outside a
+    /// than [`HEAVY_ARGS`] arguments, a full pass over the keyspace, or a script. Outside a
     /// transaction (queuing one costs nothing) it runs on the offload pool.
     pub fn heavy(&self, a: &Args) -> bool {
         if self.tx.is_some() {
@@ -88,6 +88,11 @@ impl Session {
                 .into_iter()
                 .any(is))
             || ["keys", "dbsize", "flushdb", "flushall"]
+                .into_iter()
+                .any(is)
+            // A script waits on the store once per call it makes, and may run for
+            // seconds: on the pool, other connections of its loop are not held up.
+            || ["eval", "evalsha", "eval_ro", "evalsha_ro"]
                 .into_iter()
                 .any(is)
     }

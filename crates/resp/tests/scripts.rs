@@ -341,3 +341,25 @@ fn a_read_only_token_runs_read_only_scripts_only() {
     assert_eq!(c.cmd(&[b"EVAL_RO", b"return 1", b"0"]), V::Int(1));
     assert!(c.line("SCRIPT FLUSH").is_err_starting("NOPERM"));
 }
+
+#[test]
+fn a_long_script_does_not_hold_up_other_connections() {
+    // One event loop: both connections are on it.
+    let s = common::setup_with(Some(AuthPolicy::Open), |cfg| cfg.threads = 1);
+    let mut slow = s.conn();
+    let mut other = s.conn();
+    slow.send_raw(&Conn::encode(&[b"EVAL", b"while true do end", b"0"]));
+    std::thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    assert_eq!(other.line("SET o 1"), V::ok());
+    assert_eq!(other.line("GET o"), V::bulk(b"1"));
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "another connection waited {:?} for a running script",
+        t.elapsed()
+    );
+    let V::Err(e) = slow.reply() else {
+        panic!("runaway")
+    };
+    assert!(e.contains("script killed"), "{e}");
+}

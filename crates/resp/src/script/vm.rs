@@ -263,8 +263,6 @@ pub fn run(
         if let Err(e) = done {
             script_error(&e, sha, out);
         }
-        // A run's garbage goes before the next run, not while a script is timed.
-        let _ = vm.lua.gc_collect();
     })
 }
 
