@@ -329,6 +329,15 @@ fn scripts_stay_in_bounds_and_the_front_end_serves_on() {
         panic!("INFO")
     };
     assert!(String::from_utf8_lossy(&info).contains("number_of_cached_scripts:"));
+    let V::Bulk(stats) = c.line("INFO stats") else {
+        panic!("INFO")
+    };
+    let stats = String::from_utf8_lossy(&stats).into_owned();
+    assert!(stats.contains("scripts_killed:2\r\n"), "{stats}");
+    assert!(
+        stats.contains("scripts_returned:2\r\nscripts_failed:12\r\n"),
+        "{stats}"
+    );
 }
 
 #[test]

@@ -259,16 +259,20 @@ pub fn info(s: &mut Session, a: &Args, out: &mut Out) {
         );
     }
     if want("stats") {
+        let runs = sh.scripts.runs();
         let _ = write!(
             t,
-            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nbatched_rounds:{}\r\nbatched_ops:{}\r\nbatched_store_us:{}\r\noffloaded_commands:{}\r\nrejected_unauthenticated:{}\r\n\r\n",
+            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nbatched_rounds:{}\r\nbatched_ops:{}\r\nbatched_store_us:{}\r\noffloaded_commands:{}\r\nrejected_unauthenticated:{}\r\nscripts_returned:{}\r\nscripts_failed:{}\r\nscripts_killed:{}\r\n\r\n",
             sh.connections_total.load(Ordering::Relaxed),
             sh.commands.load(Ordering::Relaxed),
             sh.rounds.load(Ordering::Relaxed),
             sh.round_ops.load(Ordering::Relaxed),
             sh.round_store_us.load(Ordering::Relaxed),
             sh.offloaded.load(Ordering::Relaxed),
-            sh.rejected_unauthenticated.load(Ordering::Relaxed)
+            sh.rejected_unauthenticated.load(Ordering::Relaxed),
+            runs.0,
+            runs.1,
+            runs.2
         );
     }
     if want("memory") {

@@ -10,7 +10,7 @@ use super::{int_arg, run_from_script};
 use crate::auth::Access;
 use crate::parse::Args;
 use crate::reply::{Out, Proto};
-use crate::script::{self, Called, ScriptCache};
+use crate::script::{self, Called, Ended, ScriptCache};
 use crate::session::Session;
 
 pub fn eval(s: &mut Session, a: &Args, out: &mut Out) {
@@ -62,7 +62,8 @@ fn run(s: &mut Session, a: &Args, out: &mut Out, by_sha: bool, read_only: bool) 
             Err(e) => Called::Refused(e),
         }
     };
-    script::run(
+    let t = std::time::Instant::now();
+    let ended = script::run(
         shared.scripts.generation(),
         &sha,
         &body,
@@ -71,7 +72,20 @@ fn run(s: &mut Session, a: &Args, out: &mut Out, by_sha: bool, read_only: bool) 
         &mut call,
         out,
     );
+    shared.scripts.count(ended);
+    if ended == Ended::Killed || t.elapsed() >= SLOW {
+        tracing::warn!(
+            sha = %sha,
+            ms = t.elapsed().as_millis() as u64,
+            keys = keys.len(),
+            killed = ended == Ended::Killed,
+            "slow script (it held its keys' locks and a pool thread meanwhile)"
+        );
+    }
 }
+
+/// A script this slow is logged.
+const SLOW: std::time::Duration = std::time::Duration::from_millis(100);
 
 pub fn script(s: &mut Session, a: &Args, out: &mut Out) {
     let sub = String::from_utf8_lossy(&a[1]).to_ascii_lowercase();

@@ -5,6 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
+
+use super::Ended;
 use sha1::{Digest, Sha1};
 
 /// Most scripts kept, and most bytes of their sources: past either, `EVAL` still
@@ -34,6 +36,10 @@ pub struct ScriptCache {
     inner: Mutex<Scripts>,
     /// Advanced by `SCRIPT FLUSH`: event loops drop their compiled functions.
     generation: AtomicU64,
+    /// Runs by how they ended (`INFO stats`).
+    returned: AtomicU64,
+    failed: AtomicU64,
+    killed: AtomicU64,
 }
 
 impl ScriptCache {
@@ -64,6 +70,24 @@ impl ScriptCache {
         s.by_sha.clear();
         s.bytes = 0;
         self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub fn count(&self, ended: Ended) {
+        let c = match ended {
+            Ended::Returned => &self.returned,
+            Ended::Failed => &self.failed,
+            Ended::Killed => &self.killed,
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Runs that returned, failed, and were killed at the time limit.
+    pub fn runs(&self) -> (u64, u64, u64) {
+        (
+            self.returned.load(Ordering::Relaxed),
+            self.failed.load(Ordering::Relaxed),
+            self.killed.load(Ordering::Relaxed),
+        )
     }
 
     pub fn generation(&self) -> u64 {

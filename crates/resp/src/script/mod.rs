@@ -13,4 +13,4 @@ mod reply;
 mod vm;
 
 pub use cache::ScriptCache;
-pub use vm::{Called, run};
+pub use vm::{Called, Ended, run};

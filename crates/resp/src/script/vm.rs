@@ -20,6 +20,8 @@ pub const TIME_LIMIT: Duration = Duration::from_secs(5);
 pub const MEMORY_LIMIT: usize = 64 << 20;
 /// Compiled scripts kept per event loop (past this they are compiled again).
 const MAX_FUNCTIONS: usize = 1_000;
+/// How the time limit's error starts.
+const KILLED: &str = "script killed";
 /// Lua instructions between two looks at the clock.
 const HOOK_EVERY: u32 = 10_000;
 /// Deepest table a script may return.
@@ -31,6 +33,17 @@ pub enum Called {
     Ran(Vec<u8>),
     /// The command may not run from this script: the error reply to give.
     Refused(String),
+}
+
+/// How a run ended (for the front end's counters).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// It returned a value (an error reply it returned on purpose included).
+    Returned,
+    /// It failed: a Lua error, a command's error through `redis.call`, or its memory.
+    Failed,
+    /// It ran past [`TIME_LIMIT`].
+    Killed,
 }
 
 /// The end of this run's time budget.
@@ -192,7 +205,7 @@ fn new_vm() -> mlua::Result<Lua> {
                 .is_some_and(|d| Instant::now() >= d.0);
             if late {
                 Err(mlua::Error::runtime(format!(
-                    "script killed: it ran past the {} s limit",
+                    "{KILLED}: it ran past the {} s limit",
                     TIME_LIMIT.as_secs()
                 )))
             } else {
@@ -215,10 +228,11 @@ pub fn run(
     argv: &[Bytes],
     call: &mut dyn FnMut(Args) -> Called,
     out: &mut Out,
-) {
+) -> Ended {
     VM.with(|cell| {
         let Ok(mut slot) = cell.try_borrow_mut() else {
-            return out.error("ERR a script cannot run another script");
+            out.error("ERR a script cannot run another script");
+            return Ended::Failed;
         };
         if slot.is_none() {
             match new_vm() {
@@ -231,12 +245,14 @@ pub fn run(
                 }
                 Err(e) => {
                     tracing::error!(error = %e, "cannot start the Lua interpreter");
-                    return out.error(&format!("ERR cannot start the Lua interpreter: {e}"));
+                    out.error(&format!("ERR cannot start the Lua interpreter: {e}"));
+                    return Ended::Failed;
                 }
             }
         }
         let Some(vm) = slot.as_mut() else {
-            return out.error("ERR the Lua interpreter is not there");
+            out.error("ERR the Lua interpreter is not there");
+            return Ended::Failed;
         };
         if vm.generation != generation {
             vm.functions.clear();
@@ -253,15 +269,24 @@ pub fn run(
                     f
                 }
                 Err(e) => {
-                    return out.error(&format!("ERR Error compiling script: {}", innermost(&e)));
+                    out.error(&format!("ERR Error compiling script: {}", innermost(&e)));
+                    return Ended::Failed;
                 }
             },
         };
         vm.lua.set_app_data(Deadline(Instant::now() + TIME_LIMIT));
         let done = call_script(&vm.lua, &f, keys, argv, call, out);
         vm.lua.remove_app_data::<Deadline>();
-        if let Err(e) = done {
-            script_error(&e, sha, out);
+        match done {
+            Ok(()) => Ended::Returned,
+            Err(e) => {
+                script_error(&e, sha, out);
+                if innermost(&e).starts_with(KILLED) {
+                    Ended::Killed
+                } else {
+                    Ended::Failed
+                }
+            }
         }
     })
 }
