@@ -167,53 +167,42 @@ def test_default_pipeline_is_a_transaction(frontend):
     assert r.get("tx:n") == b"100"
 
 
-def test_redis_py_lock_runs_its_lua_scripts(frontend):
+@pytest.mark.parametrize("own_class", [False, True], ids=["redis-py Lock (Lua)", "farcache Lock (WATCH/EXEC)"])
+def test_locks_release_only_their_owner(frontend, own_class):
+    """redis-py's own Lock (its EVALSHA scripts), and the farcache package's
+    WATCH/MULTI/EXEC one written before the front end ran scripts."""
     r = _r(frontend)
-    lock = r.lock("lk:lua", timeout=10)
+    kw = {}
+    if own_class:
+        from farcache.redis_lock import Lock
+
+        kw = {"lock_class": Lock}
+    name = f"lk:{int(own_class)}"
+    lock = r.lock(name, timeout=10, **kw)
     assert lock.acquire(blocking=False)
-    assert not r.lock("lk:lua").acquire(blocking=False)
+    assert not r.lock(name, **kw).acquire(blocking=False)
     assert lock.owned()
     assert lock.extend(5)
-    assert 14_000 < r.pttl("lk:lua") <= 15_000
+    assert 14_000 < r.pttl(name) <= 15_000
     assert lock.reacquire()
-    assert 9_000 < r.pttl("lk:lua") <= 10_000
+    assert 9_000 < r.pttl(name) <= 10_000
     lock.release()
-    assert r.get("lk:lua") is None
-    with r.lock("lk:lua", timeout=10, blocking_timeout=2):
-        stale = r.lock("lk:lua")
-        stale.local.token = b"not-the-owner"
-        with pytest.raises(redis.exceptions.LockNotOwnedError):
-            stale.release()
-        assert r.get("lk:lua") is not None
-    assert r.get("lk:lua") is None
-    # A script of one's own, by EVALSHA after SCRIPT LOAD (register_script).
-    bump = r.register_script("return redis.call('INCRBY', KEYS[1], ARGV[1])")
-    assert bump(keys=["lk:n"], args=[5]) == 5
-    assert bump(keys=["lk:n"], args=[2]) == 7
-
-
-def test_lock_without_lua(frontend):
-    from farcache.redis_lock import Lock
-
-    r = _r(frontend)
-    lock = r.lock("lk:job", timeout=10, lock_class=Lock)
-    assert lock.acquire(blocking=False)
-    assert not r.lock("lk:job", lock_class=Lock).acquire(blocking=False)
-    assert lock.owned()
-    assert lock.extend(5)
-    assert 14_000 < r.pttl("lk:job") <= 15_000
-    assert lock.reacquire()
-    assert 9_000 < r.pttl("lk:job") <= 10_000
-    lock.release()
-    assert r.get("lk:job") is None
+    assert r.get(name) is None
     # Released, another client takes it at once; the old owner cannot release it.
-    with r.lock("lk:job", timeout=10, lock_class=Lock, blocking_timeout=2):
-        stale = r.lock("lk:job", lock_class=Lock)
+    with r.lock(name, timeout=10, blocking_timeout=2, **kw):
+        stale = r.lock(name, **kw)
         stale.local.token = b"not-the-owner"
         with pytest.raises(redis.exceptions.LockNotOwnedError):
             stale.release()
-        assert r.get("lk:job") is not None
-    assert r.get("lk:job") is None
+        assert r.get(name) is not None
+    assert r.get(name) is None
+
+
+def test_registered_scripts_run_by_evalsha(frontend):
+    r = _r(frontend)
+    bump = r.register_script("return redis.call('INCRBY', KEYS[1], ARGV[1])")
+    assert bump(keys=["sc:n"], args=[5]) == 5
+    assert bump(keys=["sc:n"], args=[2]) == 7
 
 
 def test_commands_clients_rely_on(frontend):

@@ -23,6 +23,31 @@ fn cluster() -> ProcessCluster {
     ProcessCluster::start(bin(), &opts).expect("start process cluster")
 }
 
+/// A scale-12 Kronecker graph (seed `seed`) and the cache `name` it is loaded into,
+/// 6 partitions of up to 64 KiB, `replicas` copies of each.
+fn kronecker_in(
+    client: &farcache_client::Client,
+    name: &str,
+    seed: u64,
+    replicas: u32,
+) -> (Csr, GraphCache) {
+    let scale = 12;
+    let g = Csr::from_edges(
+        1 << scale,
+        &kronecker_edges(scale, 16, seed).expect("edges"),
+        true,
+    )
+    .expect("csr");
+    let opts = LoadOptions {
+        region_size: 64 << 10,
+        min_parts: 6,
+        undirected: true,
+        replicas,
+    };
+    let gc = GraphCache::create(client, name, &g, &opts, |_, _| {}).expect("load");
+    (g, gc)
+}
+
 fn sources(g: &Csr, n: usize, seed: u64) -> Vec<u32> {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut s = Vec::new();
@@ -40,19 +65,7 @@ fn traversals_match_a_local_bfs_while_regions_move() {
     let c = cluster();
     let client = c.client().expect("client");
     let scale = 12;
-    let g = Csr::from_edges(
-        1 << scale,
-        &kronecker_edges(scale, 16, 3).expect("edges"),
-        true,
-    )
-    .expect("csr");
-    let opts = LoadOptions {
-        region_size: 64 << 10,
-        min_parts: 6,
-        undirected: true,
-        ..LoadOptions::default()
-    };
-    let gc = GraphCache::create(&client, "kron", &g, &opts, |_, _| {}).expect("load");
+    let (g, gc) = kronecker_in(&client, "kron", 3, 1);
     let mut servers = gc.owners();
     servers.sort_unstable();
     servers.dedup();
@@ -124,20 +137,7 @@ struct Seen {
 fn a_server_killed_mid_traversal_never_gives_a_wrong_answer() {
     let mut c = cluster();
     let client = c.client().expect("client");
-    let scale = 12;
-    let g = Csr::from_edges(
-        1 << scale,
-        &kronecker_edges(scale, 16, 5).expect("edges"),
-        true,
-    )
-    .expect("csr");
-    let opts = LoadOptions {
-        region_size: 64 << 10,
-        min_parts: 6,
-        undirected: true,
-        replicas: 2,
-    };
-    let gc = GraphCache::create(&client, "kron-r2", &g, &opts, |_, _| {}).expect("load");
+    let (g, gc) = kronecker_in(&client, "kron-r2", 5, 2);
     let src = sources(&g, 8, 11);
     let want: Vec<Vec<u64>> = src.iter().map(|&s| g.levels(s, 3)).collect();
 
