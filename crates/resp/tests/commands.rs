@@ -555,6 +555,30 @@ fn bit_rename_and_copy_commands_answer_as_redis_does() {
     assert_eq!(c.line("BITPOS ones 0 0 -1"), V::Int(-1));
     assert_eq!(c.line("BITPOS missing 0"), V::Int(0));
     assert_eq!(c.line("BITPOS missing 1"), V::Int(-1));
+    // BITOP: shorter sources padded with zeros, a missing one empty; the result has
+    // no expiry; an empty result deletes the destination.
+    assert_eq!(c.cmd(&[b"SET", b"x1", b"\xf0\x0f\xff"]), V::ok());
+    assert_eq!(c.cmd(&[b"SET", b"x2", b"\x3c"]), V::ok());
+    assert_eq!(c.line("BITOP AND d x1 x2"), V::Int(3));
+    assert_eq!(c.line("GET d"), V::bulk(b"\x30\x00\x00"));
+    assert_eq!(c.line("BITOP OR d x1 x2 none"), V::Int(3));
+    assert_eq!(c.line("GET d"), V::bulk(b"\xfc\x0f\xff"));
+    assert_eq!(c.line("BITOP XOR d x1 x2"), V::Int(3));
+    assert_eq!(c.line("GET d"), V::bulk(b"\xcc\x0f\xff"));
+    assert_eq!(c.line("SET d old EX 100"), V::ok());
+    assert_eq!(c.line("BITOP NOT d x2"), V::Int(1));
+    assert_eq!(c.line("GET d"), V::bulk(b"\xc3"));
+    assert_eq!(c.line("TTL d"), V::Int(-1));
+    assert_eq!(c.line("BITOP AND d none nothing"), V::Int(0));
+    assert_eq!(c.line("EXISTS d"), V::Int(0));
+    assert!(
+        c.line("BITOP NOT d x1 x2")
+            .is_err_starting("ERR BITOP NOT must be called")
+    );
+    assert!(
+        c.line("BITOP NAND d x1")
+            .is_err_starting("ERR syntax error")
+    );
     // RENAME keeps the value and the expiry; RENAMENX and COPY refuse to overwrite.
     assert_eq!(c.line("SET src v EX 100"), V::ok());
     assert_eq!(c.line("RENAME src dst"), V::ok());

@@ -1,6 +1,7 @@
 //! Bit commands on string values: GETBIT, SETBIT, BITCOUNT and BITPOS (with
-//! `BYTE | BIT` ranges), as Redis answers them. SETBIT is a read-modify-write under
-//! the key's stripe; the others read the value once.
+//! `BYTE | BIT` ranges), and BITOP, as Redis answers them. SETBIT is a
+//! read-modify-write under the key's stripe, BITOP holds every key's; the others
+//! read the value once.
 
 use super::int_arg;
 use super::rmw::{Change, Ttl, rmw};
@@ -189,6 +190,59 @@ fn first_bit(v: &[u8], bit: u8, from: usize, to: usize) -> Option<usize> {
         p += 1;
     }
     None
+}
+
+/// `BITOP AND | OR | XOR | NOT dest src...`: the sources (a missing one is empty)
+/// combined byte by byte, the shorter ones padded with zeros, written to `dest`
+/// without an expiry (an empty result deletes `dest`); answers the result's length.
+/// Every key's stripe is held, so the sources are read and `dest` written as one step
+/// against other writers through this front end.
+pub fn bitop(s: &mut Session, a: &Args, out: &mut Out) {
+    let op = a[1].to_ascii_lowercase();
+    let srcs = &a[3..];
+    match &op[..] {
+        b"not" if srcs.len() != 1 => {
+            return out.error("ERR BITOP NOT must be called with a single source key.");
+        }
+        b"and" | b"or" | b"xor" | b"not" => {}
+        _ => return out.error("ERR syntax error"),
+    }
+    let sh = s.shared.clone();
+    let _held = sh.lock_keys(a[2..].iter());
+    let vals = match sh.store.mget(srcs) {
+        Ok(v) => v,
+        Err(e) => return out.error(&store_error_line(&e)),
+    };
+    let mut vs = Vec::with_capacity(vals.len());
+    for v in vals {
+        match v {
+            Ok(v) => vs.push(v.unwrap_or_default()),
+            Err(e) => return out.error(&store_error_line(&e)),
+        }
+    }
+    let len = vs.iter().map(|v| v.len()).max().unwrap_or(0);
+    let byte = |v: &[u8], i: usize| v.get(i).copied().unwrap_or(0);
+    let r: Vec<u8> = (0..len)
+        .map(|i| {
+            let mut it = vs.iter().map(|v| byte(v, i));
+            let first = it.next().unwrap_or(0);
+            match &op[..] {
+                b"not" => !first,
+                b"and" => it.fold(first, |x, y| x & y),
+                b"or" => it.fold(first, |x, y| x | y),
+                _ => it.fold(first, |x, y| x ^ y),
+            }
+        })
+        .collect();
+    let done = if r.is_empty() {
+        sh.store.delete(&a[2]).map(|_| ())
+    } else {
+        sh.store.put(&a[2], &r)
+    };
+    match done {
+        Ok(()) => out.int(len as i64),
+        Err(e) => out.error(&store_error_line(&e)),
+    }
 }
 
 #[cfg(test)]

@@ -152,6 +152,17 @@ const COMMANDS: &[Command] = &[
     c("setbit", 4, true, ONE, bits::setbit),
     c("bitcount", -2, false, ONE, bits::bitcount),
     c("bitpos", -3, false, ONE, bits::bitpos),
+    c(
+        "bitop",
+        -4,
+        true,
+        Keys::Span {
+            first: 2,
+            last: -1,
+            step: 1,
+        },
+        bits::bitop,
+    ),
     c("lcs", -3, false, TWO, lcs::lcs),
     // Keys.
     c("del", -2, true, ALL, keys::del),

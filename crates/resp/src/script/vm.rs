@@ -321,7 +321,7 @@ fn call_script(
             scope.create_function(|lua, args: MultiValue| redis_call(lua, &call, args, true))?,
         )?;
         let v: Value = f.call(())?;
-        to_out(&v, out, 0);
+        write_result(&v, out);
         Ok(())
     })
 }
@@ -403,8 +403,31 @@ fn one_line(b: &[u8]) -> String {
 
 /// Redis's conversion of a script's result: numbers truncate to integers, `true`
 /// is 1, `false` and `nil` are null, a table with `err` / `ok` is an error / status
-/// reply, any other table is an array up to its first `nil`.
-fn to_out(v: &Value, out: &mut Out, depth: usize) {
+/// reply, any other table is an array up to its first `nil`. A table may hold
+/// itself or share parts, so the reply is built aside and bounded: past
+/// [`MAX_REPLY_BYTES`] it is dropped for an error instead of growing without end.
+fn write_result(v: &Value, out: &mut Out) {
+    let mut buf = Vec::new();
+    let mut aside = Out {
+        buf: &mut buf,
+        proto: out.proto,
+    };
+    if to_out(v, &mut aside, 0) {
+        out.buf.extend_from_slice(&buf);
+    } else {
+        out.error(&format!(
+            "ERR the script's result is over {} MiB as a reply",
+            MAX_REPLY_BYTES >> 20
+        ));
+    }
+}
+
+/// Largest reply a script's result may become: a value of the largest size and a
+/// little more.
+const MAX_REPLY_BYTES: usize = (512 << 20) + (1 << 20);
+
+/// Writes `v`; false once the reply passed [`MAX_REPLY_BYTES`].
+fn to_out(v: &Value, out: &mut Out, depth: usize) -> bool {
     match v {
         Value::Boolean(true) => out.int(1),
         Value::Integer(i) => out.int(*i),
@@ -412,10 +435,12 @@ fn to_out(v: &Value, out: &mut Out, depth: usize) {
         Value::String(s) => out.bulk(&s.as_bytes()),
         Value::Table(t) if depth < MAX_DEPTH => {
             if let Ok(Value::String(e)) = t.raw_get::<Value>("err") {
-                return out.error(&one_line(&e.as_bytes()));
+                out.error(&one_line(&e.as_bytes()));
+                return out.buf.len() <= MAX_REPLY_BYTES;
             }
             if let Ok(Value::String(s)) = t.raw_get::<Value>("ok") {
-                return out.simple(&one_line(&s.as_bytes()));
+                out.simple(&one_line(&s.as_bytes()));
+                return out.buf.len() <= MAX_REPLY_BYTES;
             }
             let mut items = Vec::new();
             for i in 1.. {
@@ -426,11 +451,14 @@ fn to_out(v: &Value, out: &mut Out, depth: usize) {
             }
             out.array(items.len());
             for item in &items {
-                to_out(item, out, depth + 1);
+                if !to_out(item, out, depth + 1) {
+                    return false;
+                }
             }
         }
         _ => out.null(),
     }
+    out.buf.len() <= MAX_REPLY_BYTES
 }
 
 /// The error a Lua failure is about, under its wrappers.
@@ -536,5 +564,17 @@ mod tests {
             r.starts_with("-ERR Error running script") && r.contains("cjson.decode"),
             "{r}"
         );
+    }
+
+    #[test]
+    fn a_result_that_holds_itself_is_bounded() {
+        let t = Instant::now();
+        // 64 wide, holding itself: 64^32 values if written out.
+        let r = run_alone(
+            "local t = {} for i = 1, 64 do t[i] = t end t[65] = string.rep('x', 1000) return t",
+        );
+        let r = String::from_utf8_lossy(&r[..r.len().min(200)]).into_owned();
+        assert!(r.starts_with("-ERR the script's result is over"), "{r}");
+        assert!(t.elapsed() < Duration::from_secs(60), "{:?}", t.elapsed());
     }
 }
