@@ -209,31 +209,35 @@ pub fn bitop(s: &mut Session, a: &Args, out: &mut Out) {
     }
     let sh = s.shared.clone();
     let _held = sh.lock_keys(a[2..].iter());
-    let vals = match sh.store.mget(srcs) {
-        Ok(v) => v,
-        Err(e) => return out.error(&store_error_line(&e)),
-    };
-    let mut vs = Vec::with_capacity(vals.len());
-    for v in vals {
-        match v {
-            Ok(v) => vs.push(v.unwrap_or_default()),
+    // One source at a time: the front end holds the result and one value, however
+    // many sources are named (each may be 512 MiB).
+    let mut r: Vec<u8> = Vec::new();
+    for (n, k) in srcs.iter().enumerate() {
+        let v = match sh.store.get(k) {
+            Ok(v) => v.unwrap_or_default(),
             Err(e) => return out.error(&store_error_line(&e)),
+        };
+        if n == 0 {
+            r = v.to_vec();
+            if &op[..] == b"not" {
+                r.iter_mut().for_each(|x| *x = !*x);
+            }
+            continue;
+        }
+        // Bytes past a value's end count as zero (so a longer value zeroes an AND).
+        if r.len() < v.len() {
+            r.resize(v.len(), 0);
+        }
+        for (i, x) in r.iter_mut().enumerate() {
+            let y = v.get(i).copied().unwrap_or(0);
+            match &op[..] {
+                b"and" => *x &= y,
+                b"or" => *x |= y,
+                _ => *x ^= y,
+            }
         }
     }
-    let len = vs.iter().map(|v| v.len()).max().unwrap_or(0);
-    let byte = |v: &[u8], i: usize| v.get(i).copied().unwrap_or(0);
-    let r: Vec<u8> = (0..len)
-        .map(|i| {
-            let mut it = vs.iter().map(|v| byte(v, i));
-            let first = it.next().unwrap_or(0);
-            match &op[..] {
-                b"not" => !first,
-                b"and" => it.fold(first, |x, y| x & y),
-                b"or" => it.fold(first, |x, y| x | y),
-                _ => it.fold(first, |x, y| x ^ y),
-            }
-        })
-        .collect();
+    let len = r.len();
     let done = if r.is_empty() {
         sh.store.delete(&a[2]).map(|_| ())
     } else {
