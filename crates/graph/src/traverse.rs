@@ -255,8 +255,20 @@ impl GraphCache {
                 out.stats.rounds += 1;
                 let mut again = Vec::new();
                 let mut moved = Vec::new();
-                for (mut c, t) in calls.into_iter().zip(tickets) {
-                    let r = t.wait();
+                let mut pending: Vec<_> = calls.into_iter().zip(tickets).collect();
+                while !pending.is_empty() {
+                    // Merge whichever reply is in; block on the oldest only when none is.
+                    let ready = pending
+                        .iter_mut()
+                        .enumerate()
+                        .find_map(|(i, (_, t))| t.try_take().map(|r| (i, r)));
+                    let (mut c, r) = match ready {
+                        Some((i, r)) => (pending.remove(i).0, r),
+                        None => {
+                            let (c, t) = pending.remove(0);
+                            (c, t.wait())
+                        }
+                    };
                     let bytes = r.data(0)?;
                     out.stats.bytes_in += bytes.len() as u64;
                     let e =

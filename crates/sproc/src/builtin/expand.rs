@@ -198,20 +198,22 @@ impl Call<'_> {
     }
 }
 
-fn encode(stop: Stop, next: (u32, u32), edges: u64, groups: &[(u32, Vec<u32>)]) -> Vec<u8> {
-    let total: usize = groups.iter().map(|(_, g)| 8 + 4 * g.len()).sum();
-    let mut out = Vec::with_capacity(21 + total);
-    out.push(stop as u8);
-    out.extend_from_slice(&next.0.to_le_bytes());
-    out.extend_from_slice(&next.1.to_le_bytes());
-    out.extend_from_slice(&edges.to_le_bytes());
-    out.extend_from_slice(&(groups.len() as u32).to_le_bytes());
-    for (tag, g) in groups {
-        out.extend_from_slice(&tag.to_le_bytes());
-        out.extend_from_slice(&(g.len() as u32).to_le_bytes());
-        out.extend(g.iter().flat_map(|v| v.to_le_bytes()));
-    }
-    out
+/// Bytes before the first group: stop u8, next (u32, u32), edges u64, groups u32.
+const HEAD: usize = 21;
+
+fn write_head(out: &mut [u8], stop: Stop, next: (u32, u32), edges: u64, groups: u32) {
+    out[0] = stop as u8;
+    out[1..5].copy_from_slice(&next.0.to_le_bytes());
+    out[5..9].copy_from_slice(&next.1.to_le_bytes());
+    out[9..17].copy_from_slice(&edges.to_le_bytes());
+    out[17..21].copy_from_slice(&groups.to_le_bytes());
+}
+
+#[inline]
+fn id_at(b: &[u8], at: usize) -> u32 {
+    b[at..]
+        .first_chunk::<4>()
+        .map_or(0, |c| u32::from_le_bytes(*c))
 }
 
 thread_local! {
@@ -220,9 +222,16 @@ thread_local! {
     static SEEN: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Clears the bits of `out` in `seen`.
-fn forget(seen: &mut [u64], out: &[u32]) {
-    for &u in out {
+/// Clears the bits of the little-endian ids in `ids` in `seen` (every bit set is
+/// one of them).
+fn forget(seen: &mut [u64], ids: &[u8]) {
+    // Past one id per 16 words, zeroing every word is the cheaper pass.
+    if ids.len() / 4 >= seen.len() / 16 {
+        seen.fill(0);
+        return;
+    }
+    for c in ids.chunks_exact(4) {
+        let u = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
         seen[(u / 64) as usize] &= !(1u64 << (u % 64));
     }
 }
@@ -232,7 +241,20 @@ impl Procedure for Expand {
         NAME
     }
 
-    fn run(&self, mem: &dyn Memory, _addr: u64, args: &[u8]) -> Result<Outcome, SprocError> {
+    fn run(&self, mem: &dyn Memory, addr: u64, args: &[u8]) -> Result<Outcome, SprocError> {
+        let mut out = Vec::new();
+        self.run_into(mem, addr, args, &mut out)?;
+        Ok(Outcome::Done(out))
+    }
+
+    /// Writes the reply straight into the server's response (no copy of the lists).
+    fn run_into(
+        &self,
+        mem: &dyn Memory,
+        _addr: u64,
+        args: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<Option<Outcome>, SprocError> {
         let call = decode(args)?;
         SEEN.with(|seen| {
             let mut seen = seen.borrow_mut();
@@ -240,41 +262,85 @@ impl Procedure for Expand {
             if seen.len() < words {
                 seen.resize(words, 0);
             }
-            let mut groups: Vec<(u32, Vec<u32>)> = Vec::new();
-            let r = expand(mem, &call, &mut seen, &mut groups);
-            // Finished queries cleared their bits; one that stopped midway did not.
-            if let Some((_, g)) = groups.last() {
-                forget(&mut seen, g);
-            }
+            // Every id is below `vertices`: its bit is in the first `words` words.
+            let seen = &mut seen[..words];
+            let base = out.len();
+            out.resize(base + HEAD, 0);
+            let mut reply = Reply {
+                out,
+                groups: 0,
+                open: None,
+                held: 0,
+            };
+            let r = expand(mem, &call, seen, &mut reply);
+            // A query that stopped midway still has its bits set.
+            reply.close(seen);
             let (stop, next, edges) = r?;
-            groups.retain(|g| !g.1.is_empty());
-            Ok(Outcome::Done(encode(stop, next, edges, &groups)))
+            let groups = reply.groups;
+            write_head(&mut out[base..], stop, next, edges, groups);
+            Ok(None)
         })
     }
 }
 
-/// Expands the call's frontier into `groups`, deduping each query's neighbours in
-/// `seen`; a query's bits are cleared when it ends, and if the call stops midway the
-/// last group names the bits still set.
+/// The reply, built in place: edge lists are read straight into it and deduped there,
+/// so each neighbour is copied once out of region memory and never again.
+struct Reply<'a> {
+    out: &'a mut Vec<u8>,
+    groups: u32,
+    /// Where the open group's header starts.
+    open: Option<usize>,
+    /// Neighbours in closed groups.
+    held: usize,
+}
+
+impl Reply<'_> {
+    fn open(&mut self, tag: u32) {
+        self.open = Some(self.out.len());
+        self.out.extend_from_slice(&tag.to_le_bytes());
+        self.out.extend_from_slice(&0u32.to_le_bytes());
+    }
+
+    /// Neighbours in the open group.
+    fn open_len(&self) -> usize {
+        self.open.map_or(0, |at| (self.out.len() - at - 8) / 4)
+    }
+
+    /// Ends the open group: clears its bits, writes its length, drops it if empty.
+    fn close(&mut self, seen: &mut [u64]) {
+        let Some(at) = self.open.take() else {
+            return;
+        };
+        forget(seen, &self.out[at + 8..]);
+        let n = (self.out.len() - at - 8) / 4;
+        if n == 0 {
+            self.out.truncate(at);
+        } else {
+            self.out[at + 4..at + 8].copy_from_slice(&(n as u32).to_le_bytes());
+            self.groups += 1;
+            self.held += n;
+        }
+    }
+}
+
+/// Expands the call's frontier into `reply`, deduping each query's neighbours in
+/// `seen`; a query's bits are cleared when its group closes (the caller closes the
+/// last one, also when the call stops midway).
 fn expand(
     mem: &dyn Memory,
     call: &Call<'_>,
     seen: &mut [u64],
-    groups: &mut Vec<(u32, Vec<u32>)>,
+    reply: &mut Reply<'_>,
 ) -> Result<(Stop, (u32, u32), u64), SprocError> {
-    let mut held = 0usize;
     let mut edges = 0u64;
-    let mut buf = Vec::new();
     let (q0, v0) = call.next;
     for (qi, &(tag, list)) in call.queries.iter().enumerate().skip(q0 as usize) {
-        groups.push((tag, Vec::new()));
+        reply.close(seen);
         let first = if qi == q0 as usize { v0 as usize } else { 0 };
+        reply.open(tag);
         for (vi, c) in list.chunks_exact(4).enumerate().skip(first) {
             let v = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
             let here = (qi as u32, vi as u32);
-            let Some((_, out)) = groups.last_mut() else {
-                break;
-            };
             let at = call.entry(v)?;
             let mut e = [0u8; 12];
             match mem.read(at, &mut e) {
@@ -292,24 +358,31 @@ fn expand(
                     ),
                 ));
             }
-            if held + out.len() + degree > MAX_NEIGHBOURS {
+            if reply.held + reply.open_len() + degree > MAX_NEIGHBOURS {
                 return Ok((Stop::Full, here, edges));
             }
-            buf.resize(degree * 4, 0);
-            match mem.read(list_at, &mut buf) {
+            let from = reply.out.len();
+            reply.out.resize(from + degree * 4, 0);
+            match mem.read(list_at, &mut reply.out[from..]) {
                 Ok(()) => {}
-                Err(Miss::Remote) => return Ok((Stop::NotHere, here, edges)),
-                Err(m) => return Err(miss(mem, m, list_at, buf.len() as u64)),
+                Err(m) => {
+                    reply.out.truncate(from);
+                    return match m {
+                        Miss::Remote => Ok((Stop::NotHere, here, edges)),
+                        m => Err(miss(mem, m, list_at, degree as u64 * 4)),
+                    };
+                }
             }
             edges += degree as u64;
-            // Branch-free: every neighbour is written, and kept only if its bit was clear
-            // (which neighbours repeat is unpredictable, and a branch per edge cost more).
-            let mut n = out.len();
-            out.resize(n + degree, 0);
-            for c in buf.chunks_exact(4) {
-                let u = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            // In place, branch-free: every neighbour is moved down, and kept only if its
+            // bit was clear (which neighbours repeat is unpredictable, and a branch per
+            // edge cost more).
+            let tail = &mut reply.out[from..];
+            let mut n = 0usize;
+            for i in 0..degree {
+                let u = id_at(tail, 4 * i);
                 if u >= call.vertices {
-                    out.truncate(n);
+                    reply.out.truncate(from + 4 * n);
                     return Err(SprocError::bad(
                         NAME,
                         format!("edge from {v} to vertex {u}"),
@@ -318,14 +391,10 @@ fn expand(
                 let (w, b) = ((u / 64) as usize, 1u64 << (u % 64));
                 let fresh = seen[w] & b == 0;
                 seen[w] |= b;
-                out[n] = u;
+                tail[4 * n..4 * n + 4].copy_from_slice(&u.to_le_bytes());
                 n += usize::from(fresh);
             }
-            out.truncate(n);
-        }
-        if let Some((_, out)) = groups.last() {
-            held += out.len();
-            forget(seen, out);
+            reply.out.truncate(from + 4 * n);
         }
     }
     Ok((Stop::Done, (call.queries.len() as u32, 0), edges))
@@ -407,6 +476,21 @@ mod tests {
         assert_eq!(e.3, vec![(7, vec![2, 3, 0, 4]), (9, vec![6, 7, 0])]);
         // The bits are cleared between calls: the same call answers the same.
         assert_eq!(run(&bytes, &[true, true], &args).expect("again"), e);
+    }
+
+    #[test]
+    fn corrupt_edges_are_refused_and_leave_no_marks() {
+        let (bytes, parts) = graph();
+        let local = [true, true];
+        let mut bad = bytes.clone();
+        // Vertex 1's second edge names a vertex past the graph.
+        let list = u64::from_le_bytes(bad[16..24].try_into().expect("8 bytes")) as usize;
+        bad[list + 4..list + 8].copy_from_slice(&99u32.to_le_bytes());
+        assert!(run(&bad, &local, &Expand::args(&parts, 8, &[(0, &[1])], (0, 0))).is_err());
+        // The id kept before the bad one was unmarked: a good call answers in full.
+        let args = Expand::args(&parts, 8, &[(7, &[1, 2])], (0, 0));
+        let e = run(&bytes, &local, &args).expect("expand");
+        assert_eq!(e.3, vec![(7, vec![2, 3, 0, 4])]);
     }
 
     #[test]
