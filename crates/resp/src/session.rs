@@ -75,26 +75,18 @@ impl Session {
     }
 
     /// A command that would hold an event loop for long: a multi-key command of more
-    /// than [`HEAVY_ARGS`] arguments, a full pass over the keyspace, or a script. Outside a
-    /// transaction (queuing one costs nothing) it runs on the offload pool.
+    /// than [`HEAVY_ARGS`] arguments, a full pass over the keyspace, or a script; in a
+    /// transaction (where queuing costs nothing), the `EXEC` that runs such a command or
+    /// more than [`HEAVY_ARGS`] commands. It runs on the offload pool.
     pub fn heavy(&self, a: &Args) -> bool {
-        if self.tx.is_some() {
-            return false;
+        match &self.tx {
+            Some(tx) => {
+                a[0].eq_ignore_ascii_case(b"exec")
+                    && !tx.aborted
+                    && (tx.queued.len() > HEAVY_ARGS || tx.queued.iter().any(heavy_alone))
+            }
+            None => heavy_alone(a),
         }
-        let name = &a[0];
-        let is = |n: &str| name.eq_ignore_ascii_case(n.as_bytes());
-        (a.len() > HEAVY_ARGS
-            && ["del", "unlink", "exists", "mget", "mset", "msetnx"]
-                .into_iter()
-                .any(is))
-            || ["keys", "dbsize", "flushdb", "flushall"]
-                .into_iter()
-                .any(is)
-            // A script waits on the store once per call it makes, and may run for
-            // seconds: on the pool, other connections of its loop are not held up.
-            || ["eval", "evalsha", "eval_ro", "evalsha_ro"]
-                .into_iter()
-                .any(is)
     }
 
     /// `GET key` or `MGET key...` (not [`Session::heavy`]) from a connection allowed
@@ -125,4 +117,22 @@ impl Session {
             && ((a.len() == 3 && a[0].eq_ignore_ascii_case(b"set"))
                 || (a.len() >= 3 && a.len() % 2 == 1 && a[0].eq_ignore_ascii_case(b"mset")))
     }
+}
+
+/// [`Session::heavy`] for a command run on its own.
+fn heavy_alone(a: &Args) -> bool {
+    let name = &a[0];
+    let is = |n: &str| name.eq_ignore_ascii_case(n.as_bytes());
+    (a.len() > HEAVY_ARGS
+        && ["del", "unlink", "exists", "mget", "mset", "msetnx"]
+            .into_iter()
+            .any(is))
+        || ["keys", "dbsize", "flushdb", "flushall"]
+            .into_iter()
+            .any(is)
+        // A script waits on the store once per call it makes, and may run for
+        // seconds: on the pool, other connections of its loop are not held up.
+        || ["eval", "evalsha", "eval_ro", "evalsha_ro"]
+            .into_iter()
+            .any(is)
 }

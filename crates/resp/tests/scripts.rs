@@ -372,3 +372,41 @@ fn a_long_script_does_not_hold_up_other_connections() {
     };
     assert!(e.contains("script killed"), "{e}");
 }
+
+#[test]
+fn a_long_script_inside_a_transaction_does_not_hold_up_other_connections() {
+    let s = common::setup_with(Some(AuthPolicy::Open), |cfg| cfg.threads = 1);
+    let mut slow = s.conn();
+    let mut other = s.conn();
+    let mut burst = Conn::encode(&[b"MULTI"]);
+    burst.extend(Conn::encode(&[b"SET", b"t", b"before"]));
+    burst.extend(Conn::encode(&[b"EVAL", b"while true do end", b"0"]));
+    burst.extend(Conn::encode(&[b"SET", b"t", b"after"]));
+    burst.extend(Conn::encode(&[b"EXEC"]));
+    slow.send_raw(&burst);
+    std::thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    assert_eq!(other.line("SET o 1"), V::ok());
+    assert_eq!(other.line("GET o"), V::bulk(b"1"));
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "another connection waited {:?} for a transaction running a script",
+        t.elapsed()
+    );
+    assert_eq!(slow.reply(), V::ok());
+    for _ in 0..3 {
+        assert_eq!(slow.reply(), V::Simple("QUEUED".into()));
+    }
+    // As in Redis: the script's error is its slot of the reply, the rest applied.
+    let V::Arr(r) = slow.reply() else {
+        panic!("EXEC answers an array")
+    };
+    assert_eq!(r.len(), 3);
+    assert_eq!(r[0], V::ok());
+    assert!(
+        matches!(&r[1], V::Err(e) if e.contains("script killed")),
+        "{r:?}"
+    );
+    assert_eq!(r[2], V::ok());
+    assert_eq!(other.line("GET t"), V::bulk(b"after"));
+}
