@@ -14,7 +14,7 @@
 
 use crate::args::{ArgReader, ArgWriter};
 use crate::memory::Miss;
-use crate::procedure::MAX_OUTPUT;
+use crate::procedure::{MAX_OUTPUT, run_by_into};
 use crate::{Memory, Outcome, Procedure, SprocError};
 
 const NAME: &str = "expand";
@@ -242,9 +242,7 @@ impl Procedure for Expand {
     }
 
     fn run(&self, mem: &dyn Memory, addr: u64, args: &[u8]) -> Result<Outcome, SprocError> {
-        let mut out = Vec::new();
-        self.run_into(mem, addr, args, &mut out)?;
-        Ok(Outcome::Done(out))
+        run_by_into(self, mem, addr, args)
     }
 
     /// Writes the reply straight into the server's response (no copy of the lists).
